@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sm12x.paths import data_path
 
-_LINE = re.compile(r"^(?P<key>[A-Z][A-Z0-9_]*)=(?P<value>[^\s#]*)\s*(?:#.*)?$")
+_LINE = re.compile(r"""^(?P<key>[A-Z][A-Z0-9_]*)=(?P<value>[^\s#"']*)\s*(?:#.*)?$""")
 
 
 class VersionsFileError(ValueError):

@@ -16,12 +16,36 @@ import time
 from pathlib import Path
 
 
+def check_mirror(rules) -> str:
+    """The patch's prefill mirror against the installed wheel's C++ table; '' if equal."""
+    from sglang.kernels.ops.attention import flash_mla_sm120 as module
+
+    tables = module._sm12x_flashinfer()
+    if tables is None:
+        return "the patch found no usable flashinfer tables (see the warning above)"
+    mirror = {name: tuple(sorted(values)) for name, values in tables[1].items()}
+    parsed = rules.prefill.as_mirror()
+    if mirror != parsed:
+        return f"patch mirror {mirror} != csrc/sparse_mla_sm120_prefill.cu {parsed}"
+    print(f"  prefill mirror matches csrc/sparse_mla_sm120_prefill.cu: {parsed}")
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sm12x.selftest", description=__doc__)
     parser.add_argument("--json", type=Path, help="write every call's outcome here")
     parser.add_argument("--quick", action="store_true",
                         help="batches 1-8, 16, 32, 64 only (the full census has 1-64)")
+    parser.add_argument("--scenarios", default="patched,unpatched,triton",
+                        help="comma-separated subset of patched,unpatched,triton; without "
+                        "'patched' the pass/fail verdict is skipped (for unpatched installs)")
     args = parser.parse_args(argv)
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    from sm12x.selftest.census import SCENARIOS
+
+    unknown = sorted(set(scenarios) - set(SCENARIOS))
+    if unknown or not scenarios:
+        parser.error(f"--scenarios takes {','.join(SCENARIOS)}; got {args.scenarios!r}")
 
     from sm12x.selftest.env import flashinfer_package, installed_versions, stub_torchvision
 
@@ -35,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     batches = (*range(1, 9), 16, 32, 64) if args.quick else census.DEFAULT_BATCHES
     found = census.shapes(batches=batches)
     with Emulator(rules) as emulator:
-        results = census.run(emulator, found)
+        results = census.run(emulator, found, scenarios)
     table = census.summary(results)
 
     print(f"sm12x dispatch self-test: sglang {versions['sglang']}, "
@@ -48,16 +72,21 @@ def main(argv: list[str] | None = None) -> int:
 
     failures = [(s, o) for s, o in results if o.scenario == "patched"
                 and (o.route in ("abort", "error", "triton") or o.detail)]
+    mirror_error = check_mirror(rules) if "patched" in scenarios else ""
+    if mirror_error:
+        print(f"  FAIL prefill mirror: {mirror_error}", file=sys.stderr)
     for shape, outcome in failures[:20]:
         print(f"  FAIL {shape}: {outcome.route} {outcome.detail}", file=sys.stderr)
     if args.json:
         args.json.write_text(json.dumps({"versions": versions,
                                          "summary": {k: dict(v) for k, v in table.items()},
                                          "calls": census.as_records(results)}, indent=1))
-    if failures:
+    if failures or mirror_error:
         print(f"sm12x dispatch self-test FAILED: {len(failures)} patched calls abort, fall "
               "back to Triton or get wrong arguments", file=sys.stderr)
         return 1
+    if "patched" not in scenarios:
+        return 0
     print("sm12x dispatch self-test passed: every patched call lands on a CUTLASS kernel "
           "that accepts it")
     return 0

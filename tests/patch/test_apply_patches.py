@@ -1,0 +1,119 @@
+"""scripts/apply-patches on the real sglang wheels: applies, is idempotent, refuses clearly."""
+
+from __future__ import annotations
+
+import json
+import os
+import py_compile
+import shutil
+
+import pytest
+
+from support import trees
+
+TARGET = "sglang/kernels/ops/attention/flash_mla_sm120.py"
+
+
+def _series_versions(series) -> list[str]:
+    return sorted({v for patch in series for v in patch["sglang"]})
+
+
+@pytest.fixture
+def fresh(tmp_path):
+    """fresh(version) -> a pristine, minimal sglang tree of its own."""
+    return lambda version: trees.unpack_sglang(version, tmp_path / version, full=False)
+
+
+def test_series_covers_the_image_pin_and_the_versions_the_issue_names(series, pins):
+    versions = _series_versions(series)
+    assert pins["SGLANG_VERSION"] in versions
+    assert {"0.5.16", "0.5.17", "0.5.18"} <= set(versions)
+    for patch in series:
+        for key in ("upstream", "sglang", "retire_when", "retire_flashinfer", "retire_sglang",
+                    "present", "target", "disable_env"):
+            assert patch[key], f"{patch['file']} has no {key}"
+
+
+@pytest.mark.parametrize("version", ["0.5.16", "0.5.17", "0.5.18"])
+def test_applies_once_then_recognises_itself(fresh, version):
+    site = fresh(version)
+    first = trees.apply_patches(site)
+    assert first.returncode == 0, first.stderr
+    assert f"sglang {version}: 0001-sm120-sparse-mla-topk-dispatch.patch: applied" in first.stdout
+    patched = (site / TARGET).read_bytes()
+
+    second = trees.apply_patches(site)
+    assert second.returncode == 0, second.stderr
+    assert "already applied" in second.stdout
+    assert (site / TARGET).read_bytes() == patched, "a second run changed the file"
+
+    assert b"def _sm12x_route(" in patched
+    py_compile.compile(str(site / TARGET), doraise=True)
+    record = json.loads((site / "sglang" / ".sm12x-patches.json").read_text())
+    assert record["sglang"] == version
+    assert [p["file"] for p in record["patches"]] == ["0001-sm120-sparse-mla-topk-dispatch.patch"]
+    assert not list(site.rglob("*.orig")) and not list(site.rglob("*.rej"))
+
+
+def test_check_mode_fails_on_pristine_and_passes_on_patched(fresh):
+    site = fresh("0.5.16")
+    pristine = trees.apply_patches(site, "--check")
+    assert pristine.returncode == 1
+    assert "is not applied" in pristine.stderr and "sglang 0.5.16" in pristine.stderr
+    assert trees.apply_patches(site).returncode == 0
+    assert trees.apply_patches(site, "--check").returncode == 0
+
+
+def test_refuses_an_unknown_sglang_version_naming_it(fresh):
+    site = fresh("0.5.16")
+    info = next(site.glob("sglang-0.5.16.dist-info"))
+    meta = info / "METADATA"
+    meta.write_text(meta.read_text().replace("Version: 0.5.16", "Version: 0.5.19", 1))
+    proc = trees.apply_patches(site)
+    assert proc.returncode == 1
+    assert "sglang 0.5.19 has no patch series" in proc.stderr
+    assert "0.5.16, 0.5.17, 0.5.18" in proc.stderr
+    assert "def _sm12x_route(" not in (site / TARGET).read_text()
+
+
+def test_refuses_a_patch_that_does_not_apply_and_leaves_the_file_alone(fresh):
+    # sglang 0.5.17's file claimed as 0.5.16: the 0.5.16 patch must not apply.
+    site = fresh("0.5.17")
+    info = next(site.glob("sglang-0.5.17.dist-info"))
+    meta = info / "METADATA"
+    meta.write_text(meta.read_text().replace("Version: 0.5.17", "Version: 0.5.16", 1))
+    before = (site / TARGET).read_bytes()
+    proc = trees.apply_patches(site)
+    assert proc.returncode == 1
+    assert "sglang 0.5.16: 0001-sm120-sparse-mla-topk-dispatch.patch does not apply" in proc.stderr
+    assert TARGET.split("/")[-1] in proc.stderr
+    assert (site / TARGET).read_bytes() == before
+    assert not (site / "sglang" / ".sm12x-patches.json").exists()
+
+
+def test_refuses_an_edited_target(fresh):
+    site = fresh("0.5.16")
+    target = site / TARGET
+    target.write_text(target.read_text().replace("import math\n", "import math  # local edit\n", 1))
+    proc = trees.apply_patches(site)
+    assert proc.returncode == 1 and "does not apply" in proc.stderr
+
+
+def test_says_what_is_missing_without_patch_program(fresh, tmp_path):
+    site = fresh("0.5.16")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    os.symlink(shutil.which("python3") or "/usr/bin/python3", bindir / "python3")
+    proc = trees.apply_patches(site, env={**os.environ, "PATH": str(bindir)})
+    assert proc.returncode == 1
+    assert "the `patch` program is missing" in proc.stderr
+
+
+def test_refuses_a_folder_without_sglang(tmp_path):
+    proc = trees.apply_patches(tmp_path)
+    assert proc.returncode == 1
+    assert f"no sglang package in {tmp_path}" in proc.stderr
+
+
+def test_0_5_18_uses_the_0_5_17_patch_because_the_file_is_identical(fresh):
+    assert (fresh("0.5.17") / TARGET).read_bytes() == (fresh("0.5.18") / TARGET).read_bytes()

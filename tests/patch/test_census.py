@@ -1,0 +1,115 @@
+"""The full shape census through the real patched sglang + flashinfer Python.
+
+Kernels are emulated from the installed wheel's csrc (sm12x.selftest.kernels):
+a call lands only where the compiled launcher would accept it, and what the
+real launcher aborts on raises with the real message.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from support import trees
+
+
+def _routes(report: dict, scenario: str) -> Counter:
+    return Counter(c["route"] for c in report["calls"] if c["scenario"] == scenario)
+
+
+@pytest.fixture(scope="module")
+def pinned(sglang_tree, flashinfer_tree, pins, tmp_path_factory):
+    """The image's configuration: the pinned sglang, patched, and the pinned flashinfer."""
+    site = [sglang_tree(pins["SGLANG_VERSION"]), flashinfer_tree(pins["FLASHINFER_VERSION"])]
+    proc, report = trees.selftest(site, tmp_path_factory.mktemp("census") / "census.json")
+    return proc, report
+
+
+def test_selftest_passes_on_the_pinned_stack(pinned, pins):
+    proc, report = pinned
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert report["versions"]["sglang"] == pins["SGLANG_VERSION"]
+    assert report["versions"]["flashinfer-python"] == pins["FLASHINFER_VERSION"]
+    assert "every patched call lands on a CUTLASS kernel" in proc.stdout
+
+
+def test_census_covers_the_dimensions_the_issue_names(pinned):
+    calls = [c for c in pinned[1]["calls"] if c["scenario"] == "patched"]
+    assert {c["phase"] for c in calls} == {"draft", "verify", "extend"}
+    assert {c["path"] for c in calls} == {"decode", "prefill"}
+    assert {c["layer"] for c in calls if c["phase"] == "verify"} == {"swa", "c4", "c128"}
+    draft_tokens = {c["num_tokens"] for c in calls if c["phase"] == "draft"}
+    # gamma 3..7 x batch 1..64: the smallest and largest draft batches exist.
+    assert {3, 7, 64 * 3, 64 * 7} <= draft_tokens
+    # sglang's own index builder gives the draft width 192 for every gamma.
+    assert {c["topk"] for c in calls if c["phase"] == "draft"} == {192}
+    assert {c["num_heads"] for c in calls} == {64}
+
+
+def test_with_the_patch_nothing_aborts_and_every_shape_is_on_cutlass(pinned):
+    routes = _routes(pinned[1], "patched")
+    assert routes["abort"] == routes["error"] == routes["triton"] == 0
+    assert routes["cutlass"] > 0 and routes["cutlass-padded"] > 0
+    for call in pinned[1]["calls"]:
+        if call["scenario"] == "patched":
+            assert call["detail"] == "", call
+
+
+def test_only_the_draft_width_is_padded_and_to_the_smallest_instance(pinned):
+    for call in pinned[1]["calls"]:
+        if call["scenario"] != "patched":
+            continue
+        if call["phase"] == "draft":
+            # decode (64 heads): {128, 512, 1024}; prefill: {128, 512, 1024, 2048}.
+            assert (call["route"], call["width"]) == ("cutlass-padded", 512), call
+        else:
+            assert (call["route"], call["width"]) == ("cutlass", call["topk"]), call
+
+
+def test_without_the_patch_every_draft_call_aborts_with_upstreams_messages(pinned):
+    calls = [c for c in pinned[1]["calls"] if c["scenario"] == "unpatched"]
+    for call in calls:
+        if call["phase"] != "draft":
+            assert call["route"] == "cutlass", call
+        elif call["path"] == "decode":
+            assert call["route"] == "abort"
+            assert call["detail"].startswith(f"Check failed: num_tokens > 64 ({call['num_tokens']} vs. 64)")
+        else:
+            assert call["route"] == "abort"
+            assert call["detail"].startswith(
+                "Unsupported sparse-MLA prefill configuration: model=DSV4 num_heads=64 topk=192")
+
+
+def test_the_triton_workaround_sends_every_call_to_triton(pinned):
+    routes = _routes(pinned[1], "triton")
+    assert set(routes) == {"triton"}
+
+
+def test_switching_the_patch_off_is_exactly_upstream(pinned, sglang_tree, flashinfer_tree, pins,
+                                                     tmp_path):
+    """SGLANG_SM120_FLASHMLA_TOPK_PAD=0 on the patched tree lands every call where the
+    pristine, unpatched sglang does."""
+    site = [sglang_tree(pins["SGLANG_VERSION"], patched=False),
+            flashinfer_tree(pins["FLASHINFER_VERSION"])]
+    proc, pristine = trees.selftest(site, tmp_path / "pristine.json", "--scenarios", "unpatched")
+    assert proc.returncode == 0, proc.stderr
+
+    def key(c):
+        return (c["phase"], c["layer"], c["num_tokens"], c["topk"], c["extra_topk"])
+
+    upstream = {key(c): (c["route"], c["width"], c["detail"]) for c in pristine["calls"]}
+    switched = {key(c): (c["route"], c["width"], c["detail"])
+                for c in pinned[1]["calls"] if c["scenario"] == "unpatched"}
+    assert switched == upstream
+
+
+@pytest.mark.parametrize("sglang, flashinfer", [("0.5.17", "0.6.15.post1"), ("0.5.18", "0.6.17")])
+def test_selftest_passes_on_the_other_patched_releases(sglang, flashinfer, sglang_tree,
+                                                      flashinfer_tree, tmp_path):
+    site = [sglang_tree(sglang), flashinfer_tree(flashinfer)]
+    proc, report = trees.selftest(site, tmp_path / "census.json", "--quick")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert report["versions"]["sglang"] == sglang
+    assert _routes(report, "patched")["abort"] == 0
+    assert _routes(report, "unpatched")["abort"] > 0

@@ -1,0 +1,52 @@
+"""Throwaway site-packages trees of the real sglang and flashinfer wheels.
+
+The patch tests never touch the test virtualenv's site-packages: each sglang
+or flashinfer version is unzipped into its own folder, patched there with
+scripts/apply-patches (the same mechanism the image uses), and code runs in a
+subprocess with PYTHONPATH=<sglang tree>:<flashinfer tree>:<repo>, so several
+versions can be exercised in one session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from support import wheels
+
+REPO = wheels.ROOT
+APPLY = REPO / "scripts" / "apply-patches"
+
+
+def unpack_sglang(version: str, dest: Path, full: bool = True) -> Path:
+    """full=False keeps only what apply-patches needs (fast, for the patch tests)."""
+    members = () if full else ("sglang/__init__.py", "sglang/kernels/")
+    return wheels.unpack("sglang", version, dest, members)
+
+
+def unpack_flashinfer(version: str, dest: Path) -> Path:
+    return wheels.unpack("flashinfer-python", version, dest)
+
+
+def apply_patches(site: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(APPLY), "--site-packages", str(site), *args],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+def run_python(trees: list[Path], args: list[str], env: dict | None = None,
+               timeout: int = 900) -> subprocess.CompletedProcess:
+    """python ARGS with the trees first on sys.path, from a neutral folder."""
+    full_env = {**os.environ, **(env or {})}
+    full_env["PYTHONPATH"] = os.pathsep.join([*(str(t) for t in trees), str(REPO)])
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                          timeout=timeout, env=full_env, cwd=trees[0])
+
+
+def selftest(trees: list[Path], out: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """python -m sm12x.selftest --json OUT; returns the process and the report."""
+    proc = run_python(trees, ["-m", "sm12x.selftest", "--json", str(out), *extra])
+    report = json.loads(out.read_text()) if out.exists() else {}
+    return proc, report
