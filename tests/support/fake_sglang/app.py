@@ -203,7 +203,7 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
             if "think-leak" in F:
                 gen = model.leak_think(gen)
             tokens = model.tokenize(gen.raw(broken_json="bad-tool-json" in F), seed)
-            limit = req.max_completion_tokens or req.max_tokens
+            limit = body.get("max_completion_tokens") or body.get("max_tokens")
             finish = "stop"
             if limit is not None and len(tokens) > limit:
                 tokens, finish = tokens[:limit], "length"
@@ -280,9 +280,12 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
                 message=P.ChatMessage(role="assistant", content=text or "", tool_calls=tool_calls,
                                       reasoning_content=reasoning or None),
                 finish_reason=finish, matched_stop=None)],
-            usage=None if "no-usage" in F else usage(ctx),
+            usage=usage(ctx),
         )
-        return JSONResponse(response.model_dump(mode="json"))
+        data = response.model_dump(mode="json")
+        if "no-usage" in F:
+            data["usage"] = None
+        return JSONResponse(data)
 
     def chunk(ctx: _Ctx, delta, finish_reason=None) -> str:
         body = P.ChatCompletionStreamResponse(
@@ -319,6 +322,7 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
         truncated: set[int] = set()
         sent_chunks = 0
         yield sse(ctx, role="assistant", content="")
+        sent_chunks = 1
         # Steps of 1-4 tokens: speculative decoding hands back several at once.
         steps, i = [], 0
         while i < len(ctx.tokens):
@@ -365,7 +369,7 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
             for piece in out:
                 yield piece
                 sent_chunks += 1
-                if "stall" in F and sent_chunks == 3:
+                if "stall" in F and sent_chunks == 2:
                     await asyncio.sleep(F.stall_seconds)
             if state.token_delay:
                 await asyncio.sleep(state.token_delay)
