@@ -1,0 +1,82 @@
+"""The fake server as a separate process (as sglang-router and boot mode see
+it), verify as a process, bad input, and a server dying mid-run."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.support.fake_sglang.server import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = sys.executable
+
+
+def start_fake(*args: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen([PY, "-m", "tests.support.fake_sglang", "--port", str(port), *args],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("fake server did not start")
+
+
+def verify(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "verify", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_server_dies_mid_run(tmp_path):
+    proc, url = start_fake("--die-after", "6")
+    try:
+        done = verify("--base-url", url, "--soak-concurrency", "8", "--soak-rounds", "1",
+                      "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml"))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert done.returncode == 1, done.stdout
+    report = json.loads((tmp_path / "r.json").read_text())
+    failed = [c for c in report["checks"] if c["verdict"] == "fail"]
+    assert failed and any("cannot connect" in (c["problem"] or "") or "broke" in
+                          (c["problem"] or "") for c in failed)
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_bad_input_one_clear_error():
+    for args, text in [
+        (["--base-url", "not a url"], "--base-url"),
+        (["--base-url", f"http://127.0.0.1:{free_port()}"], "cannot reach"),
+        (["--skip", "nonsense"], "unknown check"),
+        (["--timeout", "-1"], "must be positive"),
+        (["--frobnicate"], "unrecognized arguments"),
+    ]:
+        done = verify(*args, timeout=60)
+        out = done.stdout + done.stderr
+        assert done.returncode == 2, (args, out)
+        assert text in out and "Traceback" not in out, (args, out)
+
+
+def test_cli_writes_reports_and_exits_zero_when_healthy(tmp_path):
+    proc, url = start_fake()
+    try:
+        done = verify("--base-url", url + "/v1", "--soak-concurrency", "8", "--soak-rounds", "1",
+                      "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml"))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert done.returncode == 0, done.stdout
+    assert "PASS" in done.stdout
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["passed"] is True and report["verify"]["model"].startswith("deepseek-ai/")
+    junit = (tmp_path / "j.xml").read_text()
+    assert 'name="soak"' in junit and "<failure" not in junit

@@ -1,0 +1,66 @@
+"""Run the fake sglang server: in a thread (tests) or as a process (`python -m`)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import uvicorn
+
+from tests.support.fake_sglang.app import Faults, create_app
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class FakeServer:
+    """A fake sglang on 127.0.0.1 in a background thread; a context manager.
+
+    >>> with FakeServer(faults="loop") as server:
+    ...     server.base_url  # http://127.0.0.1:PORT
+    """
+
+    def __init__(self, faults: str | Faults | None = None, *, port: int = 0,
+                 accept_length: float = 3.4, token_delay: float = 0.001,
+                 api_key: str | None = None, **fault_options):
+        if not isinstance(faults, Faults):
+            faults = Faults.parse(faults, **fault_options)
+        self.app = create_app(faults, accept_length=accept_length, token_delay=token_delay,
+                              api_key=api_key)
+        self.port = port or free_port()
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
+                                lifespan="off", timeout_graceful_shutdown=1)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def state(self):
+        return self.app.state.fake
+
+    def start(self) -> "FakeServer":
+        self._thread.start()
+        deadline = time.monotonic() + 20
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("fake sglang server did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._server.force_exit = True
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> "FakeServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

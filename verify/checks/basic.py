@@ -1,0 +1,57 @@
+"""Health, the model list, and one real token (health alone can be green while
+generation is broken)."""
+
+from __future__ import annotations
+
+from verify.client import explain
+from verify.context import Context
+from verify.result import Evidence
+
+
+def health(ctx: Context, ev: Evidence) -> None:
+    try:
+        response = ctx.http.get("/health")
+    except Exception as exc:  # noqa: BLE001 - explain() names the cause
+        raise explain(exc, "GET /health") from None
+    ev.saw(f"GET /health -> HTTP {response.status_code}")
+    if response.status_code != 200:
+        ev.fail(f"/health answered HTTP {response.status_code}",
+                "the server is up but not ready (still loading, or its scheduler died)",
+                "wait for 'The server is fired up' in the log, or read the log for the error")
+
+
+def models(ctx: Context, ev: Evidence) -> None:
+    try:
+        page = ctx.client.models.list()
+    except Exception as exc:  # noqa: BLE001
+        raise explain(exc, "GET /v1/models") from None
+    ids = [m.id for m in page.data]
+    ev.saw(f"/v1/models: {ids}")
+    if not ids:
+        ev.fail("/v1/models lists no model", "the server has no model loaded",
+                "check --model-path / --served-model-name")
+    if ctx.model is None:
+        ctx.model = ids[0]
+    elif ctx.model not in ids:
+        ev.fail(f"model {ctx.model!r} not served (served: {ids})",
+                "--model names a different model than the server's --served-model-name",
+                "drop --model to use the served one, or fix the name")
+    ev.metrics["model"] = ctx.model
+
+
+def one_token(ctx: Context, ev: Evidence) -> None:
+    try:
+        response = ctx.client.chat.completions.create(
+            **ctx.payload([{"role": "user", "content": "Say OK."}], max_tokens=1))
+    except Exception as exc:  # noqa: BLE001
+        raise explain(exc, "one-token generation") from None
+    choice = response.choices[0]
+    usage = response.usage
+    ev.saw(f"finish_reason={choice.finish_reason!r} content={choice.message.content!r} "
+           f"completion_tokens={usage.completion_tokens if usage else None}")
+    if usage is not None and usage.completion_tokens != 1:
+        ev.fail(f"asked for 1 token, usage says {usage.completion_tokens}",
+                "max_tokens is not honoured", "check the sglang version")
+    if choice.finish_reason not in ("length", "stop"):
+        ev.fail(f"finish_reason {choice.finish_reason!r} for a 1-token request",
+                "generation aborted", "read the server log for this request")

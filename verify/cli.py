@@ -1,0 +1,203 @@
+"""`python -m verify` / `sm12x verify`: the smoke gate to run after every deploy.
+
+Exit status: 0 every required check passed; 1 a check failed or could not
+run; 2 bad input or no server at --base-url; 3 boot mode could not start it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from rich.console import Console
+
+from verify import report
+from verify.client import DEFAULT_BASE_URL, Endpoint
+from verify.context import Context, Options
+from verify.runner import NAMES, run_checks
+
+
+class UsageError(Exception):
+    pass
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="verify", description="Smoke-test a deployed sm12x "
+                                "(sglang, DeepSeek-V4-Flash + DSPARK) OpenAI-compatible endpoint.")
+    p.add_argument("--base-url", default=DEFAULT_BASE_URL, help="server root (default %(default)s)")
+    p.add_argument("--api-key", help="default: $SM12X_API_KEY or $OPENAI_API_KEY")
+    p.add_argument("--model", help="default: the first model /v1/models lists")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds one whole request may take (default %(default)s)")
+    p.add_argument("--stall-timeout", type=float, default=60.0,
+                   help="seconds without a byte before a request counts as stalled")
+    p.add_argument("--connect-timeout", type=float, default=10.0)
+    p.add_argument("--recipe", help="read the acceptance floor (and boot profile) from this recipe")
+    p.add_argument("--min-accept-length", type=float,
+                   help="speculative acceptance floor (default: the recipe's, else 2.0)")
+    p.add_argument("--metrics-url", help="a backend's base or /metrics URL, for spec figures "
+                   "when --base-url is a router")
+    p.add_argument("--soak-concurrency", type=int, default=64)
+    p.add_argument("--soak-rounds", type=int, default=3, help="k of pass^k")
+    p.add_argument("--soak-max-tokens", type=int, default=2048)
+    p.add_argument("--skip", action="append", default=[], metavar="CHECK",
+                   help=f"comma-separated, repeatable: {', '.join(NAMES)}")
+    p.add_argument("--only", action="append", default=[], metavar="CHECK")
+    p.add_argument("--json", type=Path, default=Path("verify-report/report.json"))
+    p.add_argument("--junit", type=Path, default=Path("verify-report/junit.xml"))
+    p.add_argument("--no-files", action="store_true", help="write no JSON/JUnit report")
+    boot = p.add_argument_group("boot mode")
+    boot.add_argument("--boot", action="store_true", help="start the server, then verify it")
+    boot.add_argument("--boot-command", help="any command that starts the server (its output is "
+                      "the log); default: docker compose --profile PROFILE up -d")
+    boot.add_argument("--profile", help="compose profile (default: the --recipe name)")
+    boot.add_argument("--compose-file")
+    boot.add_argument("--boot-timeout", type=float, default=5400.0)
+    boot.add_argument("--down", action="store_true", help="tear the server down afterwards")
+    boot.add_argument("--boot-log", type=Path, help="save the server log seen while booting")
+    return p
+
+
+def _names(values: list[str]) -> set[str]:
+    names = {n.strip() for v in values for n in v.split(",") if n.strip()}
+    unknown = names - set(NAMES)
+    if unknown:
+        raise UsageError(f"unknown check(s) {', '.join(sorted(unknown))}; known: {', '.join(NAMES)}")
+    return names
+
+
+def _recipe_floor(name: str) -> float | None:
+    """The recipe's acceptance floor, if sm12x.recipe is there and says one."""
+    try:
+        from sm12x.recipe import load_recipe  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    try:
+        recipe = load_recipe(name)
+    except Exception as exc:  # noqa: BLE001 - any recipe error is a usage error here
+        raise UsageError(f"recipe {name!r}: {exc}") from None
+    for holder in (getattr(recipe, "verify", None), getattr(recipe, "expect", None), recipe):
+        for attr in ("min_accept_length", "accept_length_floor"):
+            value = getattr(holder, attr, None) if holder is not None else None
+            if isinstance(value, (int, float)):
+                return float(value)
+    return None
+
+
+def _endpoint(args) -> Endpoint:
+    try:
+        url = httpx.URL(args.base_url)
+    except Exception:  # noqa: BLE001
+        raise UsageError(f"--base-url {args.base_url!r} is not a URL") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise UsageError(f"--base-url {args.base_url!r}: expected http(s)://HOST:PORT")
+    for flag in ("timeout", "stall_timeout", "connect_timeout"):
+        if getattr(args, flag) <= 0:
+            raise UsageError(f"--{flag.replace('_', '-')} must be positive")
+    if args.soak_concurrency < 1 or args.soak_rounds < 1:
+        raise UsageError("--soak-concurrency and --soak-rounds must be at least 1")
+    base = str(url).rstrip("/")
+    base = base.removesuffix("/v1")
+    return Endpoint(base, args.api_key or Endpoint.api_key_from_env(), args.timeout,
+                    args.stall_timeout, args.connect_timeout)
+
+
+def _reachable(ep: Endpoint) -> str | None:
+    try:
+        httpx.get(ep.base_url + "/health", headers=ep.headers,
+                  timeout=httpx.Timeout(ep.stall_timeout, connect=ep.connect_timeout))
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        return f"cannot reach {ep.base_url}: {exc or type(exc).__name__}"
+    except httpx.HTTPError:
+        return None  # it answers something (or stalls): the checks will say what
+    return None
+
+
+def run(args, console: Console) -> int:
+    ep = _endpoint(args)
+    skip, only = _names(args.skip), _names(args.only)
+    floor, source = 2.0, "default"
+    if args.recipe:
+        recipe_floor = _recipe_floor(args.recipe)
+        if recipe_floor is not None:
+            floor, source = recipe_floor, f"recipe {args.recipe}"
+    if args.min_accept_length is not None:
+        floor, source = args.min_accept_length, "--min-accept-length"
+    options = Options(min_accept_length=floor, accept_floor_source=source,
+                      metrics_url=args.metrics_url, soak_concurrency=args.soak_concurrency,
+                      soak_rounds=args.soak_rounds, soak_max_tokens=args.soak_max_tokens,
+                      skip=skip, only=only)
+    server = None
+    meta = {"base_url": ep.base_url, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "accept_floor": floor, "accept_floor_source": source}
+    try:
+        if args.boot:
+            from verify.boot import BootFailure, Server, boot
+            if args.boot_command:
+                server = Server.command(args.boot_command)
+            elif args.profile or args.recipe:
+                server = Server.compose(args.profile or args.recipe, args.compose_file)
+            else:
+                raise UsageError("--boot needs --boot-command, --profile or --recipe")
+            try:
+                for line in boot(server, ep.base_url, args.boot_timeout, console, ep.headers):
+                    console.print(f"boot: {line}")
+            except BootFailure as exc:
+                console.print(f"[bold red]boot failed:[/] {exc.problem}")
+                console.print(f"[bold]cause:[/] {exc.cause}\n[bold]fix:[/] {exc.fix}")
+                if exc.log_tail:
+                    console.print("[dim]log tail:[/]\n" + "\n".join(exc.log_tail[-10:]),
+                                  markup=False, highlight=False)
+                return 3
+            finally:
+                if args.boot_log and server is not None:
+                    args.boot_log.parent.mkdir(parents=True, exist_ok=True)
+                    args.boot_log.write_text("\n".join(server.log) + "\n")
+        else:
+            problem = _reachable(ep)
+            if problem:
+                console.print(f"verify: {problem}. Is the server running? (start it, or use "
+                              "--boot)", markup=False, highlight=False)
+                return 2
+        ctx = Context(ep, options, model=args.model)
+        try:
+            def progress(result) -> None:
+                console.print(f"  {result.name}: {result.verdict.value}", highlight=False)
+            with console.status("verifying"):
+                results = run_checks(ctx, progress)
+        finally:
+            ctx.close()
+        meta["model"] = ctx.model
+        report.table(results, console)
+        if not args.no_files:
+            report.write_json(args.json, results, meta)
+            report.write_junit(args.junit, results, meta)
+            console.print(f"reports: {args.json} {args.junit}", highlight=False)
+        return 0 if report.passed(results) else 1
+    finally:
+        if server is not None:
+            if args.down:
+                server.teardown()
+            else:
+                server.stop() if server.logs is not None else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for `python -m verify` and `sm12x verify` (argv without the
+    program name); returns the exit status."""
+    console = Console(stderr=False)
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as exc:  # argparse already printed one line of usage error
+        return int(exc.code or 0) if exc.code in (0, None) else 2
+    try:
+        return run(args, console)
+    except UsageError as exc:
+        print(f"verify: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("verify: interrupted", file=sys.stderr)
+        return 130

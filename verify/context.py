@@ -1,0 +1,40 @@
+"""What every check gets: the endpoint, its clients, the options, the model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from verify.client import Endpoint
+
+
+@dataclass
+class Options:
+    min_accept_length: float = 2.0
+    accept_floor_source: str = "default"
+    metrics_url: str | None = None
+    soak_concurrency: int = 64
+    soak_rounds: int = 3
+    soak_max_tokens: int = 2048
+    skip: set[str] = field(default_factory=set)
+    only: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Context:
+    endpoint: Endpoint
+    options: Options = field(default_factory=Options)
+    model: str | None = None
+    requests_sent: int = 0
+
+    def __post_init__(self) -> None:
+        self.http = self.endpoint.http()
+        self.client = self.endpoint.openai()
+
+    def payload(self, messages: list[dict], **extra) -> dict:
+        body = {"model": self.model, "messages": messages, "temperature": 0, "max_tokens": 512}
+        body.update(extra)
+        return body
+
+    def close(self) -> None:
+        self.http.close()
+        self.client.close()

@@ -1,0 +1,223 @@
+"""Soak: N concurrent streamed requests (chat and tool calls mixed) for M
+rounds. Every request must complete with `[DONE]` and one finish_reason, and
+every output must pass the degeneration detectors, run separately on
+content, reasoning and tool arguments; tool arguments must validate.
+
+Reports pass^k (a case passes only if all k = M of its rounds passed),
+pass@1 over all requests, TTFT and inter-token latency percentiles, and
+output tokens per second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import httpx
+import jsonschema
+
+from verify import detectors, scenarios
+from verify.context import Context
+from verify.result import Evidence
+from verify.stream import merge
+
+TAGS = ("</think>", "<think>")
+
+
+@dataclass
+class Outcome:
+    case: int
+    round: int
+    kind: str
+    problems: list[str] = field(default_factory=list)
+    ttft: float | None = None
+    itl: list[float] = field(default_factory=list)
+    tokens: int = 0
+    sample: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def percentiles(values: list[float]) -> dict:
+    if not values:
+        return {}
+    values = sorted(values)
+
+    def q(p: float) -> float:
+        return values[min(len(values) - 1, int(round(p * (len(values) - 1))))]
+
+    return {"p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": values[-1]}
+
+
+def judge(kind: str, merged, done: bool, *, tool: bool) -> list[str]:
+    """Everything wrong with one soak output (empty: it passed)."""
+    problems = []
+    if merged.errors:
+        problems.append(f"error event: {str(merged.errors[0])[:120]}")
+    if not done:
+        problems.append("stream ended without [DONE]")
+    finishes = merged.finish_reasons.get(0) or []
+    if len(finishes) != 1:
+        problems.append(f"{len(finishes)} finish_reasons")
+    elif finishes[0] == "length":
+        problems.append("finish_reason length: ran to max_tokens on a prompt that ends short")
+    channels = {"content": merged.content, "reasoning": merged.reasoning}
+    for index, call in merged.calls.items():
+        channels[f"tool arguments {index}"] = call.arguments
+    for name, text in channels.items():
+        for finding in detectors.degenerate(text):
+            problems.append(f"{name}: {finding}")
+    for tag in TAGS:
+        if tag in merged.content:
+            problems.append(f"content: {tag} leaked into content")
+    if tool:
+        if not merged.calls:
+            problems.append("no tool call")
+        elif finishes and finishes[0] != "tool_calls":
+            problems.append(f"finish_reason {finishes[0]!r} with tool calls")
+        for index, call in merged.calls.items():
+            if len(set(call.ids)) > 1:
+                problems.append(f"tool call {index}: id changed within the stream")
+            try:
+                jsonschema.validate(json.loads(call.arguments),
+                                    scenarios.SCHEMAS.get(call.name, {}))
+            except (json.JSONDecodeError, jsonschema.ValidationError) as exc:
+                message = exc.msg if isinstance(exc, json.JSONDecodeError) else exc.message
+                problems.append(f"tool call {index} ({call.name}): invalid arguments: "
+                                f"{message[:100]}")
+    return problems
+
+
+async def _one(client: httpx.AsyncClient, ctx: Context, case: int, round_: int,
+               stall: float, limit: float) -> Outcome:
+    kind, extra = scenarios.SOAK_MIX[case % len(scenarios.SOAK_MIX)]
+    outcome = Outcome(case, round_, kind)
+    body = {"model": ctx.model, "stream": True, "stream_options": {"include_usage": True},
+            "max_tokens": ctx.options.soak_max_tokens, **extra}
+    events, done, times = [], False, []
+    start = time.monotonic()
+
+    async def read() -> None:
+        nonlocal done
+        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+            if response.status_code != 200:
+                await response.aread()
+                raise RuntimeError(f"HTTP {response.status_code}: {response.text[:120]}")
+            lines = response.aiter_lines()
+            while True:
+                try:
+                    line = await asyncio.wait_for(lines.__anext__(), stall)
+                except StopAsyncIteration:
+                    break
+                except asyncio.TimeoutError:
+                    raise RuntimeError(f"stalled: no byte for {stall:.0f} s") from None
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    done = True
+                    continue
+                events.append(json.loads(data))
+                times.append(time.monotonic())
+
+    try:
+        await asyncio.wait_for(read(), limit)
+    except asyncio.TimeoutError:
+        outcome.problems.append(f"not finished within {limit:.0f} s")
+    except (httpx.HTTPError, RuntimeError, json.JSONDecodeError, OSError) as exc:
+        outcome.problems.append(f"request failed: {type(exc).__name__}: {str(exc)[:120]}")
+    merged = merge(events)
+    token_times = [t for e, t in zip(events, times)
+                   if any((c.get("delta") or {}).get(k) for c in e.get("choices") or []
+                          for k in ("content", "reasoning_content", "reasoning", "tool_calls"))]
+    if token_times:
+        outcome.ttft = token_times[0] - start
+        outcome.itl = [b - a for a, b in zip(token_times, token_times[1:])]
+    if merged.usage:
+        outcome.tokens = merged.usage[-1][1].get("completion_tokens") or 0
+    if not outcome.problems:
+        outcome.problems = judge(kind, merged, done, tool=kind.startswith("tool"))
+    if outcome.problems:
+        text = merged.content or merged.reasoning or next(
+            (c.arguments for c in merged.calls.values()), "")
+        outcome.sample = text[-160:]
+    return outcome
+
+
+async def run_soak(ctx: Context, concurrency: int, rounds: int) -> tuple[list[Outcome], float]:
+    ep = ctx.endpoint
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    timeout = httpx.Timeout(ep.timeout, connect=ep.connect_timeout, read=ep.stall_timeout)
+    outcomes: list[Outcome] = []
+    start = time.monotonic()
+    async with httpx.AsyncClient(base_url=ep.base_url, headers=ep.headers, limits=limits,
+                                 timeout=timeout) as client:
+        for round_ in range(rounds):
+            outcomes += await asyncio.gather(*(
+                _one(client, ctx, case, round_, ep.stall_timeout, ep.timeout)
+                for case in range(concurrency)))
+    return outcomes, time.monotonic() - start
+
+
+def soak(ctx: Context, ev: Evidence) -> None:
+    n, k = ctx.options.soak_concurrency, ctx.options.soak_rounds
+    outcomes, wall = asyncio.run(run_soak(ctx, n, k))
+    by_case: dict[int, list[Outcome]] = {}
+    for o in outcomes:
+        by_case.setdefault(o.case, []).append(o)
+    pass_k = sum(all(o.ok for o in runs) for runs in by_case.values()) / len(by_case)
+    pass_1 = sum(o.ok for o in outcomes) / len(outcomes)
+    tokens = sum(o.tokens for o in outcomes)
+    ttft = percentiles([o.ttft for o in outcomes if o.ttft is not None])
+    itl = percentiles([x for o in outcomes for x in o.itl])
+    kinds = {}
+    for kind in sorted({o.kind for o in outcomes}):
+        runs = [o for o in outcomes if o.kind == kind]
+        kinds[kind] = {"requests": len(runs), "failed": sum(not o.ok for o in runs)}
+    ev.metrics.update({
+        "concurrency": n, "rounds": k, "requests": len(outcomes),
+        "failed": sum(not o.ok for o in outcomes), "pass_k": pass_k, "pass_at_1": pass_1,
+        "output_tokens": tokens, "wall_s": wall, "output_tokens_per_s": tokens / wall if wall else 0,
+        "ttft_s": ttft, "itl_s": itl, "by_kind": kinds,
+    })
+    fmt = lambda p: " ".join(f"{q} {v * 1000:.0f} ms" for q, v in p.items()) or "n/a"  # noqa: E731
+    ev.saw(f"{len(outcomes)} requests ({n} concurrent x {k} rounds) in {wall:.1f} s; "
+           f"pass^{k} {pass_k:.3f}, pass@1 {pass_1:.3f}")
+    ev.saw(f"output {tokens} tokens, {tokens / wall if wall else 0:.0f} tok/s; TTFT {fmt(ttft)}; "
+           f"ITL {fmt(itl)}")
+    failed = [o for o in outcomes if not o.ok]
+    if not failed:
+        return
+    # "content: repeating_tail=40 ..." counts as "content: repeating_tail".
+    reasons = Counter(p.split("=")[0] if "=" in p.split(" (")[0] else p.split(":")[0]
+                      for o in failed for p in o.problems)
+    for o in failed[:3]:
+        ev.saw(f"case {o.case} round {o.round} ({o.kind}): {'; '.join(o.problems)[:200]} | "
+               f"tail {o.sample!r}")
+    problems = " ".join(p for o in failed for p in o.problems)
+    lost = any(p.startswith(("request failed", "not finished", "stream ended")) for o in failed
+               for p in o.problems)
+    degenerate = any(d in problems for d in ("repeating_tail", "distinct_", "compression_ratio",
+                                             "duplicate_lines", "length", "leaked"))
+    if degenerate:
+        cause = ("degenerate output under concurrent load (repetition loops / word salad / "
+                 "</think> leaks): the DSPARK draft-depth 5 corruption, which single requests "
+                 "do not show")
+        fix = ("set --speculative-dspark-block-size 4 (the recipes' default; 3, 6, 7 were also "
+               "clean in the field sweep) and soak again")
+    elif lost:
+        cause = ("requests lost or cut under load: the server dropped, stalled or crashed "
+                 "(OOM, a dead worker, a full queue)")
+        fix = "read the server log for the time of the soak; lower --max-running-requests"
+    else:
+        cause = ("tool calls break under concurrent streaming (the intermittent streamed "
+                 "tool-call failure seen with DSPARK)")
+        fix = "check the sglang version's deepseekv4 streaming parser; lower the draft depth"
+    ev.fail(f"{len(failed)}/{len(outcomes)} soak requests failed (pass^{k} {pass_k:.3f}): "
+            + ", ".join(f"{r} x{c}" for r, c in reasons.most_common(4)), cause, fix)
