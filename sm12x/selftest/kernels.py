@@ -153,9 +153,15 @@ class Emulator:
     """Installs the emulated kernels into the live flashinfer/sglang modules."""
 
     rules: Rules
-    compute: bool = False  # also produce outputs (reference attention / real Triton)
+    # What stands in for the CUTLASS arithmetic: "" records only; "reference"
+    # runs sglang's PyTorch reference (exact, but syncs: not graph-capturable);
+    # "triton" runs sglang's Triton sparse-decode kernel on the same (padded)
+    # arguments, which CUDA graphs can capture. The Triton fallback itself is
+    # run for real whenever this is not "".
+    compute: str = ""
     calls: list[Call] = field(default_factory=list)
     _saved: list[tuple[Any, str, Any]] = field(default_factory=list)
+    _real_triton: Callable | None = None
 
     # --- the compiled prefill orchestrator ---------------------------------
     def _orchestrator(self, q, kv_cache, indices, output, out_lse, sm_scale, model_type,
@@ -187,12 +193,8 @@ class Emulator:
                f"topk_extra={extra_topk} extra_page_block_size={extra_pbs}")
         self.calls.append(Call("cutlass-prefill", num_tokens, num_heads, topk, extra_topk,
                                extra_pbs, indices, topk_length))
-        if self.compute:
-            out, lse = reference_attention(q, kv_cache, indices, topk_length, attn_sink,
-                                           sm_scale, extra_kv_cache, extra_indices,
-                                           extra_topk_length)
-            output.copy_(out)
-            out_lse.copy_(lse)
+        self._stand_in(q, kv_cache, indices, output, out_lse, sm_scale, topk_length, attn_sink,
+                       extra_kv_cache, extra_indices, extra_topk_length)
 
     # --- the DSV4 decode launcher -------------------------------------------
     def _decode(self, q, kv_cache, indices, mid_out, mid_lse, output, out_lse, sm_scale, *,
@@ -216,16 +218,31 @@ class Emulator:
                f"mid_lse {tuple(mid_lse.shape)} != [T, H, {splits}]")
         self.calls.append(Call("cutlass-decode", num_tokens, num_heads, topk, extra_topk,
                                extra_pbs, indices, topk_length, splits))
-        if self.compute:
+        self._stand_in(q, kv_cache, indices, output, out_lse, sm_scale, topk_length, attn_sink,
+                       extra_kv_cache, extra_indices, extra_topk_length)
+        return output
+
+    def _stand_in(self, q, kv_cache, indices, output, out_lse, sm_scale, topk_length, attn_sink,
+                  extra_kv_cache, extra_indices, extra_topk_length):
+        """The CUTLASS kernel's arithmetic, by the configured stand-in."""
+        if self.compute == "reference":
             out, lse = reference_attention(q, kv_cache, indices, topk_length, attn_sink,
                                            sm_scale, extra_kv_cache, extra_indices,
                                            extra_topk_length)
-            output.copy_(out)
-            out_lse.copy_(lse)
-        return output
+        elif self.compute == "triton":
+            out, lse = self._real_triton(q.unsqueeze(1), kv_cache, indices, topk_length,
+                                         attn_sink, 512, sm_scale, extra_kv_cache, extra_indices,
+                                         extra_topk_length)
+            out, lse = out.squeeze(1), lse.reshape(output.shape[0], output.shape[1])
+        else:
+            return
+        output.copy_(out)
+        out_lse.copy_(lse)
 
     # --- sglang's Triton sparse-decode kernel -------------------------------
     def _triton(self, real: Callable):
+        self._real_triton = real
+
         def triton(q, k_cache, indices, topk_length, attn_sink, head_dim_v, softmax_scale,
                    extra_k_cache=None, extra_indices=None, extra_topk_length=None):
             # What _run_triton_sparse_decode assumes: q [B, 1, H, 512] bf16, a
@@ -242,8 +259,8 @@ class Emulator:
             if self.compute:
                 return real(q, k_cache, indices, topk_length, attn_sink, head_dim_v,
                             softmax_scale, extra_k_cache, extra_indices, extra_topk_length)
-            out = torch.zeros(batch, 1, heads, head_dim_v, dtype=torch.bfloat16)
-            return out, torch.zeros(batch, heads, 1)
+            out = torch.zeros(batch, 1, heads, head_dim_v, dtype=torch.bfloat16, device=q.device)
+            return out, torch.zeros(batch, heads, 1, device=q.device)
         return triton
 
     # --- installation -------------------------------------------------------

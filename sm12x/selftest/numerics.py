@@ -43,15 +43,31 @@ def make_kv_cache(pages: int, page: int, device, seed: int = 0) -> torch.Tensor:
                                                                       DATA_BYTES + SCALE_BYTES, 1))
 
 
-def make_call(tokens: int, heads: int, width: int, valid: int, pages: int, page: int, device,
-              seed: int = 1, with_topk_length: bool = True) -> dict:
-    """A DSpark-draft-like call: `valid` real slots then -1 up to `width`."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    slots = pages * page
+def _indices(gen, tokens: int, width: int, valid: int, slots: int):
+    """`valid` or fewer distinct real slots a token, then -1 up to `width`."""
     indices = torch.full((tokens, 1, width), -1, dtype=torch.int32)
     lengths = torch.randint(max(1, valid // 2), valid + 1, (tokens,), generator=gen, dtype=torch.int32)
     for t in range(tokens):
         indices[t, 0, : lengths[t]] = torch.randperm(slots, generator=gen)[: lengths[t]].to(torch.int32)
+    return indices, lengths
+
+
+def make_call(tokens: int, heads: int, width: int, valid: int, pages: int, page: int, device,
+              seed: int = 1, with_topk_length: bool = True,
+              extra: tuple[int, int, int] | None = None) -> dict:
+    """A DSpark-draft-like call: `valid` real slots then -1 up to `width`.
+
+    extra=(width, valid, page) adds a compressed (C4/C128-like) extra cache.
+    """
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    indices, lengths = _indices(gen, tokens, width, valid, pages * page)
+    extra_args = dict(extra_k_cache=None, extra_indices=None, extra_topk_length=None)
+    if extra is not None:
+        e_width, e_valid, e_page = extra
+        e_pages = max(2, -(-e_valid // e_page) * 2)
+        e_indices, e_lengths = _indices(gen, tokens, e_width, e_valid, e_pages * e_page)
+        extra_args = dict(extra_k_cache=make_kv_cache(e_pages, e_page, device, seed + 100),
+                          extra_indices=e_indices.to(device), extra_topk_length=e_lengths.to(device))
     return dict(
         q=(torch.randn(tokens, 1, heads, 512, generator=gen) * 0.5).to(torch.bfloat16).to(device),
         k_cache=make_kv_cache(pages, page, device, seed),
@@ -60,9 +76,7 @@ def make_call(tokens: int, heads: int, width: int, valid: int, pages: int, page:
         attn_sink=torch.randn(heads, generator=gen).to(device),
         head_dim_v=512,
         softmax_scale=512 ** -0.5,
-        extra_k_cache=None,
-        extra_indices=None,
-        extra_topk_length=None,
+        **extra_args,
     )
 
 
@@ -71,7 +85,9 @@ def reference(call: dict) -> tuple[torch.Tensor, torch.Tensor]:
     from sm12x.selftest.kernels import reference_attention
 
     return reference_attention(call["q"].squeeze(1), call["k_cache"], call["indices"],
-                               call["topk_length"], call["attn_sink"], call["softmax_scale"])
+                               call["topk_length"], call["attn_sink"], call["softmax_scale"],
+                               call["extra_k_cache"], call["extra_indices"],
+                               call["extra_topk_length"])
 
 
 def triton_direct(call: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -79,7 +95,8 @@ def triton_direct(call: dict) -> tuple[torch.Tensor, torch.Tensor]:
 
     out, lse = flash_mla_sparse_decode_triton(
         call["q"], call["k_cache"], call["indices"], call["topk_length"], call["attn_sink"],
-        call["head_dim_v"], call["softmax_scale"])
+        call["head_dim_v"], call["softmax_scale"], call["extra_k_cache"], call["extra_indices"],
+        call["extra_topk_length"])
     return out.squeeze(1), lse.reshape(out.shape[0], out.shape[2])
 
 
@@ -99,12 +116,23 @@ def padded(call: dict, width: int) -> dict:
     return {**call, "indices": torch.nn.functional.pad(call["indices"], (0, extra), value=-1)}
 
 
-def trim_triton_autotune() -> None:
-    """One config for the Triton decode kernel: autotuning benchmarks on a driver."""
+def trim_triton_autotune() -> list:
+    """One config for the Triton decode kernel (autotuning benchmarks on a driver,
+    and one config makes runs of different widths tile alike). Returns the old list."""
     from sglang.kernels.ops.attention import flash_mla_sm120_triton as tri
 
     kernel = tri._tiled_sparse_decode_kernel
-    kernel.configs = kernel.configs[:1]
+    previous = kernel.configs
+    kernel.configs = previous[:1]
+    kernel.cache.clear()
+    return previous
+
+
+def restore_triton_autotune(configs: list) -> None:
+    from sglang.kernels.ops.attention import flash_mla_sm120_triton as tri
+
+    tri._tiled_sparse_decode_kernel.configs = configs
+    tri._tiled_sparse_decode_kernel.cache.clear()
 
 
 # bf16 results: two units in the last place (2 x 2^-7), plus a floor near zero.

@@ -33,7 +33,7 @@ def routed(emulator):
 
 
 PAGES, PAGE = 4, 128  # 128-token SWA pages: the real page split runs
-with Emulator(Rules.from_flashinfer(flashinfer_package()), compute=True) as emulator:
+with Emulator(Rules.from_flashinfer(flashinfer_package()), compute="reference") as emulator:
     # 1. A draft decode call (width 192, <= 133 valid slots) padded to 512.
     call = n.make_call(2, 64, 192, 133, PAGES, PAGE, "cpu")
     ref, _ = n.reference(call)

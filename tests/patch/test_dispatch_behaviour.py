@@ -1,0 +1,77 @@
+"""Behaviour of the patched module beyond routing: the switch, logging, degradation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from support import trees
+
+LOG_PROBE = """
+import json, logging, sm12x.selftest.env as e
+e.stub_torchvision()
+from sm12x.selftest import census
+from sm12x.selftest.kernels import Emulator, Rules
+from sglang.kernels.ops.attention import flash_mla_sm120 as m
+records = []
+handler = logging.Handler(); handler.emit = lambda r: records.append(r.getMessage())
+logging.getLogger(m.__name__).addHandler(handler); logging.getLogger(m.__name__).setLevel(logging.INFO)
+found = census.shapes(gammas=(4, 5), batches=(1, 2, 3, 16, 32), tps=(4,), contexts=(1024, 65536))
+with Emulator(Rules.from_flashinfer(e.flashinfer_package())) as em:
+    results = census.run(em, found, ["patched"]) + census.run(em, found, ["patched"])
+print(json.dumps({"calls": len(results), "logs": [r for r in records if "SM120 sparse-MLA" in r],
+                  "switch": m._SM12X_TOPK_PAD}))
+"""
+
+
+@pytest.fixture(scope="module")
+def site(sglang_tree, flashinfer_tree, pins):
+    return [sglang_tree(pins["SGLANG_VERSION"]), flashinfer_tree(pins["FLASHINFER_VERSION"])]
+
+
+def _probe(site, env=None) -> dict:
+    proc = trees.run_python(site, ["-c", LOG_PROBE], env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_each_shape_to_route_decision_is_logged_once(site):
+    out = _probe(site)
+    logs = out["logs"]
+    assert out["calls"] > 2 * len(logs) > 0, "many calls, few log lines"
+    assert len(logs) == len(set(logs)), "a decision was logged twice"
+    # draft: decode and prefill paths, both padded; target layers: unchanged.
+    assert ("SM120 sparse-MLA decode heads=64 topk=192 d_qk=512 d_v=512 extra cache=none -> "
+            "flashinfer, indices padded with -1 to topk 512") in logs
+    assert ("SM120 sparse-MLA prefill heads=64 topk=192 d_qk=512 d_v=512 extra cache=none -> "
+            "flashinfer, indices padded with -1 to topk 512") in logs
+    assert any("extra cache=page block 2 -> flashinfer, unchanged" in line for line in logs)
+    # C128 widths follow the context, yet each route is one line.
+    assert sum("page block 2" in line and "prefill" in line for line in logs) == 1
+
+
+def test_the_environment_switch_is_read_at_import(site):
+    assert _probe(site)["switch"] is True
+    assert _probe(site, env={"SGLANG_SM120_FLASHMLA_TOPK_PAD": "0"})["switch"] is False
+
+
+def test_a_flashinfer_without_the_tables_leaves_calls_unchanged(site, tmp_path):
+    """A flashinfer the patch does not understand: it warns once and changes nothing."""
+    probe = """
+import json, logging, sm12x.selftest.env as e
+e.stub_torchvision()
+from flashinfer.mla import _sparse_mla_sm120 as fi
+del fi._DECODE_DSV4_DISPATCH
+from sglang.kernels.ops.attention import flash_mla_sm120 as m
+warnings = []
+h = logging.Handler(); h.emit = lambda r: warnings.append(r.getMessage())
+logging.getLogger(m.__name__).addHandler(h)
+print(json.dumps({"route": m._sm12x_route(5, 64, 192, 512, 512, 0, 0), "warnings": warnings}))
+"""
+    proc = trees.run_python(site, ["-c", probe])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["route"] == ["flashinfer", 192]
+    assert out["warnings"] == ["SM120 sparse-MLA topk dispatch inactive: flashinfer 0.6.15.post1 "
+                               "lacks _DECODE_DSV4_DISPATCH; calls go to flashinfer unchanged"]
