@@ -89,7 +89,9 @@ def query_gpus(nvidia_smi: str | None = None) -> list[Gpu]:
             [binary, *QUERY[1:]], capture_output=True, text=True, timeout=60, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise GpuQueryError(f"nvidia-smi did not run ({exc}): set RECIPE to a recipe name") from None
+        raise GpuQueryError(
+            f"nvidia-smi did not run ({exc}): set RECIPE to a recipe name"
+        ) from None
     if result.returncode != 0:
         said = (result.stdout + result.stderr).strip().splitlines()
         raise GpuQueryError(
@@ -108,9 +110,10 @@ def describe_gpus(gpus: Sequence[Gpu]) -> str:
     for gpu in gpus:
         key = (gpu.name, gpu.compute_capability)
         groups[key] = groups.get(key, 0) + 1
-    return " + ".join(
-        f"{n}x {name} (compute capability {cap})" for (name, cap), n in groups.items()
-    ) or "no GPU"
+    return (
+        " + ".join(f"{n}x {name} (compute capability {cap})" for (name, cap), n in groups.items())
+        or "no GPU"
+    )
 
 
 def describe_recipe_hardware(recipe: Recipe) -> str:
@@ -147,7 +150,8 @@ def pick_recipe(gpus: Sequence[Gpu], recipes: Sequence[Recipe]) -> Pick:
     if model is None:
         raise no_match("no recipe is written for this GPU")
     fitting = [
-        r for r in recipes
+        r
+        for r in recipes
         if r.hardware.gpu == model
         and r.hardware.compute_capability == cap
         and r.hardware.gpus_per_node <= len(gpus)

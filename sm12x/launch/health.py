@@ -59,9 +59,10 @@ def check(url: str, api_key: str | None, timeout: float) -> str:
     except (KeyError, IndexError, TypeError):
         raise UserError(f"{url}/v1/models lists no model") from None
     answer = _request(
-        f"{url}/v1/completions", api_key, timeout,
-        {"model": model, "prompt": "The capital of France is", "max_tokens": 1,
-         "temperature": 0},
+        f"{url}/v1/completions",
+        api_key,
+        timeout,
+        {"model": model, "prompt": "The capital of France is", "max_tokens": 1, "temperature": 0},
     )
     try:
         text = answer["choices"][0]["text"]

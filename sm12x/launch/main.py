@@ -46,9 +46,8 @@ def gpu_mismatch(recipe: Recipe) -> str | None:
     except gpus.GpuQueryError:
         return None
     hw = recipe.hardware
-    fits = (
-        len(found) >= hw.gpus_per_node
-        and all(g.model == hw.gpu and g.compute_capability == hw.compute_capability for g in found)
+    fits = len(found) >= hw.gpus_per_node and all(
+        g.model == hw.gpu and g.compute_capability == hw.compute_capability for g in found
     )
     if fits:
         return None
@@ -61,8 +60,11 @@ def gpu_mismatch(recipe: Recipe) -> str | None:
 def check_multinode(recipe: Recipe, ctx: LaunchContext) -> None:
     if not recipe.is_multinode:
         return
-    missing = [name for name, value in (("NODE_RANK", ctx.node_rank), ("HEAD_ADDR", ctx.head_addr))
-               if value is None]
+    missing = [
+        name
+        for name, value in (("NODE_RANK", ctx.node_rank), ("HEAD_ADDR", ctx.head_addr))
+        if value is None
+    ]
     if missing:
         raise UserError(
             f"{recipe.name} runs on {recipe.hardware.nodes} nodes: set {' and '.join(missing)} "
@@ -148,15 +150,19 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--dry-run", action="store_true",
+        "--dry-run",
+        action="store_true",
         help="print the environment and command (shell-quoted, ready to paste) and exit",
     )
     parser.add_argument(
-        "--recipe", metavar="NAME",
+        "--recipe",
+        metavar="NAME",
         help="recipe name or file; overrides $RECIPE (default: auto, from nvidia-smi)",
     )
     parser.add_argument(
-        "extra", nargs="*", metavar="-- SGLANG_FLAG",
+        "extra",
+        nargs="*",
+        metavar="-- SGLANG_FLAG",
         help="after --: flags appended to the recipe's (sglang keeps the last of a repeated flag)",
     )
 

@@ -109,8 +109,14 @@ def _int_env(name: str, value: str, minimum: int) -> int:
 # volume: without it every container start recompiles flashinfer/Triton
 # kernels (minutes on a cold boot).
 CACHE_ENV = {
-    "XDG_CACHE_HOME": ("", "tools that follow the XDG convention (tvm-ffi, cutlass-dsl) cache here"),
-    "FLASHINFER_WORKSPACE_BASE": ("", "flashinfer JIT kernels and cubins (under .cache/flashinfer)"),
+    "XDG_CACHE_HOME": (
+        "",
+        "tools that follow the XDG convention (tvm-ffi, cutlass-dsl) cache here",
+    ),
+    "FLASHINFER_WORKSPACE_BASE": (
+        "",
+        "flashinfer JIT kernels and cubins (under .cache/flashinfer)",
+    ),
     "TRITON_CACHE_DIR": ("/triton", "compiled Triton kernels"),
     "TORCHINDUCTOR_CACHE_DIR": ("/torchinductor", "torch.compile artefacts"),
     "SGLANG_DG_CACHE_DIR": ("/deep_gemm", "DeepGEMM JIT kernels"),
@@ -136,7 +142,9 @@ class LaunchPlan:
                 out.append(_value(arg.value, environ))
         return out
 
-    def command(self, python: str = "python3", environ: Mapping[str, str] | None = None) -> list[str]:
+    def command(
+        self, python: str = "python3", environ: Mapping[str, str] | None = None
+    ) -> list[str]:
         return [python, "-m", SGLANG_MODULE, *self.argv(environ)]
 
     def env_dict(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -170,11 +178,10 @@ class LaunchPlan:
         """The command as a shell snippet, ready to paste (secrets stay "$NAME")."""
         lines = [f"{e.name}={_shell(e.value)}" for e in self.env]
         lines.append(f"{python} -m {SGLANG_MODULE}")
-        body = " \\\n".join(lines[:-1] + [lines[-1]])
         for arg in self.args:
             piece = arg.flag if arg.value is None else f"{arg.flag} {_shell(arg.value)}"
-            body += f" \\\n  {piece}"
-        return body + "\n"
+            lines.append(f"  {piece}")
+        return " \\\n".join(lines) + "\n"
 
     def explain(self) -> str:
         """Each flag and variable with the reason it is there."""
@@ -214,26 +221,53 @@ def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> Launch
     # Model: a local folder (the container mounts one at /model), or the Hub
     # id pinned to the recipe's revision.
     model_path = ctx.model_path or recipe.model.hf_id
-    args.append(RenderedArg("--model-path", model_path, "the checkpoint (model.hf_id, or "
-                            "SM12X_MODEL_PATH for a local folder)"))
+    args.append(
+        RenderedArg(
+            "--model-path",
+            model_path,
+            "the checkpoint (model.hf_id, or SM12X_MODEL_PATH for a local folder)",
+        )
+    )
     if model_path == recipe.model.hf_id:
-        args.append(RenderedArg("--revision", recipe.model.revision,
-                                "the checkpoint revision the recipe was written for"))
-    args.append(RenderedArg("--served-model-name", recipe.model.served_model_name,
-                            "clients see the same model id wherever the weights come from"))
+        args.append(
+            RenderedArg(
+                "--revision",
+                recipe.model.revision,
+                "the checkpoint revision the recipe was written for",
+            )
+        )
+    args.append(
+        RenderedArg(
+            "--served-model-name",
+            recipe.model.served_model_name,
+            "clients see the same model id wherever the weights come from",
+        )
+    )
 
     for name, flag in recipe.flags.items():
         value = None if flag.value is None else _flag_value(flag.value)
         args.append(RenderedArg(name, value, flag.why))
 
-    args.append(RenderedArg("--speculative-algorithm", "DSPARK",
-                            "DSpark speculative decoding, drafted by the module bundled in "
-                            "the checkpoint"))
-    args.append(RenderedArg("--speculative-dspark-block-size", str(recipe.dspark.block_size),
-                            recipe.dspark.why))
+    args.append(
+        RenderedArg(
+            "--speculative-algorithm",
+            "DSPARK",
+            "DSpark speculative decoding, drafted by the module bundled in the checkpoint",
+        )
+    )
+    args.append(
+        RenderedArg(
+            "--speculative-dspark-block-size", str(recipe.dspark.block_size), recipe.dspark.why
+        )
+    )
     if recipe.dspark.sps_table_path:
-        args.append(RenderedArg("--speculative-dspark-sps-table-path",
-                                recipe.dspark.sps_table_path, "profiled SPS cost table"))
+        args.append(
+            RenderedArg(
+                "--speculative-dspark-sps-table-path",
+                recipe.dspark.sps_table_path,
+                "profiled SPS cost table",
+            )
+        )
 
     if recipe.is_multinode:
         assert recipe.multinode is not None
@@ -254,12 +288,20 @@ def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> Launch
             RenderedArg("--dist-init-addr", head, recipe.multinode.why),
         ]
 
-    args.append(RenderedArg("--host", ctx.host, "SM12X_HOST: 0.0.0.0 inside a bridged "
-                            "container, 127.0.0.1 otherwise"))
+    args.append(
+        RenderedArg(
+            "--host",
+            ctx.host,
+            "SM12X_HOST: 0.0.0.0 inside a bridged container, 127.0.0.1 otherwise",
+        )
+    )
     args.append(RenderedArg("--port", str(ctx.port or recipe.serve.port), "serve.port"))
     if ctx.api_key:
-        args.append(RenderedArg("--api-key", EnvRef("SM12X_API_KEY"),
-                                "clients must send this key (SM12X_API_KEY)"))
+        args.append(
+            RenderedArg(
+                "--api-key", EnvRef("SM12X_API_KEY"), "clients must send this key (SM12X_API_KEY)"
+            )
+        )
 
     env: list[RenderedEnv] = []
     for name, var in recipe.env.items():
@@ -273,6 +315,9 @@ def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> Launch
             env.append(RenderedEnv(name, var.value, var.why, fixed=True))
     if ctx.cache_dir:
         for name, (sub, why) in CACHE_ENV.items():
-            env.append(RenderedEnv(name, ctx.cache_dir.rstrip("/") + sub,
-                                   f"SM12X_CACHE_DIR: {why}", fixed=True))
+            env.append(
+                RenderedEnv(
+                    name, ctx.cache_dir.rstrip("/") + sub, f"SM12X_CACHE_DIR: {why}", fixed=True
+                )
+            )
     return LaunchPlan(recipe=recipe, context=ctx, args=tuple(args), env=tuple(env))

@@ -24,7 +24,21 @@ from sm12x.recipe.model import (
 )
 
 __all__ = [
-    "DSpark", "EnvVar", "Finding", "Flag", "Hardware", "Model", "Recipe", "RecipeError",
-    "Reference", "Status", "Verify", "lint_recipe", "list_recipes", "load_all",
-    "load_recipe", "recipe_path", "warnings_for",
+    "DSpark",
+    "EnvVar",
+    "Finding",
+    "Flag",
+    "Hardware",
+    "Model",
+    "Recipe",
+    "RecipeError",
+    "Reference",
+    "Status",
+    "Verify",
+    "lint_recipe",
+    "list_recipes",
+    "load_all",
+    "load_recipe",
+    "recipe_path",
+    "warnings_for",
 ]

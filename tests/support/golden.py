@@ -24,8 +24,9 @@ HEAD_ADDR = "192.168.100.1"
 
 def context(recipe: Recipe, node_rank: int) -> LaunchContext:
     """The context compose gives the container (see compose.yaml)."""
-    host_env = {name: var.example for name, var in recipe.env.items()
-                if var.from_host and var.example}
+    host_env = {
+        name: var.example for name, var in recipe.env.items() if var.from_host and var.example
+    }
     return LaunchContext(
         node_rank=node_rank if recipe.is_multinode else None,
         head_addr=HEAD_ADDR if recipe.is_multinode else None,

@@ -51,8 +51,12 @@ def _module_lists(tree: ast.Module) -> dict[str, list[str]]:
 
 def _dict_keys(tree: ast.Module, class_attr: str) -> list[str]:
     for node in ast.walk(tree):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
-                and node.target.id == class_attr and isinstance(node.value, ast.Dict):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and node.target.id == class_attr
+            and isinstance(node.value, ast.Dict)
+        ):
             return [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
     raise LookupError(class_attr)
 
@@ -67,15 +71,21 @@ def _choices(expr: ast.expr | None, lists: dict[str, list[str]]) -> list[str] | 
 
 
 def _unwrap_optional(expr: ast.expr) -> ast.expr:
-    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) \
-            and expr.value.id == "Optional":
+    if (
+        isinstance(expr, ast.Subscript)
+        and isinstance(expr.value, ast.Name)
+        and expr.value.id == "Optional"
+    ):
         return expr.slice
     return expr
 
 
 def _literal(expr: ast.expr) -> list[str] | None:
-    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) \
-            and expr.value.id == "Literal":
+    if (
+        isinstance(expr, ast.Subscript)
+        and isinstance(expr.value, ast.Name)
+        and expr.value.id == "Literal"
+    ):
         elts = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
         return [str(e.value) for e in elts if isinstance(e, ast.Constant)]
     return None
@@ -85,9 +95,12 @@ def server_flags(sglang_version: str) -> dict[str, FlagSpec]:
     """Every flag `python -m sglang.launch_server` accepts in that release."""
     with zipfile.ZipFile(wheels.wheel("sglang", sglang_version)) as archive:
         tree = _read(archive, "sglang/srt/server_args.py")
-        reasoning = _dict_keys(_read(archive, "sglang/srt/parser/reasoning_parser.py"), "DetectorMap")
-        tools = _dict_keys(_read(archive, "sglang/srt/function_call/function_call_parser.py"),
-                           "ToolCallParserEnum")
+        reasoning = _dict_keys(
+            _read(archive, "sglang/srt/parser/reasoning_parser.py"), "DetectorMap"
+        )
+        tools = _dict_keys(
+            _read(archive, "sglang/srt/function_call/function_call_parser.py"), "ToolCallParserEnum"
+        )
     lists = _module_lists(tree)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
     flags: dict[str, FlagSpec] = {}
@@ -96,7 +109,11 @@ def server_flags(sglang_version: str) -> dict[str, FlagSpec]:
         if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
             continue
         ann = node.annotation
-        if not (isinstance(ann, ast.Subscript) and isinstance(ann.value, ast.Name) and ann.value.id == "A"):
+        if not (
+            isinstance(ann, ast.Subscript)
+            and isinstance(ann.value, ast.Name)
+            and ann.value.id == "A"
+        ):
             continue
         inner, meta = ann.slice.elts[0], ann.slice.elts[1]
         kwargs = {}
@@ -105,8 +122,14 @@ def server_flags(sglang_version: str) -> dict[str, FlagSpec]:
         if isinstance(kwargs.get("no_cli"), ast.Constant) and kwargs["no_cli"].value:
             continue
         cli = kwargs.get("cli_name")
-        name = cli.value if isinstance(cli, ast.Constant) else "--" + node.target.id.replace("_", "-")
-        aliases = [e.value for e in kwargs["aliases"].elts] if isinstance(kwargs.get("aliases"), ast.List) else []
+        name = (
+            cli.value if isinstance(cli, ast.Constant) else "--" + node.target.id.replace("_", "-")
+        )
+        aliases = (
+            [e.value for e in kwargs["aliases"].elts]
+            if isinstance(kwargs.get("aliases"), ast.List)
+            else []
+        )
         base = _unwrap_optional(inner)
         if "action" in kwargs:
             switch = None
@@ -117,16 +140,26 @@ def server_flags(sglang_version: str) -> dict[str, FlagSpec]:
         for flag in [name, *aliases]:
             flags[flag] = spec
 
-    add_cli = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "add_cli_args")
+    add_cli = next(
+        n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "add_cli_args"
+    )
     for call in ast.walk(add_cli):
-        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-                and call.func.attr == "add_argument"):
+        if not (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "add_argument"
+        ):
             continue
-        names = [a.value for a in call.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")]
+        names = [
+            a.value
+            for a in call.args
+            if isinstance(a, ast.Constant) and str(a.value).startswith("--")
+        ]
         kwargs = {k.arg: k.value for k in call.keywords}
         action = kwargs.get("action")
         deprecated = "new_flag" in kwargs or (
-            isinstance(action, ast.Name) and action.id.startswith("Deprecated"))
+            isinstance(action, ast.Name) and action.id.startswith("Deprecated")
+        )
         switch = None
         if isinstance(action, ast.Constant):
             switch = action.value in ("store_true", "store_false")
@@ -155,18 +188,29 @@ def env_vars(sglang_version: str) -> tuple[set[str], dict[str, str]]:
                     declared |= {t.id for t in targets if isinstance(t, ast.Name)}
     retired = {}
     for node in ast.walk(tree):
-        # 0.5.16/0.5.17: _print_deprecated_env("OLD", "NEW"); 0.5.18: {"OLD": _DeprecatedEnv(replacement="NEW")}
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                and node.func.id == "_print_deprecated_env" and node.args:
+        # 0.5.16/0.5.17: _print_deprecated_env("OLD", "NEW");
+        # 0.5.18: {"OLD": _DeprecatedEnv(replacement="NEW")}
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "_print_deprecated_env"
+            and node.args
+        ):
             old = node.args[0].value
             new = node.args[1].value if len(node.args) > 1 else None
             retired[old] = f"use {new}" if new else "removed"
         if isinstance(node, ast.Dict):
-            for key, value in zip(node.keys, node.values):
-                if isinstance(key, ast.Constant) and isinstance(value, ast.Call) \
-                        and isinstance(value.func, ast.Name) and value.func.id == "_DeprecatedEnv":
+            for key, value in zip(node.keys, node.values, strict=True):
+                if (
+                    isinstance(key, ast.Constant)
+                    and isinstance(value, ast.Call)
+                    and isinstance(value.func, ast.Name)
+                    and value.func.id == "_DeprecatedEnv"
+                ):
                     repl = {k.arg: k.value for k in value.keywords}.get("replacement")
-                    retired[key.value] = f"use {repl.value}" if isinstance(repl, ast.Constant) else "removed"
+                    retired[key.value] = (
+                        f"use {repl.value}" if isinstance(repl, ast.Constant) else "removed"
+                    )
     if "SGLANG_ENABLE_SPEC_V2 has been removed" in hook:
         retired["SGLANG_ENABLE_SPEC_V2"] = "removed"
     return declared, retired

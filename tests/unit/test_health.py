@@ -87,14 +87,18 @@ def test_a_failing_generation_is_unhealthy_even_when_models_answers(server_facto
 
 
 def test_no_token_is_unhealthy(server_factory):
-    server = server_factory(completion={"choices": [{"text": ""}], "usage": {"completion_tokens": 0}})
+    server = server_factory(
+        completion={"choices": [{"text": ""}], "usage": {"completion_tokens": 0}}
+    )
     result = run_sm12x("healthcheck", "--url", f"http://127.0.0.1:{server.port}")
     assert_one_clear_error(result, "generated no token")
 
 
 def test_a_wrong_key_is_unhealthy(server_factory):
     server = server_factory(key="right")
-    result = run_sm12x("healthcheck", env={"SM12X_PORT": str(server.port), "SM12X_API_KEY": "wrong"})
+    result = run_sm12x(
+        "healthcheck", env={"SM12X_PORT": str(server.port), "SM12X_API_KEY": "wrong"}
+    )
     assert_one_clear_error(result, "HTTP 401")
 
 
@@ -109,10 +113,13 @@ def test_nothing_listening_is_unhealthy():
     assert_one_clear_error(result, f"http://127.0.0.1:{port}/v1/models")
 
 
-@pytest.mark.parametrize("env, url", [
-    ({}, "http://127.0.0.1:30000"),
-    ({"SM12X_HOST": "0.0.0.0"}, "http://127.0.0.1:30000"),
-    ({"SM12X_HOST": "192.168.1.5", "SM12X_PORT": "8000"}, "http://192.168.1.5:8000"),
-])
+@pytest.mark.parametrize(
+    "env, url",
+    [
+        ({}, "http://127.0.0.1:30000"),
+        ({"SM12X_HOST": "0.0.0.0"}, "http://127.0.0.1:30000"),
+        ({"SM12X_HOST": "192.168.1.5", "SM12X_PORT": "8000"}, "http://192.168.1.5:8000"),
+    ],
+)
 def test_default_url_follows_where_the_server_binds(env, url):
     assert default_url(env) == url

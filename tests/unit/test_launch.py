@@ -18,8 +18,11 @@ from sm12x.launch.render import EnvRef, LaunchContext, build_launch
 from sm12x.recipe import load_recipe
 from support.cli import assert_one_clear_error, run_sm12x
 
-SPARK_SITE = {"NCCL_IB_HCA": "rocep1s0f0", "NCCL_SOCKET_IFNAME": "enp1s0f0np0",
-              "GLOO_SOCKET_IFNAME": "enp1s0f0np0"}
+SPARK_SITE = {
+    "NCCL_IB_HCA": "rocep1s0f0",
+    "NCCL_SOCKET_IFNAME": "enp1s0f0np0",
+    "GLOO_SOCKET_IFNAME": "enp1s0f0np0",
+}
 
 
 def launch(monkeypatch, environ: dict[str, str], *extra: str, dry_run=False):
@@ -43,8 +46,13 @@ def model_dir(tmp_path: Path) -> str:
 
 
 def test_launch_execs_sglang_with_the_recipe(monkeypatch, tmp_path):
-    environ = {"RECIPE": "rtx-pro-6000-tp4", "SM12X_MODEL_PATH": model_dir(tmp_path),
-               "SM12X_API_KEY": "s3cret", "SM12X_HOST": "0.0.0.0", "PATH": "/usr/bin"}
+    environ = {
+        "RECIPE": "rtx-pro-6000-tp4",
+        "SM12X_MODEL_PATH": model_dir(tmp_path),
+        "SM12X_API_KEY": "s3cret",
+        "SM12X_HOST": "0.0.0.0",
+        "PATH": "/usr/bin",
+    }
     [(file, args, env)] = launch(monkeypatch, environ)
     assert file == sys.executable
     assert args[:3] == [sys.executable, "-m", "sglang.launch_server"]
@@ -58,16 +66,25 @@ def test_launch_execs_sglang_with_the_recipe(monkeypatch, tmp_path):
 
 
 def test_recipe_values_replace_the_environment_and_say_so(monkeypatch, tmp_path, capsys):
-    environ = {"RECIPE": "rtx-5090-tp8", "SM12X_MODEL_PATH": model_dir(tmp_path),
-               "SGLANG_JIT_DEEPGEMM_PRECOMPILE": "1"}
+    environ = {
+        "RECIPE": "rtx-5090-tp8",
+        "SM12X_MODEL_PATH": model_dir(tmp_path),
+        "SGLANG_JIT_DEEPGEMM_PRECOMPILE": "1",
+    }
     [(_, _, env)] = launch(monkeypatch, environ)
     assert env["SGLANG_JIT_DEEPGEMM_PRECOMPILE"] == "0"
     assert "replacing '1' from the environment" in capsys.readouterr().err
 
 
 def test_site_values_come_from_the_environment(monkeypatch, tmp_path):
-    environ = {"RECIPE": "dgx-spark-tp2", "NODE_RANK": "1", "HEAD_ADDR": "10.0.0.1",
-               "SM12X_MODEL_PATH": model_dir(tmp_path), "NCCL_IB_GID_INDEX": "1", **SPARK_SITE}
+    environ = {
+        "RECIPE": "dgx-spark-tp2",
+        "NODE_RANK": "1",
+        "HEAD_ADDR": "10.0.0.1",
+        "SM12X_MODEL_PATH": model_dir(tmp_path),
+        "NCCL_IB_GID_INDEX": "1",
+        **SPARK_SITE,
+    }
     [(_, args, env)] = launch(monkeypatch, environ)
     assert env["NCCL_IB_HCA"] == "rocep1s0f0"
     assert env["NCCL_IB_GID_INDEX"] == "1"  # the site overrides the recipe's default
@@ -84,14 +101,24 @@ def test_extra_flags_are_appended(monkeypatch, tmp_path, capsys):
 
 
 def test_a_missing_checkpoint_is_named_before_sglang_starts():
-    result = run_sm12x("launch", env={"RECIPE": "rtx-pro-6000-tp4", "SM12X_MODEL_PATH": "/nonexistent"})
-    assert_one_clear_error(result, "no checkpoint at /nonexistent", "SM12X_MODEL_DIR",
-                           "hf download deepseek-ai/DeepSeek-V4-Flash-0731 --revision 9e165c3")
+    result = run_sm12x(
+        "launch", env={"RECIPE": "rtx-pro-6000-tp4", "SM12X_MODEL_PATH": "/nonexistent"}
+    )
+    assert_one_clear_error(
+        result,
+        "no checkpoint at /nonexistent",
+        "SM12X_MODEL_DIR",
+        "hf download deepseek-ai/DeepSeek-V4-Flash-0731 --revision 9e165c3",
+    )
 
 
 def test_spark_site_variables_are_required_to_launch(tmp_path):
-    env = {"RECIPE": "dgx-spark-tp2", "NODE_RANK": "0", "HEAD_ADDR": "10.0.0.1",
-           "SM12X_MODEL_PATH": model_dir(tmp_path)}
+    env = {
+        "RECIPE": "dgx-spark-tp2",
+        "NODE_RANK": "0",
+        "HEAD_ADDR": "10.0.0.1",
+        "SM12X_MODEL_PATH": model_dir(tmp_path),
+    }
     result = run_sm12x("launch", env=env)
     assert_one_clear_error(result, "NCCL_IB_HCA (e.g. rocep1s0f0)", "set them in .env")
 
@@ -113,19 +140,30 @@ def test_dry_run_is_ready_to_paste(tmp_path):
     bin_dir.mkdir()
     fake = bin_dir / "python3"
     # An absolute interpreter: `env python3` would find this fake again.
-    fake.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
-                    "json.dump({'argv': sys.argv[1:], 'env': dict(os.environ)}, "
-                    "open(os.environ['CAPTURE'], 'w'))\n")
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\n"
+        "json.dump({'argv': sys.argv[1:], 'env': dict(os.environ)}, "
+        "open(os.environ['CAPTURE'], 'w'))\n"
+    )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     recipe = load_recipe("dgx-spark-tp2")
-    environ = {"NODE_RANK": "0", "HEAD_ADDR": "10.0.0.1", "SM12X_API_KEY": "it's $ecret",
-               "SM12X_MODEL_PATH": "/model", "SM12X_CACHE_DIR": "/cache", **SPARK_SITE}
+    environ = {
+        "NODE_RANK": "0",
+        "HEAD_ADDR": "10.0.0.1",
+        "SM12X_API_KEY": "it's $ecret",
+        "SM12X_MODEL_PATH": "/model",
+        "SM12X_CACHE_DIR": "/cache",
+        **SPARK_SITE,
+    }
     plan = build_launch(recipe, LaunchContext.from_environ(environ))
     snippet = plan.shell(python="python3")
     assert "it's $ecret" not in snippet  # secrets stay "$SM12X_API_KEY"
     capture = tmp_path / "capture.json"
-    subprocess.run(["bash", "-c", snippet], check=True,
-                   env={**environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "CAPTURE": str(capture)})
+    subprocess.run(
+        ["bash", "-c", snippet],
+        check=True,
+        env={**environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "CAPTURE": str(capture)},
+    )
     got = json.loads(capture.read_text())
     assert got["argv"] == ["-m", "sglang.launch_server", *plan.argv(environ)]
     for name, value in plan.env_dict(environ).items():
@@ -133,8 +171,14 @@ def test_dry_run_is_ready_to_paste(tmp_path):
 
 
 def test_launch_dry_run_prints_what_it_would_exec():
-    result = run_sm12x("launch", "--dry-run", "--", "--log-level", "debug",
-                       env={"RECIPE": "rtx-pro-6000-tp4", "SM12X_API_KEY": "k"})
+    result = run_sm12x(
+        "launch",
+        "--dry-run",
+        "--",
+        "--log-level",
+        "debug",
+        env={"RECIPE": "rtx-pro-6000-tp4", "SM12X_API_KEY": "k"},
+    )
     assert result.returncode == 0, result.stderr
     assert "-m sglang.launch_server" in result.stdout
     assert '--api-key "$SM12X_API_KEY"' in result.stdout
@@ -146,8 +190,10 @@ def test_render_prints_the_hub_command_by_default():
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert out.startswith("SGLANG_DEFAULT_THINKING=1 \\\n")
-    assert "python3 -m sglang.launch_server \\\n  --model-path deepseek-ai/DeepSeek-V4-Flash-0731 \\\n" \
-           "  --revision 9e165c30e2704aec5d9d593cce3eebd58bbef1cb \\\n" in out
+    assert (
+        "python3 -m sglang.launch_server \\\n  --model-path deepseek-ai/DeepSeek-V4-Flash-0731 \\\n"
+        "  --revision 9e165c30e2704aec5d9d593cce3eebd58bbef1cb \\\n" in out
+    )
     assert "--host 127.0.0.1" in out and "--api-key" not in out
 
 
@@ -160,14 +206,26 @@ def test_render_and_launch_print_the_same_flags():
 
 def test_render_explain_gives_each_reason():
     out = run_sm12x("render", "rtx-pro-6000-tp4", "--explain").stdout
-    assert "# --disable-custom-all-reduce: The custom all-reduce makes CUDA-graph capture fail" in out
+    assert (
+        "# --disable-custom-all-reduce: The custom all-reduce makes CUDA-graph capture fail" in out
+    )
     assert "# --speculative-dspark-block-size: Depth 5" in out
 
 
 def test_render_options_override_the_environment():
-    out = run_sm12x("render", "dgx-spark-tp2", "--node-rank", "1", "--head-addr", "10.0.0.9:6000",
-                    "--model-path", "/srv/m", "--port", "8000",
-                    env={"NODE_RANK": "0", **SPARK_SITE}).stdout
+    out = run_sm12x(
+        "render",
+        "dgx-spark-tp2",
+        "--node-rank",
+        "1",
+        "--head-addr",
+        "10.0.0.9:6000",
+        "--model-path",
+        "/srv/m",
+        "--port",
+        "8000",
+        env={"NODE_RANK": "0", **SPARK_SITE},
+    ).stdout
     assert "--node-rank 1" in out and "--dist-init-addr 10.0.0.9:6000" in out
     assert "--model-path /srv/m" in out and "--revision" not in out and "--port 8000" in out
     assert "NCCL_IB_HCA=rocep1s0f0" in out
@@ -189,8 +247,11 @@ def test_recipe_api_for_other_modules():
     argv = recipe.launch_argv()
     assert argv[:2] == ["--model-path", "deepseek-ai/DeepSeek-V4-Flash-0731"]
     assert "--speculative-dspark-block-size" in argv
-    assert recipe.launch_env() == {"SGLANG_DEFAULT_THINKING": "1", "SGLANG_JIT_DEEPGEMM_PRECOMPILE": "0",
-                                   "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert recipe.launch_env() == {
+        "SGLANG_DEFAULT_THINKING": "1",
+        "SGLANG_JIT_DEEPGEMM_PRECOMPILE": "0",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+    }
     assert recipe.gpu_count_per_node == 2
     spark = load_recipe("dgx-spark-tp2").launch_argv(node_rank=1, head_addr="10.0.0.1")
     assert spark[spark.index("--node-rank") + 1] == "1"

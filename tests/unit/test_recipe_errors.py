@@ -12,7 +12,9 @@ from support.cli import assert_one_clear_error, raw_recipe, run_sm12x, write_rec
 def test_bad_yaml(tmp_path):
     path = tmp_path / "broken.yaml"
     path.write_text("name: x\nhardware:\n  gpu: rtx-5090\n   nodes: 2\n")
-    line = assert_one_clear_error(run_sm12x("render", str(path)), "broken.yaml:4:", "not valid YAML")
+    line = assert_one_clear_error(
+        run_sm12x("render", str(path)), "broken.yaml:4:", "not valid YAML"
+    )
     assert line.startswith("sm12x render: error: ")
 
 
@@ -28,7 +30,8 @@ def test_unknown_key_names_the_key_and_the_allowed_ones(tmp_path):
     path = write_recipe(tmp_path, data)
     assert_one_clear_error(
         run_sm12x("render", str(path)),
-        "hardware.gpu_count: unknown key", "allowed here: gpu, compute_capability, gpus_per_node",
+        "hardware.gpu_count: unknown key",
+        "allowed here: gpu, compute_capability, gpus_per_node",
     )
 
 
@@ -36,8 +39,11 @@ def test_unknown_key_inside_a_flag(tmp_path):
     data = raw_recipe("rtx-pro-6000-tp4")
     data["flags"]["--tp-size"]["reason"] = "typo for why"
     path = write_recipe(tmp_path, data)
-    assert_one_clear_error(run_sm12x("render", str(path)),
-                           "flags.--tp-size.reason: unknown key", "allowed here: value, why")
+    assert_one_clear_error(
+        run_sm12x("render", str(path)),
+        "flags.--tp-size.reason: unknown key",
+        "allowed here: value, why",
+    )
 
 
 def test_wrong_tp(tmp_path):
@@ -65,9 +71,14 @@ def test_flag_written_twice(tmp_path):
     # Plain YAML would keep the second one silently.
     source = write_recipe(tmp_path, raw_recipe("rtx-pro-6000-tp4")).read_text()
     path = tmp_path / "twice.yaml"
-    path.write_text(source.replace(
-        "flags:\n", "flags:\n  --tp-size:\n    value: 2\n    why: written twice on purpose\n", 1))
-    assert_one_clear_error(run_sm12x("render", str(path)), "'--tp-size' is written twice", "keep one")
+    path.write_text(
+        source.replace(
+            "flags:\n", "flags:\n  --tp-size:\n    value: 2\n    why: written twice on purpose\n", 1
+        )
+    )
+    assert_one_clear_error(
+        run_sm12x("render", str(path)), "'--tp-size' is written twice", "keep one"
+    )
 
 
 def test_missing_required_section(tmp_path):
@@ -90,6 +101,7 @@ def test_name_must_match_the_file_for_shipped_recipes(tmp_path, monkeypatch):
 
 # --- model rules (one message each) ------------------------------------------
 
+
 def _invalid(mutate, *words):
     data = raw_recipe("dgx-spark-tp2")
     mutate(data)
@@ -110,11 +122,15 @@ def test_env_values_are_strings():
 
 
 def test_a_switch_takes_no_boolean():
-    _invalid(lambda d: d["flags"]["--enable-metrics"].update(value=True), "flags.--enable-metrics.value")
+    _invalid(
+        lambda d: d["flags"]["--enable-metrics"].update(value=True), "flags.--enable-metrics.value"
+    )
 
 
 def test_a_why_is_a_reason():
-    _invalid(lambda d: d["flags"]["--tp-size"].update(why="tp"), "flags.--tp-size.why", "at least 12")
+    _invalid(
+        lambda d: d["flags"]["--tp-size"].update(why="tp"), "flags.--tp-size.why", "at least 12"
+    )
 
 
 def test_verified_names_who_and_when():
@@ -134,5 +150,7 @@ def test_gpu_vocabulary_is_fixed():
 
 
 def test_flag_names_are_long_options():
-    _invalid(lambda d: d["flags"].update({"tp-size": {"value": 2, "why": "missing the dashes"}}),
-             "flags.tp-size")
+    _invalid(
+        lambda d: d["flags"].update({"tp-size": {"value": 2, "why": "missing the dashes"}}),
+        "flags.tp-size",
+    )

@@ -50,11 +50,24 @@ def test_references_name_their_source(name):
 
 
 def test_reference_figures_match_the_published_tables():
-    tp4 = {r.concurrency: r for r in load_recipe("rtx-pro-6000-tp4").references
-           if "33407" in r.source}
-    assert (tp4[16].output_tokens_per_s, tp4[16].mean_itl_ms, tp4[16].accept_length) == (697, 19.1, 3.45)
-    assert (tp4[32].output_tokens_per_s, tp4[32].mean_itl_ms, tp4[32].accept_length) == (995, 26.8, 5.27)
-    assert (tp4[64].output_tokens_per_s, tp4[64].mean_itl_ms, tp4[64].accept_length) == (1282, 43.2, 5.19)
+    tp4 = {
+        r.concurrency: r for r in load_recipe("rtx-pro-6000-tp4").references if "33407" in r.source
+    }
+    assert (tp4[16].output_tokens_per_s, tp4[16].mean_itl_ms, tp4[16].accept_length) == (
+        697,
+        19.1,
+        3.45,
+    )
+    assert (tp4[32].output_tokens_per_s, tp4[32].mean_itl_ms, tp4[32].accept_length) == (
+        995,
+        26.8,
+        5.27,
+    )
+    assert (tp4[64].output_tokens_per_s, tp4[64].mean_itl_ms, tp4[64].accept_length) == (
+        1282,
+        43.2,
+        5.19,
+    )
     assert load_recipe("rtx-5090-tp8").references == []
     spark = load_recipe("dgx-spark-tp2").references
     assert all(r.engine == "vllm" and not r.comparable for r in spark)
@@ -63,9 +76,19 @@ def test_reference_figures_match_the_published_tables():
 def test_hardware_facts():
     spark = load_recipe("dgx-spark-tp2").hardware
     assert (spark.gpu, spark.sm, spark.cpu_arch, spark.nodes, spark.unified_memory) == (
-        "gb10", "sm_121", "aarch64", 2, True)
+        "gb10",
+        "sm_121",
+        "aarch64",
+        2,
+        True,
+    )
     rtx = load_recipe("rtx-5090-tp8").hardware
-    assert (rtx.gpu, rtx.sm, rtx.gpus_per_node, rtx.memory_gib_per_gpu) == ("rtx-5090", "sm_120", 8, 32)
+    assert (rtx.gpu, rtx.sm, rtx.gpus_per_node, rtx.memory_gib_per_gpu) == (
+        "rtx-5090",
+        "sm_120",
+        8,
+        32,
+    )
 
 
 def test_spark_memory_settings_stay_below_the_oom_value():
@@ -76,7 +99,11 @@ def test_spark_memory_settings_stay_below_the_oom_value():
 
 
 def test_max_running_requests_defaults_to_dsparks():
-    assert load_recipe("rtx-pro-6000-tp4").max_running_requests == DSPARK_DEFAULT_MAX_RUNNING_REQUESTS == 48
+    assert (
+        load_recipe("rtx-pro-6000-tp4").max_running_requests
+        == DSPARK_DEFAULT_MAX_RUNNING_REQUESTS
+        == 48
+    )
 
 
 @pytest.mark.parametrize("name", RIGS)

@@ -28,7 +28,9 @@ def test_the_pinned_sglang_is_among_the_checked_versions():
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("plan", PLANS, ids=lambda p: f"{p.recipe.name}-node{p.context.node_rank or 0}")
+@pytest.mark.parametrize(
+    "plan", PLANS, ids=lambda p: f"{p.recipe.name}-node{p.context.node_rank or 0}"
+)
 def test_sglang_accepts_every_rendered_flag(version, plan):
     flags = server_flags(version)
     for arg in plan.args:
@@ -49,7 +51,9 @@ def test_sglang_reads_every_sglang_variable_the_recipes_set(version):
     for plan in PLANS:
         for env in plan.env:
             if env.name.startswith("SGLANG_"):
-                assert env.name not in retired, f"{env.name}: {retired[env.name]} (sglang {version})"
+                assert env.name not in retired, (
+                    f"{env.name}: {retired[env.name]} (sglang {version})"
+                )
                 assert env.name in declared, f"sglang {version} does not read {env.name}"
 
 
@@ -59,7 +63,7 @@ def test_lint_tables_name_real_flags_and_variables(version):
     _, retired = env_vars(version)
     for name in DERIVED_FLAGS:
         assert name in flags, name
-    for spelled, canonical in CANONICAL_FLAGS.items():
+    for canonical in CANONICAL_FLAGS.values():
         assert canonical in flags, canonical
     for name in RETIRED_ENV:
         assert name in retired, name
