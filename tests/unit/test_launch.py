@@ -263,3 +263,19 @@ def test_cache_dir_moves_every_jit_cache():
     assert env["TRITON_CACHE_DIR"] == "/cache/triton"
     assert env["FLASHINFER_WORKSPACE_BASE"] == "/cache"
     assert env["SGLANG_DG_CACHE_DIR"] == "/cache/deep_gemm"
+
+
+def test_a_named_recipe_that_does_not_fit_the_gpus_is_warned_about(monkeypatch, tmp_path, capsys):
+    from sm12x.launch import gpus
+
+    h100 = gpus.parse_nvidia_smi("NVIDIA H100 80GB HBM3, 1, 9.0, 81559 MiB, 570.124.06\n")
+    environ = {"RECIPE": "rtx-pro-6000-tp4", "SM12X_MODEL_PATH": model_dir(tmp_path)}
+    calls = []
+    monkeypatch.setattr(os, "execvpe", lambda *a: calls.append(a))
+    monkeypatch.setattr(launch_main.gpus, "query_gpus", lambda *_: h100)
+    args = argparse.Namespace(dry_run=False, recipe=None, extra=[])
+    assert launch_main.run(args, environ) == 0
+    assert calls  # a warning, not a refusal: the user named the recipe
+    err = capsys.readouterr().err
+    assert "warning: rtx-pro-6000-tp4 expects 4x rtx-pro-6000 (sm_120) per node" in err
+    assert "1x NVIDIA H100 80GB HBM3 (compute capability 9.0)" in err
