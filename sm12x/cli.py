@@ -1,0 +1,72 @@
+"""`sm12x`: one command, subcommands registered below.
+
+Adding a subcommand: write a module that defines
+    COMMAND = Command(name=..., help=..., add_arguments=fn(parser), run=fn(args) -> int)
+and add its module path to SUBCOMMANDS. Nothing else changes here.
+
+Bad input raises sm12x.errors.UserError anywhere below: it is printed as one
+`sm12x <command>: error: ...` line on stderr, exit status 1, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sm12x import __version__
+from sm12x.errors import UserError
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    description: str | None = None
+
+
+SUBCOMMANDS: tuple[str, ...] = (
+    "sm12x.launch.main",
+    "sm12x.launch.render_cmd",
+    "sm12x.launch.health",
+)
+
+
+def commands() -> list[Command]:
+    return [importlib.import_module(module).COMMAND for module in SUBCOMMANDS]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sm12x",
+        description="Serve DeepSeek-V4-Flash-0731 with SGLang + DSpark on sm_120/sm_121.",
+    )
+    parser.add_argument("--version", action="version", version=f"sm12x {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in commands():
+        child = sub.add_parser(
+            command.name, help=command.help, description=command.description or command.help
+        )
+        command.add_arguments(child)
+        child.set_defaults(_run=command.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args._run(args)
+    except UserError as exc:
+        print(f"sm12x {args.command}: error: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

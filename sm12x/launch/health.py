@@ -1,0 +1,94 @@
+"""`sm12x healthcheck`: the container healthcheck, one real token.
+
+/health can be green while generation is broken (a dead scheduler, a draft
+that crashes on the first verify), so this asks the server the way a client
+does: the model id from /v1/models, then a one-token /v1/completions. Exit 0
+when a token came back, 1 with one line saying what failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+
+from sm12x.cli import Command
+from sm12x.errors import UserError
+from sm12x.recipe.model import Serve
+
+
+def default_url(environ: Mapping[str, str]) -> str:
+    # The server binds SM12X_HOST (0.0.0.0 in a bridged container); probe
+    # loopback unless it is bound to one specific address.
+    host = environ.get("SM12X_HOST", "").strip()
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    port = environ.get("SM12X_PORT", "").strip() or str(Serve().port)
+    return f"http://{host}:{port}"
+
+
+def _request(url: str, api_key: str | None, timeout: float, body: dict | None = None) -> dict:
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read()[:200].decode(errors="replace")
+        raise UserError(f"{url}: HTTP {exc.code} {detail}") from None
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise UserError(f"{url}: {reason}") from None
+    except json.JSONDecodeError:
+        raise UserError(f"{url}: the answer is not JSON") from None
+
+
+def check(url: str, api_key: str | None, timeout: float) -> str:
+    """One token from the server at url; returns a one-line summary."""
+    started = time.monotonic()
+    models = _request(f"{url}/v1/models", api_key, timeout)
+    try:
+        model = models["data"][0]["id"]
+    except (KeyError, IndexError, TypeError):
+        raise UserError(f"{url}/v1/models lists no model") from None
+    answer = _request(
+        f"{url}/v1/completions",
+        api_key,
+        timeout,
+        {"model": model, "prompt": "The capital of France is", "max_tokens": 1, "temperature": 0},
+    )
+    try:
+        text = answer["choices"][0]["text"]
+        tokens = answer["usage"]["completion_tokens"]
+    except (KeyError, IndexError, TypeError):
+        raise UserError(f"{url}/v1/completions answered without choices/usage") from None
+    if tokens < 1 or not isinstance(text, str):
+        raise UserError(f"{url}/v1/completions generated no token")
+    return f"ok: {model} generated {tokens} token(s) in {time.monotonic() - started:.1f} s"
+
+
+def run(args: argparse.Namespace) -> int:
+    url = (args.url or default_url(os.environ)).rstrip("/")
+    api_key = os.environ.get("SM12X_API_KEY", "").strip() or None
+    print(check(url, api_key, args.timeout))
+    return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", help="server base URL (default from SM12X_HOST/SM12X_PORT)")
+    parser.add_argument("--timeout", type=float, default=20.0, help="seconds per request")
+
+
+COMMAND = Command(
+    name="healthcheck",
+    help="ask the local server for one generated token (the compose healthcheck)",
+    add_arguments=add_arguments,
+    run=run,
+)

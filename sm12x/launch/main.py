@@ -1,0 +1,177 @@
+"""`sm12x launch`: the image's entrypoint.
+
+Picks the recipe (RECIPE=<name>, or RECIPE=auto from nvidia-smi), renders the
+sglang command from it, and replaces itself with that command (exec, so
+sglang is the container's main process and gets its signals). --dry-run
+prints the command instead, ready to paste.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from sm12x.cli import Command
+from sm12x.errors import UserError
+from sm12x.launch import gpus
+from sm12x.launch.render import LaunchContext, LaunchPlan, build_launch
+from sm12x.recipe import Recipe, load_all, load_recipe, warnings_for
+
+AUTO = "auto"
+
+
+def _say(message: str) -> None:
+    print(f"sm12x launch: {message}", file=sys.stderr)
+
+
+def select_recipe(choice: str, nvidia_smi: str | None = None) -> tuple[Recipe, str]:
+    """The recipe to run and a sentence saying why."""
+    if choice != AUTO:
+        return load_recipe(choice), f"recipe {choice} (RECIPE={choice})"
+    pick = gpus.pick_recipe(gpus.query_gpus(nvidia_smi), load_all())
+    return pick.recipe, f"RECIPE=auto picked {pick.recipe.name}: {pick.reason}"
+
+
+def gpu_mismatch(recipe: Recipe) -> str | None:
+    """A warning when an explicitly named recipe does not fit the GPUs seen.
+
+    Only a warning: the user named the recipe, and nvidia-smi may be absent
+    (a dry run on a laptop) or see other GPUs than sglang will use.
+    """
+    try:
+        found = gpus.query_gpus()
+    except gpus.GpuQueryError:
+        return None
+    hw = recipe.hardware
+    fits = len(found) >= hw.gpus_per_node and all(
+        g.model == hw.gpu and g.compute_capability == hw.compute_capability for g in found
+    )
+    if fits:
+        return None
+    return (
+        f"{recipe.name} expects {hw.gpus_per_node}x {hw.gpu} ({hw.sm}) per node but this "
+        f"machine has {gpus.describe_gpus(found)}: check RECIPE"
+    )
+
+
+def check_multinode(recipe: Recipe, ctx: LaunchContext) -> None:
+    if not recipe.is_multinode:
+        return
+    missing = [
+        name
+        for name, value in (("NODE_RANK", ctx.node_rank), ("HEAD_ADDR", ctx.head_addr))
+        if value is None
+    ]
+    if missing:
+        raise UserError(
+            f"{recipe.name} runs on {recipe.hardware.nodes} nodes: set {' and '.join(missing)} "
+            "(NODE_RANK 0 on the head, 1 on the other; HEAD_ADDR the head's address on the "
+            f"RoCE link). With compose use the profiles {recipe.name}-node0 and "
+            f"{recipe.name}-node1, one per machine"
+        )
+
+
+def check_env(plan: LaunchPlan, environ: Mapping[str, str]) -> None:
+    # NODE_RANK/HEAD_ADDR placeholders are check_multinode's to explain.
+    missing = [ref for ref in plan.unresolved(environ) if ref.name in plan.recipe.env]
+    if not missing:
+        return
+    parts = []
+    for ref in missing:
+        example = plan.recipe.env[ref.name].example
+        parts.append(ref.name + (f" (e.g. {example})" if example else ""))
+    them = "it" if len(parts) == 1 else "them"
+    raise UserError(
+        f"{plan.recipe.name} needs {', '.join(parts)} in the environment: set {them} in .env"
+    )
+
+
+def check_model_path(plan: LaunchPlan) -> None:
+    path = plan.context.model_path
+    if path is None or not path.startswith("/"):
+        return
+    if not (Path(path) / "config.json").is_file():
+        model = plan.recipe.model
+        raise UserError(
+            f"no checkpoint at {path} (config.json is missing): point SM12X_MODEL_DIR in .env at "
+            f"the folder from `hf download {model.hf_id} --revision {model.revision} "
+            "--local-dir DIR`"
+        )
+
+
+def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> int:
+    environ = os.environ if environ is None else environ
+    choice = args.recipe or environ.get("RECIPE", "").strip() or AUTO
+    recipe, why = select_recipe(choice)
+    _say(why)
+    if choice != AUTO and not args.dry_run:
+        mismatch = gpu_mismatch(recipe)
+        if mismatch:
+            _say(f"warning: {mismatch}")
+    for finding in warnings_for(recipe):
+        _say(str(finding))
+
+    ctx = LaunchContext.from_environ(environ)
+    plan = build_launch(recipe, ctx)
+    # A dry run shows what is missing as "$NAME" placeholders; a launch refuses.
+    for check in (lambda: check_multinode(recipe, ctx), lambda: check_env(plan, environ)):
+        try:
+            check()
+        except UserError as exc:
+            if not args.dry_run:
+                raise
+            _say(f"warning: {exc.message}")
+    exec_env, notes = plan.exec_env(environ)
+    for note in notes:
+        _say(note)
+    extra = list(args.extra)
+    if extra:
+        _say(f"appending flags not in the recipe: {' '.join(extra)}")
+
+    python = sys.executable
+    if args.dry_run:
+        text = plan.shell(python=python)
+        if extra:
+            import shlex
+
+            text = text.rstrip("\n") + "".join(f" \\\n  {shlex.quote(a)}" for a in extra) + "\n"
+        sys.stdout.write(text)
+        return 0
+    check_model_path(plan)
+    command = plan.command(python=python, environ=environ) + extra
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvpe(python, command, exec_env)
+    return 0  # not reached
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the environment and command (shell-quoted, ready to paste) and exit",
+    )
+    parser.add_argument(
+        "--recipe",
+        metavar="NAME",
+        help="recipe name or file; overrides $RECIPE (default: auto, from nvidia-smi)",
+    )
+    parser.add_argument(
+        "extra",
+        nargs="*",
+        metavar="-- SGLANG_FLAG",
+        help="after --: flags appended to the recipe's (sglang keeps the last of a repeated flag)",
+    )
+
+
+COMMAND = Command(
+    name="launch",
+    help="start sglang for a recipe (the image's entrypoint)",
+    description="Start sglang for the recipe named by $RECIPE, or with RECIPE=auto the one "
+    "that fits the GPUs nvidia-smi lists. Multi-node recipes read NODE_RANK and HEAD_ADDR.",
+    add_arguments=add_arguments,
+    run=run,
+)

@@ -1,0 +1,323 @@
+"""Recipe + launch context -> the sglang command line and its environment.
+
+This is the one function that turns a recipe into argv/env
+(build_launch). `sm12x launch` (the image entrypoint, hence every compose
+service), `sm12x render` and the Kubernetes renderer all call it, so a flag
+is written once, in the recipe.
+
+Values the site supplies at launch time (API key, head address, NIC names)
+are EnvRef placeholders: printed as "$NAME" so a dry run never shows a
+secret and stays ready to paste, and resolved from the environment only
+when the launcher execs.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sm12x.errors import UserError
+from sm12x.recipe.model import Recipe
+
+SGLANG_MODULE = "sglang.launch_server"
+
+
+@dataclass(frozen=True)
+class EnvRef:
+    """A value taken from the environment when the launcher execs."""
+
+    name: str
+    suffix: str = ""
+
+    def shell(self) -> str:
+        return f'"${{{self.name}}}{self.suffix}"' if self.suffix else f'"${self.name}"'
+
+    def resolve(self, environ: Mapping[str, str]) -> str | None:
+        value = environ.get(self.name, "")
+        return value + self.suffix if value else None
+
+
+Value = str | EnvRef
+
+
+@dataclass(frozen=True)
+class RenderedArg:
+    flag: str
+    value: Value | None
+    why: str
+
+
+@dataclass(frozen=True)
+class RenderedEnv:
+    name: str
+    value: Value
+    why: str
+    # True when the recipe fixes the value: it replaces what the host set.
+    fixed: bool
+
+
+@dataclass(frozen=True)
+class LaunchContext:
+    """What varies per machine and per node; everything else is the recipe.
+
+    from_environ() reads it the way the container gets it from compose:
+    NODE_RANK, HEAD_ADDR, SM12X_MODEL_PATH, SM12X_HOST, SM12X_PORT,
+    SM12X_API_KEY, SM12X_CACHE_DIR and the recipe's from_host variables.
+    """
+
+    node_rank: int | None = None
+    head_addr: str | None = None
+    model_path: str | None = None
+    host: str = "127.0.0.1"
+    port: int | None = None
+    api_key: bool = False
+    cache_dir: str | None = None
+    host_env: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> LaunchContext:
+        def get(name: str) -> str | None:
+            value = environ.get(name, "").strip()
+            return value or None
+
+        node_rank = get("NODE_RANK")
+        port = get("SM12X_PORT")
+        return cls(
+            node_rank=_int_env("NODE_RANK", node_rank, minimum=0) if node_rank else None,
+            head_addr=get("HEAD_ADDR"),
+            model_path=get("SM12X_MODEL_PATH"),
+            host=get("SM12X_HOST") or "127.0.0.1",
+            port=_int_env("SM12X_PORT", port, minimum=1) if port else None,
+            api_key=get("SM12X_API_KEY") is not None,
+            cache_dir=get("SM12X_CACHE_DIR"),
+            host_env={k: v for k, v in environ.items() if v},
+        )
+
+
+def _int_env(name: str, value: str, minimum: int) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = minimum - 1
+    if number < minimum:
+        raise UserError(f"{name}={value!r} is not a whole number >= {minimum}: fix it in .env")
+    return number
+
+
+# Where JIT and compile caches go when SM12X_CACHE_DIR names a persistent
+# volume: without it every container start recompiles flashinfer/Triton
+# kernels (minutes on a cold boot).
+CACHE_ENV = {
+    "XDG_CACHE_HOME": (
+        "",
+        "tools that follow the XDG convention (tvm-ffi, cutlass-dsl) cache here",
+    ),
+    "FLASHINFER_WORKSPACE_BASE": (
+        "",
+        "flashinfer JIT kernels and cubins (under .cache/flashinfer)",
+    ),
+    "TRITON_CACHE_DIR": ("/triton", "compiled Triton kernels"),
+    "TORCHINDUCTOR_CACHE_DIR": ("/torchinductor", "torch.compile artefacts"),
+    "SGLANG_DG_CACHE_DIR": ("/deep_gemm", "DeepGEMM JIT kernels"),
+    "CUDA_CACHE_PATH": ("/nv", "the driver's PTX-to-SASS cache"),
+}
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    recipe: Recipe
+    context: LaunchContext
+    args: tuple[RenderedArg, ...]
+    env: tuple[RenderedEnv, ...]
+
+    # --- argv / env --------------------------------------------------------
+
+    def argv(self, environ: Mapping[str, str] | None = None) -> list[str]:
+        """sglang's arguments. Without environ, placeholders print as "$NAME"."""
+        out: list[str] = []
+        for arg in self.args:
+            out.append(arg.flag)
+            if arg.value is not None:
+                out.append(_value(arg.value, environ))
+        return out
+
+    def command(
+        self, python: str = "python3", environ: Mapping[str, str] | None = None
+    ) -> list[str]:
+        return [python, "-m", SGLANG_MODULE, *self.argv(environ)]
+
+    def env_dict(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        return {e.name: _value(e.value, environ) for e in self.env}
+
+    def unresolved(self, environ: Mapping[str, str]) -> list[EnvRef]:
+        """Placeholders the environment does not fill (the launcher refuses to exec)."""
+        refs = [a.value for a in self.args if isinstance(a.value, EnvRef)]
+        refs += [e.value for e in self.env if isinstance(e.value, EnvRef)]
+        return [r for r in refs if r.resolve(environ) is None]
+
+    def exec_env(self, environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+        """The process environment for exec, and notes on values it replaced."""
+        merged = dict(environ)
+        notes = []
+        for e in self.env:
+            if isinstance(e.value, EnvRef) and e.value.resolve(environ) is None:
+                continue  # unresolved: the launcher refuses to exec (see unresolved())
+            value = _value(e.value, environ)
+            if e.fixed and environ.get(e.name) not in (None, value):
+                notes.append(
+                    f"recipe {self.recipe.name} sets {e.name}={value}, replacing "
+                    f"{environ[e.name]!r} from the environment"
+                )
+            merged[e.name] = value
+        return merged, notes
+
+    # --- printing ------------------------------------------------------------
+
+    def shell(self, python: str = "python3") -> str:
+        """The command as a shell snippet, ready to paste (secrets stay "$NAME")."""
+        lines = [f"{e.name}={_shell(e.value)}" for e in self.env]
+        lines.append(f"{python} -m {SGLANG_MODULE}")
+        for arg in self.args:
+            piece = arg.flag if arg.value is None else f"{arg.flag} {_shell(arg.value)}"
+            lines.append(f"  {piece}")
+        return " \\\n".join(lines) + "\n"
+
+    def explain(self) -> str:
+        """Each flag and variable with the reason it is there."""
+        rows = [f"# {e.name}: {e.why}" for e in self.env]
+        rows += [f"# {a.flag}: {a.why}" for a in self.args]
+        return "\n".join(rows) + "\n"
+
+
+def _value(value: Value, environ: Mapping[str, str] | None) -> str:
+    if isinstance(value, EnvRef):
+        if environ is None:
+            return value.shell().strip('"')
+        resolved = value.resolve(environ)
+        if resolved is None:
+            raise UserError(f"{value.name} is not set: the recipe needs it at launch")
+        return resolved
+    return value
+
+
+def _shell(value: Value) -> str:
+    return value.shell() if isinstance(value, EnvRef) else shlex.quote(value)
+
+
+def _flag_value(value: str | int | float) -> str:
+    return value if isinstance(value, str) else repr(value)
+
+
+def _is_local_path(path: str) -> bool:
+    return path.startswith(("/", "./", "../", "~"))
+
+
+def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> LaunchPlan:
+    """The sglang argv and environment for one node of a recipe."""
+    ctx = context or LaunchContext()
+    args: list[RenderedArg] = []
+
+    # Model: a local folder (the container mounts one at /model), or the Hub
+    # id pinned to the recipe's revision.
+    model_path = ctx.model_path or recipe.model.hf_id
+    args.append(
+        RenderedArg(
+            "--model-path",
+            model_path,
+            "the checkpoint (model.hf_id, or SM12X_MODEL_PATH for a local folder)",
+        )
+    )
+    if model_path == recipe.model.hf_id:
+        args.append(
+            RenderedArg(
+                "--revision",
+                recipe.model.revision,
+                "the checkpoint revision the recipe was written for",
+            )
+        )
+    args.append(
+        RenderedArg(
+            "--served-model-name",
+            recipe.model.served_model_name,
+            "clients see the same model id wherever the weights come from",
+        )
+    )
+
+    for name, flag in recipe.flags.items():
+        value = None if flag.value is None else _flag_value(flag.value)
+        args.append(RenderedArg(name, value, flag.why))
+
+    args.append(
+        RenderedArg(
+            "--speculative-algorithm",
+            "DSPARK",
+            "DSpark speculative decoding, drafted by the module bundled in the checkpoint",
+        )
+    )
+    args.append(
+        RenderedArg(
+            "--speculative-dspark-block-size", str(recipe.dspark.block_size), recipe.dspark.why
+        )
+    )
+    if recipe.dspark.sps_table_path:
+        args.append(
+            RenderedArg(
+                "--speculative-dspark-sps-table-path",
+                recipe.dspark.sps_table_path,
+                "profiled SPS cost table",
+            )
+        )
+
+    if recipe.is_multinode:
+        assert recipe.multinode is not None
+        rank: Value = str(ctx.node_rank) if ctx.node_rank is not None else EnvRef("NODE_RANK")
+        if ctx.node_rank is not None and ctx.node_rank >= recipe.hardware.nodes:
+            raise UserError(
+                f"NODE_RANK={ctx.node_rank} but {recipe.name} has {recipe.hardware.nodes} "
+                f"nodes: use 0 on the head and 1..{recipe.hardware.nodes - 1} on the others"
+            )
+        port = recipe.multinode.dist_init_port
+        if ctx.head_addr is None:
+            head: Value = EnvRef("HEAD_ADDR", f":{port}")
+        else:
+            head = ctx.head_addr if ":" in ctx.head_addr else f"{ctx.head_addr}:{port}"
+        args += [
+            RenderedArg("--nnodes", str(recipe.hardware.nodes), "hardware.nodes"),
+            RenderedArg("--node-rank", rank, "this node's rank (NODE_RANK: 0 on the head)"),
+            RenderedArg("--dist-init-addr", head, recipe.multinode.why),
+        ]
+
+    args.append(
+        RenderedArg(
+            "--host",
+            ctx.host,
+            "SM12X_HOST: 0.0.0.0 inside a bridged container, 127.0.0.1 otherwise",
+        )
+    )
+    args.append(RenderedArg("--port", str(ctx.port or recipe.serve.port), "serve.port"))
+    if ctx.api_key:
+        args.append(
+            RenderedArg(
+                "--api-key", EnvRef("SM12X_API_KEY"), "clients must send this key (SM12X_API_KEY)"
+            )
+        )
+
+    env: list[RenderedEnv] = []
+    for name, var in recipe.env.items():
+        if var.from_host:
+            # The site's value, else the recipe's default, else a placeholder
+            # the launcher refuses to exec with.
+            value: Value = ctx.host_env.get(name) or var.default or EnvRef(name)
+            env.append(RenderedEnv(name, value, var.why, fixed=False))
+        else:
+            assert var.value is not None
+            env.append(RenderedEnv(name, var.value, var.why, fixed=True))
+    if ctx.cache_dir:
+        for name, (sub, why) in CACHE_ENV.items():
+            env.append(
+                RenderedEnv(
+                    name, ctx.cache_dir.rstrip("/") + sub, f"SM12X_CACHE_DIR: {why}", fixed=True
+                )
+            )
+    return LaunchPlan(recipe=recipe, context=ctx, args=tuple(args), env=tuple(env))

@@ -1,0 +1,241 @@
+"""Lints: the known traps of serving DeepSeek-V4-Flash + DSPARK on sm_12x.
+
+Each lint has a code, a level and a message that says what to do. Errors stop
+load_recipe() (a recipe that trips one would crash, corrupt output or hang
+the host); warnings are printed by the launcher and `sm12x render`.
+docs/recipes.md explains each one; tests/unit/test_lints.py has a failing
+example and a message test for every code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from sm12x.recipe.model import Recipe
+
+Level = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    level: Level
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.level}[{self.code}]: {self.message}"
+
+
+LintFn = Callable[[Recipe], Iterator[Finding]]
+LINTS: dict[str, LintFn] = {}
+
+
+def lint(code: str) -> Callable[[LintFn], LintFn]:
+    def register(fn: LintFn) -> LintFn:
+        LINTS[code] = fn
+        return fn
+
+    return register
+
+
+# Flags the launcher renders from other sections; writing them in `flags`
+# would put a second copy in the recipe (and sglang keeps the last one).
+DERIVED_FLAGS = {
+    "--model-path": "model.hf_id (or SM12X_MODEL_PATH at launch)",
+    "--revision": "model.revision",
+    "--served-model-name": "model.served_model_name",
+    "--host": "SM12X_HOST at launch",
+    "--port": "serve.port (or SM12X_PORT at launch)",
+    "--api-key": "SM12X_API_KEY at launch",
+    "--nnodes": "hardware.nodes",
+    "--node-rank": "NODE_RANK at launch",
+    "--dist-init-addr": "HEAD_ADDR at launch and multinode.dist_init_port",
+    "--speculative-algorithm": "the dspark section (always DSPARK)",
+    "--speculative-dspark-block-size": "dspark.block_size",
+    "--speculative-num-draft-tokens": "dspark.block_size (sglang sets it to block size + 1)",
+    "--speculative-dspark-sps-table-path": "dspark.sps_table_path",
+}
+
+# Other spellings sglang accepts (aliases, argparse prefixes, deprecated
+# names): the lints below read the canonical name only.
+CANONICAL_FLAGS = {
+    "--tp": "--tp-size",
+    "--tensor-parallel-size": "--tp-size",
+    "--model": "--model-path",
+    "--cuda-graph-max-bs": "--cuda-graph-max-bs-decode",
+    "--dp": "--dp-size",
+    "--data-parallel-size": "--dp-size",
+    "--ep": "--ep-size",
+    "--expert-parallel-size": "--ep-size",
+}
+
+# Environment variables sglang 0.5.16-0.5.18 no longer reads under that name.
+RETIRED_ENV = {
+    "SGLANG_ENABLE_SPEC_V2": "sglang >= 0.5.16 removed it (speculative decoding always "
+    "runs the V2 worker) and only logs a warning: drop it",
+    "SGLANG_ENABLE_THINKING": "sglang >= 0.5.16 renamed it: write SGLANG_DEFAULT_THINKING",
+}
+
+
+@lint("dspark-depth-5")
+def _dspark_depth_5(recipe: Recipe) -> Iterator[Finding]:
+    if recipe.dspark.block_size == 5 and recipe.dspark.acknowledge_block_size_5 is None:
+        yield Finding(
+            "dspark-depth-5",
+            "error",
+            "dspark.block_size 5 corrupts outputs under load on sm_12x (repetition loops, "
+            "</think> leaks; 3, 4, 6 and 7 were clean in the field sweep): use 4, or set "
+            "dspark.acknowledge_block_size_5 to the reason you accept it",
+        )
+    if recipe.dspark.block_size != 5 and recipe.dspark.acknowledge_block_size_5 is not None:
+        yield Finding(
+            "dspark-depth-5",
+            "warning",
+            f"dspark.acknowledge_block_size_5 has no effect at block size "
+            f"{recipe.dspark.block_size}: remove it",
+        )
+
+
+@lint("kv-cache-dtype")
+def _kv_cache_dtype(recipe: Recipe) -> Iterator[Finding]:
+    value = recipe.flag_value("--kv-cache-dtype")
+    if value != "fp8_e4m3":
+        found = "missing (sglang then uses the model dtype)" if value is None else f"{value!r}"
+        yield Finding(
+            "kv-cache-dtype",
+            "error",
+            f"--kv-cache-dtype is {found}: on sm_12x only fp8_e4m3 works with this model "
+            "(bf16 crash-loops); set flags.--kv-cache-dtype.value: fp8_e4m3",
+        )
+
+
+@lint("moe-runner-backend")
+def _moe_runner_backend(recipe: Recipe) -> Iterator[Finding]:
+    value = recipe.flag_value("--moe-runner-backend")
+    if value != "flashinfer_mxfp4":
+        found = "missing (sglang then picks one)" if value is None else f"{value!r}"
+        yield Finding(
+            "moe-runner-backend",
+            "error",
+            f"--moe-runner-backend is {found}: on sm_12x only flashinfer_mxfp4 works "
+            "(triton fails on a hidden-size mismatch, flashinfer_trtllm corrupts outputs); "
+            "set flags.--moe-runner-backend.value: flashinfer_mxfp4",
+        )
+
+
+@lint("tp-size")
+def _tp_size(recipe: Recipe) -> Iterator[Finding]:
+    hw = recipe.hardware
+    want = hw.gpus_per_node * hw.nodes
+    value = recipe.flag_value("--tp-size")
+    if not recipe.has_flag("--tp-size"):
+        yield Finding(
+            "tp-size",
+            "error",
+            f"--tp-size is missing (sglang would use 1 GPU): set it to {want} "
+            f"(gpus_per_node {hw.gpus_per_node} x nodes {hw.nodes})",
+        )
+    elif not isinstance(value, int) or value != want:
+        yield Finding(
+            "tp-size",
+            "error",
+            f"--tp-size is {value!r} but the hardware has {hw.gpus_per_node} GPU(s) per node "
+            f"x {hw.nodes} node(s): set it to {want}, or fix hardware.gpus_per_node/nodes",
+        )
+
+
+@lint("cuda-graph-bs")
+def _cuda_graph_bs(recipe: Recipe) -> Iterator[Finding]:
+    value = recipe.flag_value("--cuda-graph-max-bs-decode")
+    if value is None:
+        return
+    limit = recipe.max_running_requests
+    source = (
+        "--max-running-requests"
+        if recipe.has_flag("--max-running-requests")
+        else "the DSPARK default for --max-running-requests"
+    )
+    if not isinstance(value, int) or value > limit:
+        yield Finding(
+            "cuda-graph-bs",
+            "error",
+            f"--cuda-graph-max-bs-decode {value!r} exceeds {source} ({limit}): graphs for "
+            "batches that can never run only cost memory and boot time; lower it to at "
+            f"most {limit} or raise --max-running-requests",
+        )
+
+
+@lint("flashmla-triton")
+def _flashmla_triton(recipe: Recipe) -> Iterator[Finding]:
+    var = recipe.env.get("SGLANG_SM120_FLASHMLA_BACKEND")
+    if var is not None and (var.value == "triton" or var.default == "triton"):
+        yield Finding(
+            "flashmla-triton",
+            "warning",
+            "SGLANG_SM120_FLASHMLA_BACKEND=triton routes every sparse-MLA call, including "
+            "the topk-2048 decode hot path, through Triton and costs throughput; the sm12x "
+            "image carries the dispatch patch, so it is not needed: remove it",
+        )
+
+
+@lint("weight-loader-mmap")
+def _weight_loader_mmap(recipe: Recipe) -> Iterator[Finding]:
+    if recipe.has_flag("--weight-loader-disable-mmap") and recipe.hardware.unified_memory:
+        yield Finding(
+            "weight-loader-mmap",
+            "error",
+            "--weight-loader-disable-mmap hangs unified-memory hosts (DGX Spark) while "
+            "loading: remove it; against OOM kills lower --mem-fraction-static or add "
+            "--weight-loader-drop-cache-after-load",
+        )
+
+
+@lint("derived-flag")
+def _derived_flag(recipe: Recipe) -> Iterator[Finding]:
+    for name in recipe.flags:
+        if name in DERIVED_FLAGS:
+            yield Finding(
+                "derived-flag",
+                "error",
+                f"flags.{name} is rendered from {DERIVED_FLAGS[name]}: remove it from flags "
+                "so it is written once",
+            )
+
+
+@lint("flag-spelling")
+def _flag_spelling(recipe: Recipe) -> Iterator[Finding]:
+    for name in recipe.flags:
+        if name in CANONICAL_FLAGS:
+            yield Finding(
+                "flag-spelling",
+                "error",
+                f"flags.{name}: write {CANONICAL_FLAGS[name]} (the name the lints and "
+                "sglang's docs use)",
+            )
+
+
+@lint("retired-env")
+def _retired_env(recipe: Recipe) -> Iterator[Finding]:
+    for name in recipe.env:
+        if name in RETIRED_ENV:
+            yield Finding("retired-env", "warning", f"env.{name}: {RETIRED_ENV[name]}")
+
+
+def lint_recipe(recipe: Recipe) -> list[Finding]:
+    """Every finding for a recipe, errors first, in lint order."""
+    findings = [f for fn in LINTS.values() for f in fn(recipe)]
+    return sorted(findings, key=lambda f: f.level != "error")
+
+
+def raise_on_errors(recipe: Recipe, source: str) -> None:
+    from sm12x.recipe.load import RecipeError
+
+    errors = [f for f in lint_recipe(recipe) if f.level == "error"]
+    if errors:
+        raise RecipeError(f"{source}: " + "; ".join(str(f) for f in errors))
+
+
+def warnings_for(recipe: Recipe) -> list[Finding]:
+    return [f for f in lint_recipe(recipe) if f.level == "warning"]

@@ -1,0 +1,186 @@
+"""Find, parse and validate recipes, with one clear error line per problem.
+
+load_recipe() is what every consumer calls: it returns a Recipe that passed
+the schema and every error-level lint, or raises RecipeError (a UserError)
+naming the file, the key and what to do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from sm12x.errors import UserError
+from sm12x.paths import data_path
+from sm12x.recipe.model import Recipe
+
+SUFFIX = ".yaml"
+
+
+class RecipeError(UserError):
+    pass
+
+
+def recipes_dir() -> Path:
+    return data_path("recipes")
+
+
+def list_recipes() -> list[str]:
+    """Names of the shipped recipes, sorted."""
+    return sorted(p.stem for p in recipes_dir().glob(f"*{SUFFIX}"))
+
+
+def recipe_path(name_or_path: str | Path) -> Path:
+    """A shipped recipe by name, or any recipe file by path."""
+    text = str(name_or_path)
+    if text.endswith((".yaml", ".yml")) or "/" in text:
+        path = Path(text)
+        if not path.is_file():
+            raise RecipeError(f"recipe file {text} does not exist")
+        return path
+    path = recipes_dir() / f"{text}{SUFFIX}"
+    if not path.is_file():
+        raise RecipeError(
+            f"no recipe named {text!r}: choose one of {', '.join(list_recipes())} "
+            "or give a path to a .yaml file"
+        )
+    return path
+
+
+# --- YAML -----------------------------------------------------------------
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key written twice in one mapping.
+
+    Plain PyYAML keeps the last value silently; in a recipe that would let a
+    flag be written twice with only one of them taking effect.
+    """
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep=False):
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        line = key_node.start_mark.line + 1
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"key {key!r} is written twice (lines {seen[key]} and {line}); keep one",
+                key_node.start_mark,
+            )
+        seen[key] = line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
+)
+
+
+def parse_yaml(text: str, source: str) -> dict[str, Any]:
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise RecipeError(f"{where}: not valid YAML: {problem}") from None
+    if not isinstance(data, dict):
+        raise RecipeError(f"{source}: a recipe is a YAML mapping (name:, hardware:, ...)")
+    return data
+
+
+# --- validation -------------------------------------------------------------
+
+
+def _model_at(loc: tuple, model: type[BaseModel]) -> type[BaseModel] | None:
+    """The pydantic model that owns the key at loc (for 'allowed keys' hints)."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int) or current is None:
+            # list index or dict key: step into the item model
+            continue
+        fields = getattr(current, "model_fields", {})
+        field = fields.get(part)
+        if field is None:
+            # a dict key such as a flag name: its value model is the annotation's
+            continue
+        current = _inner_model(field.annotation)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _inner_model(annotation: Any) -> Any:
+    from typing import get_args
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    parts = []
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        where = ".".join(str(p) for p in loc) or "(top level)"
+        if error["type"] == "extra_forbidden":
+            owner = _model_at(loc, Recipe)
+            allowed = ", ".join(owner.model_fields) if owner else "see recipes/recipe.schema.json"
+            parts.append(f"{where}: unknown key (allowed here: {allowed})")
+        elif error["type"] == "missing":
+            parts.append(f"{where}: required key is missing")
+        else:
+            message = error["msg"].removeprefix("Value error, ")
+            parts.append(f"{where}: {message}")
+    return f"{source}: " + "; ".join(parts)
+
+
+def validate_recipe(data: dict[str, Any], source: str) -> Recipe:
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise RecipeError(format_validation_error(exc, source)) from None
+
+
+def load_recipe(name_or_path: str | Path, *, lint: bool = True) -> Recipe:
+    """Load a recipe by name (rtx-pro-6000-tp4) or path, validated and linted.
+
+    Raises RecipeError on unreadable YAML, schema errors, a name that does
+    not match the file, or (with lint=True) any error-level lint. Warnings
+    are not raised: get them with sm12x.recipe.lints.lint_recipe().
+    """
+    path = recipe_path(name_or_path)
+    source = _display(path)
+    recipe = validate_recipe(parse_yaml(path.read_text(encoding="utf-8"), source), source)
+    if (
+        path.suffix in (".yaml", ".yml")
+        and path.parent == recipes_dir()
+        and recipe.name != path.stem
+    ):
+        raise RecipeError(
+            f"{source}: name is {recipe.name!r} but the file is {path.name}: make them the same"
+        )
+    if lint:
+        from sm12x.recipe.lints import raise_on_errors
+
+        raise_on_errors(recipe, source)
+    return recipe
+
+
+def load_all() -> list[Recipe]:
+    return [load_recipe(name) for name in list_recipes()]
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,310 @@
+"""The typed recipe: what one rig runs, and why each setting is there.
+
+A recipe is the single source of truth for one topology. The launcher turns
+it into the sglang command line (sm12x.launch.render), compose names it by
+RECIPE, verify reads its expectations and bench its reference figures. Every
+model rejects unknown keys (extra="forbid") so a typo never passes silently,
+and every server flag and environment variable carries a `why`.
+
+Structure checks live here (types, ranges, one-of rules); checks of the
+known field traps (depth 5, KV dtype, MoE runner, TP, ...) are lints in
+sm12x.recipe.lints, so each has its own code and message.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    StringConstraints,
+    model_validator,
+)
+
+# The GPUs sm12x has recipes for. sm12x.launch.gpus maps each to the names
+# nvidia-smi prints; adding a GPU means adding it in both places.
+GpuModel = Literal["rtx-pro-6000", "rtx-5090", "gb10"]
+ComputeCapability = Literal["12.0", "12.1"]
+CpuArch = Literal["x86_64", "aarch64"]
+
+# Long enough to be a reason, not a placeholder.
+Why = Annotated[str, StringConstraints(strip_whitespace=True, min_length=12)]
+FlagName = Annotated[str, StringConstraints(pattern=r"^--[a-z0-9][a-z0-9-]*$")]
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Z_][A-Z0-9_]*$")]
+RecipeName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]*$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Status(_Strict):
+    """Whether anyone ran this exact recipe on the hardware, and who."""
+
+    state: Literal["untested", "verified"] = Field(
+        description="verified: booted and passed `sm12x verify` on the named hardware; "
+        "untested: flags assembled from public reports, not run by sm12x."
+    )
+    note: Why
+    verified_by: str | None = None
+    verified_on: datetime.date | None = None
+
+    @model_validator(mode="after")
+    def _verified_names_who_and_when(self) -> Status:
+        if self.state == "verified" and (self.verified_by is None or self.verified_on is None):
+            raise ValueError("state: verified needs verified_by and verified_on")
+        if self.state == "untested" and (self.verified_by or self.verified_on):
+            raise ValueError("verified_by/verified_on only go with state: verified")
+        return self
+
+
+class Hardware(_Strict):
+    gpu: GpuModel
+    compute_capability: ComputeCapability = Field(
+        description="As nvidia-smi prints compute_cap: 12.0 is sm_120, 12.1 is sm_121."
+    )
+    gpus_per_node: Annotated[int, Field(ge=1, le=8)]
+    nodes: Annotated[int, Field(ge=1, le=8)] = 1
+    memory_gib_per_gpu: Annotated[int, Field(ge=1)] = Field(
+        description="GPU memory per GPU; on unified-memory machines the whole system memory."
+    )
+    unified_memory: bool = Field(
+        default=False,
+        description="GPU and CPU share one memory (DGX Spark): loader page cache and the "
+        "OS compete with the KV cache.",
+    )
+    cpu_arch: CpuArch
+    interconnect: str = Field(
+        description="How the GPUs talk: e.g. 'PCIe 5.0, no NVLink', 'RoCE 200 GbE (ConnectX-7)'."
+    )
+
+    @property
+    def sm(self) -> str:
+        """sm_120 / sm_121, the name used in kernels and bug reports."""
+        return "sm_" + self.compute_capability.replace(".", "")
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+
+class Model(_Strict):
+    hf_id: Annotated[str, StringConstraints(pattern=r"^[\w.-]+/[\w.-]+$")]
+    revision: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")] = Field(
+        description="The full commit hash of the checkpoint the recipe was written for."
+    )
+    served_model_name: str = Field(
+        description="The id clients send and /v1/models returns; the same whether the "
+        "weights come from a local folder or the Hub."
+    )
+
+
+class Serve(_Strict):
+    port: Annotated[int, Field(ge=1, le=65535)] = 30000
+
+
+class DSpark(_Strict):
+    """DSpark speculative decoding: the draft is bundled in the checkpoint."""
+
+    block_size: Annotated[int, Field(ge=1, le=16)] = Field(
+        description="gamma, rendered as --speculative-dspark-block-size. Always written: "
+        "omitted, sglang takes 5 from the checkpoint, the depth that corrupts on sm_12x."
+    )
+    why: Why
+    acknowledge_block_size_5: Why | None = Field(
+        default=None,
+        description="Required to run block size 5: say why you accept the known "
+        "corruption under load on sm_12x (e.g. reproducing the bug).",
+    )
+    sps_table_path: str | None = Field(
+        default=None,
+        description="--speculative-dspark-sps-table-path: a profiled SPS cost table.",
+    )
+
+
+class Flag(_Strict):
+    """One sglang server flag. No value means a switch (--enable-metrics)."""
+
+    value: StrictInt | StrictFloat | StrictStr | None = None
+    why: Why
+
+
+class EnvVar(_Strict):
+    """One environment variable for the server.
+
+    Either the recipe fixes it (`value`), or the site supplies it
+    (`from_host: true`, e.g. a NIC name): then the launcher takes it from its
+    environment (.env through compose), falling back to `default`; without a
+    default it is required and `example` shows what one looks like.
+    """
+
+    value: StrictStr | None = None
+    from_host: bool = False
+    default: StrictStr | None = None
+    example: StrictStr | None = None
+    why: Why
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvVar:
+        if self.from_host == (self.value is not None):
+            raise ValueError(
+                "set exactly one of `value` (the recipe fixes it) or `from_host: true` "
+                '(the site supplies it); quote numbers, e.g. value: "1"'
+            )
+        if not self.from_host and (self.default is not None or self.example is not None):
+            raise ValueError("`default` and `example` only go with `from_host: true`")
+        return self
+
+
+class MultiNode(_Strict):
+    """How the nodes of a multi-node recipe find each other."""
+
+    dist_init_port: Annotated[int, Field(ge=1, le=65535)] = Field(
+        description="Port on the head node for torch.distributed init; the launcher "
+        "renders --dist-init-addr HEAD_ADDR:port."
+    )
+    why: Why
+
+
+class Container(_Strict):
+    """What the container needs beyond the shared compose settings.
+
+    compose.yaml and the Kubernetes renderer read this; the tests prove the
+    compose services match it.
+    """
+
+    host_network: bool = False
+    devices: list[str] = Field(default_factory=list)
+    cap_add: list[str] = Field(default_factory=list)
+    why: Why | None = None
+
+    @model_validator(mode="after")
+    def _explained(self) -> Container:
+        if (self.host_network or self.devices or self.cap_add) and self.why is None:
+            raise ValueError("say `why` the container needs host networking, devices or caps")
+        return self
+
+
+class Reference(_Strict):
+    """A published throughput figure, with where it comes from.
+
+    `comparable` says whether it ran this recipe's configuration (engine,
+    parallelism, DSPARK depth); bench judges only against comparable ones and
+    shows the rest as context.
+    """
+
+    concurrency: Annotated[int, Field(ge=1)]
+    output_tokens_per_s: Annotated[float, Field(gt=0)]
+    output_tokens_per_s_max: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="Upper end when the source gives a range."
+    )
+    mean_itl_ms: Annotated[float, Field(gt=0)] | None = None
+    p99_itl_ms: Annotated[float, Field(gt=0)] | None = None
+    mean_ttft_ms: Annotated[float, Field(gt=0)] | None = None
+    p99_ttft_ms: Annotated[float, Field(gt=0)] | None = None
+    accept_length: Annotated[float, Field(ge=1)] | None = None
+    input_len: Annotated[int, Field(ge=1)] = 1024
+    output_len: Annotated[int, Field(ge=1)] = 512
+    engine: Literal["sglang", "vllm"] = "sglang"
+    comparable: bool = Field(description="True only if the source ran this recipe's configuration.")
+    config: str = Field(description="What the source ran, in a few words.")
+    source: str
+    url: str | None = None
+
+
+class Verify(_Strict):
+    """What `sm12x verify` expects from a healthy deployment of this recipe."""
+
+    min_accept_length: Annotated[float, Field(ge=1)] = Field(
+        description="DSPARK mean acceptance length floor (the bonus token counts, so 1.0 "
+        "means no draft token is ever accepted)."
+    )
+    why: Why
+
+
+class Recipe(_Strict):
+    name: RecipeName
+    summary: str
+    status: Status
+    hardware: Hardware
+    model: Model
+    serve: Serve = Serve()
+    dspark: DSpark
+    flags: dict[FlagName, Flag] = Field(
+        description="sglang server flags in the order they are rendered, each with why. "
+        "Flags derived from other sections (model, serve, dspark, hardware.nodes) are "
+        "not written here."
+    )
+    env: dict[EnvName, EnvVar] = Field(default_factory=dict)
+    multinode: MultiNode | None = None
+    container: Container = Container()
+    references: list[Reference] = Field(default_factory=list)
+    verify: Verify
+
+    @model_validator(mode="after")
+    def _multinode_matches_nodes(self) -> Recipe:
+        if self.hardware.nodes > 1 and self.multinode is None:
+            raise ValueError(
+                f"hardware.nodes is {self.hardware.nodes}: add a `multinode` section "
+                "(dist_init_port, why)"
+            )
+        if self.hardware.nodes == 1 and self.multinode is not None:
+            raise ValueError("`multinode` only goes with hardware.nodes > 1")
+        return self
+
+    # --- conveniences for the launcher, verify, bench, compose, k8s ---------
+
+    @property
+    def gpu_count_per_node(self) -> int:
+        return self.hardware.gpus_per_node
+
+    @property
+    def is_multinode(self) -> bool:
+        return self.hardware.nodes > 1
+
+    def flag_value(self, name: str) -> str | int | float | None:
+        """The value of a flag, None if absent or a switch."""
+        flag = self.flags.get(name)
+        return None if flag is None else flag.value
+
+    def has_flag(self, name: str) -> bool:
+        return name in self.flags
+
+    @property
+    def max_running_requests(self) -> int:
+        """Effective --max-running-requests: DSPARK defaults it to 48 when unset."""
+        value = self.flag_value("--max-running-requests")
+        return int(value) if value is not None else DSPARK_DEFAULT_MAX_RUNNING_REQUESTS
+
+    @property
+    def comparable_references(self) -> list[Reference]:
+        return [r for r in self.references if r.comparable]
+
+    def launch_argv(self, node_rank: int = 0, head_addr: str | None = None, **context) -> list[str]:
+        """sglang's argv (after `python -m sglang.launch_server`) for one node.
+
+        context takes the other LaunchContext fields (model_path, host, port,
+        api_key, cache_dir, host_env). Values only known at launch print as
+        "$NAME" placeholders; see sm12x.launch.render.build_launch.
+        """
+        from sm12x.launch.render import LaunchContext, build_launch
+
+        ctx = LaunchContext(node_rank=node_rank, head_addr=head_addr, **context)
+        return build_launch(self, ctx).argv()
+
+    def launch_env(self, **context) -> dict[str, str]:
+        """The environment the recipe sets for sglang (same context as launch_argv)."""
+        from sm12x.launch.render import LaunchContext, build_launch
+
+        return build_launch(self, LaunchContext(**context)).env_dict()
+
+
+# sglang's DSpark argument hook sets max_running_requests to 48 when it is
+# not given (arg_groups/speculative_hook.py, sglang 0.5.16-0.5.18).
+DSPARK_DEFAULT_MAX_RUNNING_REQUESTS = 48

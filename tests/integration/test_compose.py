@@ -1,0 +1,252 @@
+"""compose.yaml, validated by the real Compose v2 binary and checked against the recipes.
+
+The services carry no sglang flag: each runs `sm12x launch` with RECIPE set.
+What compose must repeat (GPU counts, host networking, devices, the site
+variables a recipe takes from .env, the image default) is proven equal here.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sm12x.recipe import Recipe, load_all
+from sm12x.versions import load_versions
+from support.compose import ROOT, compose, config
+
+RECIPES = load_all()
+COMPOSE_TEXT = (ROOT / "compose.yaml").read_text()
+ENV_EXAMPLE = ROOT / ".env.example"
+
+
+def profiles_of(recipe: Recipe) -> list[str]:
+    """One profile per node: a multi-node recipe runs one service on each machine."""
+    if recipe.hardware.nodes == 1:
+        return [recipe.name]
+    return [f"{recipe.name}-node{rank}" for rank in range(recipe.hardware.nodes)]
+
+
+ALL_PROFILES = ["auto"] + [p for r in RECIPES for p in profiles_of(r)]
+
+
+@pytest.fixture(scope="module")
+def env_file(tmp_path_factory) -> Path:
+    """.env.example as a user copies it, with a model folder that exists."""
+    tmp = tmp_path_factory.mktemp("env")
+    (tmp / "model").mkdir()
+    text = ENV_EXAMPLE.read_text()
+    text = re.sub(r"(?m)^SM12X_MODEL_DIR=.*$", f"SM12X_MODEL_DIR={tmp / 'model'}", text)
+    path = tmp / ".env"
+    path.write_text(text)
+    return path
+
+
+def gpu_count(service: dict) -> int:
+    (device,) = service["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+    return device["count"]
+
+
+# --- the real binary validates every profile -----------------------------------
+
+
+@pytest.mark.parametrize("profile", ALL_PROFILES)
+def test_compose_config_validates_each_profile(profile, env_file):
+    services = config(profile, env_file=env_file)["services"]
+    assert list(services) == [profile]
+
+
+def test_all_profiles_together_validate(env_file):
+    assert sorted(config("*", env_file=env_file)["services"]) == sorted(ALL_PROFILES)
+
+
+def test_bare_up_starts_only_the_auto_service(env_file):
+    # COMPOSE_PROFILES=auto in .env: `docker compose up` with no --profile.
+    assert list(config(env_file=env_file)["services"]) == ["auto"]
+
+
+@pytest.mark.parametrize("profile", [p for p in ALL_PROFILES if p != "auto"])
+def test_a_named_profile_replaces_the_default(profile, env_file):
+    # The auto service would fight the named one for the GPUs and the port.
+    result = compose("--profile", profile, "config", "--services", env_file=env_file)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [profile]
+
+
+def test_compose_profiles_from_the_shell_also_replace_the_default(env_file):
+    result = compose(
+        "config", "--services", env_file=env_file, env={"COMPOSE_PROFILES": "rtx-pro-6000-tp4"}
+    )
+    assert result.stdout.split() == ["rtx-pro-6000-tp4"]
+
+
+def test_without_env_the_model_dir_is_asked_for(tmp_path):
+    # A project folder with no .env: nothing sets SM12X_MODEL_DIR.
+    result = compose("config", env_file=None, project_dir=tmp_path)
+    assert result.returncode != 0
+    assert "SM12X_MODEL_DIR" in result.stderr and ".env" in result.stderr
+
+
+def test_a_bad_compose_file_fails(env_file, tmp_path):
+    # The binary really validates (its console-script wrapper would exit 0).
+    broken = tmp_path / "compose.yaml"
+    broken.write_text(COMPOSE_TEXT.replace("restart: on-failure", "restarts: on-failure"))
+    result = compose("--profile", "*", "config", env_file=env_file, file=broken)
+    assert result.returncode != 0
+    assert "restarts" in result.stderr
+
+
+# --- services match the recipes -------------------------------------------------
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
+def test_each_recipe_has_its_profiles_and_gpu_counts(recipe, env_file):
+    for rank, profile in enumerate(profiles_of(recipe)):
+        service = config(profile, env_file=env_file)["services"][profile]
+        assert service["profiles"] == [profile]
+        env = service["environment"]
+        assert env["RECIPE"] == recipe.name
+        assert gpu_count(service) == recipe.gpu_count_per_node
+        if recipe.is_multinode:
+            assert env["NODE_RANK"] == str(rank)
+        else:
+            assert "NODE_RANK" not in env
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
+def test_container_needs_match_the_recipe(recipe, env_file):
+    for profile in profiles_of(recipe):
+        service = config(profile, env_file=env_file)["services"][profile]
+        want = recipe.container
+        assert (service.get("network_mode") == "host") == want.host_network
+        assert [d["source"] for d in service.get("devices", [])] == want.devices
+        assert service.get("cap_add", []) == want.cap_add
+        if want.host_network:
+            # sglang binds the host's address and port itself.
+            assert "ports" not in service
+            assert service["environment"]["SM12X_HOST"] == "127.0.0.1"
+            assert service["environment"]["SM12X_PORT"] == str(recipe.serve.port)
+        else:
+            # sglang listens on the recipe's port inside; compose publishes that port.
+            assert service["environment"]["SM12X_HOST"] == "0.0.0.0"
+            assert "SM12X_PORT" not in service["environment"]
+            (port,) = service["ports"]
+            assert port["target"] == recipe.serve.port
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
+def test_site_variables_reach_the_container(recipe, env_file):
+    site = {name for name, var in recipe.env.items() if var.from_host}
+    for profile in profiles_of(recipe):
+        environment = config(profile, env_file=env_file)["services"][profile]["environment"]
+        assert site <= set(environment), f"{profile} does not pass {site - set(environment)}"
+        if recipe.is_multinode:
+            assert "HEAD_ADDR" in environment
+
+
+def test_site_values_come_from_env(env_file, tmp_path):
+    text = env_file.read_text().replace("NCCL_IB_HCA=\n", "NCCL_IB_HCA=roceP2p1s0f1\n")
+    text = text.replace("SM12X_HEAD_ADDR=\n", "SM12X_HEAD_ADDR=192.168.100.1\n")
+    custom = tmp_path / ".env"
+    custom.write_text(text)
+    env = config("dgx-spark-tp2-node1", env_file=custom)["services"]["dgx-spark-tp2-node1"][
+        "environment"
+    ]
+    assert env["NCCL_IB_HCA"] == "roceP2p1s0f1"
+    assert env["HEAD_ADDR"] == "192.168.100.1"
+
+
+def test_auto_takes_every_gpu(env_file):
+    assert gpu_count(config("auto", env_file=env_file)["services"]["auto"]) == -1  # count: all
+
+
+def test_no_sglang_flag_is_written_in_compose():
+    # Flags come only from recipes, through `sm12x launch`.
+    assert not re.search(r"(?m)^[^#]*\s--[a-z]", COMPOSE_TEXT)
+    for recipe in RECIPES:
+        for name in recipe.flags:
+            assert name not in COMPOSE_TEXT
+
+
+# --- shared settings --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("profile", ALL_PROFILES)
+def test_shared_settings(profile, env_file):
+    service = config(profile, env_file=env_file)["services"][profile]
+    assert service["image"] == load_versions()["SM12X_IMAGE"]
+    assert service["entrypoint"] == ["sm12x", "launch"]
+    assert service["ipc"] == "host"
+    assert service["init"] is True
+    assert service["ulimits"] == {"memlock": -1, "stack": 67108864}
+    assert service["restart"] == "on-failure"
+    assert service["stop_grace_period"] == "2m0s"
+    model, cache = service["volumes"]
+    assert (model["type"], model["target"], model["read_only"]) == ("bind", "/model", True)
+    assert model["bind"].get("create_host_path") in (None, False)
+    assert (cache["type"], cache["source"], cache["target"]) == ("volume", "cache", "/cache")
+    env = service["environment"]
+    assert env["SM12X_MODEL_PATH"] == "/model" and env["SM12X_CACHE_DIR"] == "/cache"
+    assert env["SM12X_API_KEY"] == "" and env["HF_HUB_OFFLINE"] == "1"
+    health = service["healthcheck"]
+    if profile.endswith(tuple(f"-node{r}" for r in range(1, 8))):
+        assert health == {"disable": True}  # no HTTP server on the other nodes
+    else:
+        assert health["test"] == ["CMD", "sm12x", "healthcheck"]
+        assert health["start_period"] == "2h0m0s"
+
+
+@pytest.mark.parametrize("profile", [p for p in ALL_PROFILES if "-node" not in p])
+def test_port_is_local_unless_env_says_otherwise(profile, env_file, tmp_path):
+    (port,) = config(profile, env_file=env_file)["services"][profile]["ports"]
+    assert (port["host_ip"], port["published"], port["target"]) == ("127.0.0.1", "30000", 30000)
+    custom = tmp_path / ".env"
+    custom.write_text(
+        env_file.read_text()
+        .replace("SM12X_BIND=127.0.0.1", "SM12X_BIND=0.0.0.0")
+        .replace("SM12X_PORT=30000", "SM12X_PORT=8000")
+    )
+    (port,) = config(profile, env_file=custom)["services"][profile]["ports"]
+    assert (port["host_ip"], port["published"]) == ("0.0.0.0", "8000")
+
+
+def test_api_key_from_env_reaches_every_server(env_file, tmp_path):
+    custom = tmp_path / ".env"
+    custom.write_text(env_file.read_text().replace("SM12X_API_KEY=\n", "SM12X_API_KEY=sk-test\n"))
+    for name, service in config("*", env_file=custom)["services"].items():
+        assert service["environment"]["SM12X_API_KEY"] == "sk-test", name
+
+
+def test_image_can_be_overridden(env_file, tmp_path):
+    custom = tmp_path / ".env"
+    custom.write_text(
+        env_file.read_text().replace("SM12X_IMAGE=\n", "SM12X_IMAGE=registry.local/sm12x:dev\n")
+    )
+    assert (
+        config("auto", env_file=custom)["services"]["auto"]["image"] == "registry.local/sm12x:dev"
+    )
+
+
+# --- one source for the image, every variable documented -----------------------------
+
+
+def test_image_default_is_the_versions_file_pin():
+    pins = load_versions()
+    (default,) = re.findall(r"\$\{SM12X_IMAGE:-([^}]+)\}", COMPOSE_TEXT)
+    assert default == pins["SM12X_IMAGE"]
+    assert pins["SM12X_IMAGE"].rsplit(":", 1)[1] == pins["SM12X_VERSION"]
+
+
+def test_env_example_documents_every_variable_compose_reads():
+    used = set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*)", COMPOSE_TEXT))
+    documented = set(re.findall(r"(?m)^([A-Z_][A-Z0-9_]*)=", ENV_EXAMPLE.read_text()))
+    assert used | {"COMPOSE_PROFILES"} == documented
+
+
+def test_compose_file_parses_as_plain_yaml():
+    # YAML merge keys and anchors only; no compose-specific syntax the tests skip.
+    data = yaml.safe_load(COMPOSE_TEXT)
+    assert set(data["services"]) == set(ALL_PROFILES)

