@@ -33,6 +33,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "sm12x.launch.main",
     "sm12x.launch.render_cmd",
     "sm12x.launch.health",
+    "sm12x.router",
 )
 
 

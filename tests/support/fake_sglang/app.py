@@ -1,7 +1,8 @@
 """A stand-in for an sglang server running DeepSeek-V4-Flash-0731 with DSPARK.
 
 The HTTP surface is sglang's (`/health`, `/v1/models`, `/v1/chat/completions`
-streamed and not, `/server_info`, `/get_server_info`, `/metrics`), and the
+streamed and not, `/server_info`, `/get_server_info`, `/metrics`, and a
+one-token `/v1/completions` for `sm12x healthcheck` through a router), and the
 responses are built the way sglang 0.5.16's `serving_chat.py` builds them:
 scripted raw model text (model.py) goes through sglang's real
 `ReasoningParser("deepseek-v4")` and `FunctionCallParser(tools, "deepseekv4")`,
@@ -384,12 +385,36 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
         if "no-done" not in F:
             yield "data: [DONE]\n\n"
 
+    async def completions(request: Request) -> Response:
+        """Just enough of /v1/completions for `sm12x healthcheck` (one token)."""
+        await hang_if_asked()
+        if not authorised(request):
+            return _error("Unauthorized", 401, "AuthenticationError")
+        if "http-500" in F:
+            return _error("Internal server error", 500, "InternalServerError")
+        try:
+            body = await request.json()
+            max_tokens = int(body.get("max_tokens") or 16)
+        except (ValueError, TypeError):
+            return _error("invalid JSON body", 400)
+        words = [" Paris", ".", " It", " is", " the", " capital", "."][:max(1, max_tokens)]
+        state.generated += len(words)
+        return JSONResponse({
+            "id": uuid.uuid4().hex, "object": "text_completion", "created": int(time.time()),
+            "model": body.get("model") or MODEL_ID,
+            "choices": [{"index": 0, "text": "".join(words), "logprobs": None,
+                         "finish_reason": "length"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": len(words),
+                      "total_tokens": 5 + len(words)},
+        })
+
     routes = [
         Route("/health", health), Route("/health_generate", health),
         Route("/v1/models", models),
         Route("/server_info", server_info), Route("/get_server_info", get_server_info),
         Route("/metrics", metrics),
         Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
     ]
     app = Starlette(routes=routes)
     app.state.fake = state

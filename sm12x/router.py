@@ -1,0 +1,330 @@
+"""`sm12x router`: sglang's router (sglang-router) in front of several rigs.
+
+One OpenAI endpoint over many rigs, spread by cache affinity and load, that
+keeps serving when a rig goes away. The engine is sglang-router (pinned as
+SGLANG_ROUTER_VERSION in versions.env); this module only decides its
+arguments, each with the reason, in one place for compose (the `router`
+profile) and Kubernetes (the router Deployment), then execs it.
+
+Why a wrapper and not `python -m sglang_router.launch_router` as the
+entrypoint with the flags written in compose.yaml: the API key. The router
+given `--api-key ""` (what compose renders from an empty SM12X_API_KEY)
+answers every request 401, so the flag must be left out when no key is set,
+and compose cannot leave out an argument. The health-check settings below
+also need to be the same in compose and Kubernetes, which one function gives.
+
+Inputs, from the environment (compose passes them from .env, Kubernetes from
+the manifest):
+    SM12X_ROUTER_WORKERS         rig URLs, separated by spaces or commas (compose)
+    SM12X_ROUTER_SELECTOR        key=value labels of rig pods (Kubernetes discovery)
+    SM12X_ROUTER_NAMESPACE       the namespace to watch (Kubernetes)
+    SM12X_ROUTER_DISCOVERY_PORT  the rigs' port on a discovered pod (default 30000)
+    SM12X_HOST, SM12X_PORT       where the router listens (default 127.0.0.1:8000)
+    SM12X_ROUTER_POLICY          cache_aware (default), power_of_two, round_robin, random
+    SM12X_ROUTER_METRICS_HOST, SM12X_ROUTER_METRICS_PORT  Prometheus (127.0.0.1:29000)
+    SM12X_API_KEY                clients must send it; the rigs run with the same key
+Arguments after `--` are appended (the router keeps the last of a repeated flag).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from sm12x.cli import Command
+from sm12x.errors import UserError
+from sm12x.launch.render import EnvRef
+
+ROUTER_MODULE = "sglang_router.launch_router"
+POLICIES = ("cache_aware", "power_of_two", "round_robin", "random")
+
+DEFAULT_PORT = 8000
+DEFAULT_METRICS_PORT = 29000
+DEFAULT_DISCOVERY_PORT = 30000
+
+# Worker health checks (the router's own, on each rig's /health). Measured
+# against the test servers (tests/integration/test_router.py): a dead worker
+# is out after failure_threshold x interval (plus up to the timeout each
+# probe waits); requests started after that are all served by the others.
+HEALTH_INTERVAL_S = 10
+HEALTH_TIMEOUT_S = 20
+HEALTH_FAILURE_THRESHOLD = 3
+HEALTH_SUCCESS_THRESHOLD = 2
+# A rig listed at start that is not up within this is dropped for good (it
+# never joins later: tests/integration/test_router.py shows both sides).
+WORKER_STARTUP_TIMEOUT_S = 7200
+
+_URL = re.compile(r"^https?://[^\s/:]+(:\d{1,5})?/?$|^https?://\[[0-9a-fA-F:.]+\](:\d{1,5})?/?$")
+_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?=[A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class RouterArg:
+    flag: str
+    values: tuple[str | EnvRef, ...]
+    why: str
+
+
+@dataclass(frozen=True)
+class RouterSettings:
+    """What varies per site; the health-check defaults are the tested ones."""
+
+    workers: tuple[str, ...] = ()
+    selector: tuple[str, ...] = ()
+    namespace: str | None = None
+    discovery_port: int = DEFAULT_DISCOVERY_PORT
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    policy: str = "cache_aware"
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = DEFAULT_METRICS_PORT
+    api_key: bool = False
+    extra: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> RouterSettings:
+        def get(name: str) -> str | None:
+            value = environ.get(name, "").strip()
+            return value or None
+
+        workers = tuple(w for w in re.split(r"[\s,]+", get("SM12X_ROUTER_WORKERS") or "") if w)
+        selector = tuple(s for s in (get("SM12X_ROUTER_SELECTOR") or "").split() if s)
+        return cls(
+            workers=workers,
+            selector=selector,
+            namespace=get("SM12X_ROUTER_NAMESPACE"),
+            discovery_port=_port("SM12X_ROUTER_DISCOVERY_PORT", get("SM12X_ROUTER_DISCOVERY_PORT"))
+            or DEFAULT_DISCOVERY_PORT,
+            host=get("SM12X_HOST") or "127.0.0.1",
+            port=_port("SM12X_PORT", get("SM12X_PORT")) or DEFAULT_PORT,
+            policy=get("SM12X_ROUTER_POLICY") or "cache_aware",
+            metrics_host=get("SM12X_ROUTER_METRICS_HOST") or "127.0.0.1",
+            metrics_port=_port("SM12X_ROUTER_METRICS_PORT", get("SM12X_ROUTER_METRICS_PORT"))
+            or DEFAULT_METRICS_PORT,
+            api_key=get("SM12X_API_KEY") is not None,
+        )
+
+
+def _port(name: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= 65535:
+        raise UserError(f"{name}={value!r} is not a port number (1-65535): fix it in .env")
+    return int(value)
+
+
+def _check(settings: RouterSettings) -> None:
+    if settings.workers and settings.selector:
+        raise UserError(
+            "set SM12X_ROUTER_WORKERS (a fixed list of rigs) or SM12X_ROUTER_SELECTOR "
+            "(Kubernetes discovery), not both"
+        )
+    if not settings.workers and not settings.selector:
+        raise UserError(
+            "no rigs to route to: set SM12X_ROUTER_WORKERS in .env to the rigs' URLs, e.g. "
+            "SM12X_ROUTER_WORKERS=http://192.168.1.10:30000 http://192.168.1.11:30000"
+        )
+    bad = [w for w in settings.workers if not _URL.match(w)]
+    if bad:
+        raise UserError(
+            f"SM12X_ROUTER_WORKERS: {', '.join(bad)} is not a rig URL like "
+            "http://192.168.1.10:30000 (scheme, host and port; no path)"
+        )
+    bad = [s for s in settings.selector if not _LABEL.match(s)]
+    if bad:
+        raise UserError(f"SM12X_ROUTER_SELECTOR: {', '.join(bad)} is not a key=value label")
+    if settings.policy not in POLICIES:
+        raise UserError(
+            f"SM12X_ROUTER_POLICY={settings.policy!r}: choose one of {', '.join(POLICIES)}"
+        )
+
+
+def build_router(settings: RouterSettings) -> list[RouterArg]:
+    """sglang-router's arguments, each with why, for these settings."""
+    _check(settings)
+    args = [
+        RouterArg("--host", (settings.host,), "SM12X_HOST: where clients reach the router"),
+        RouterArg("--port", (str(settings.port),), "SM12X_PORT"),
+    ]
+    if settings.workers:
+        args.append(
+            RouterArg(
+                "--worker-urls",
+                tuple(w.rstrip("/") for w in settings.workers),
+                "SM12X_ROUTER_WORKERS: the rigs, each an sglang server started by `sm12x launch`",
+            )
+        )
+    else:
+        args += [
+            RouterArg(
+                "--service-discovery",
+                (),
+                "find the rigs as Kubernetes pods: Running and Ready ones join, deleted ones leave",
+            ),
+            RouterArg(
+                "--selector",
+                settings.selector,
+                "SM12X_ROUTER_SELECTOR: the labels of pods that serve HTTP (a Spark "
+                "group's leader, not its worker)",
+            ),
+            RouterArg(
+                "--service-discovery-port",
+                (str(settings.discovery_port),),
+                "the port sglang listens on in a discovered pod (the recipes' serve.port)",
+            ),
+        ]
+        if settings.namespace:
+            args.append(
+                RouterArg(
+                    "--service-discovery-namespace",
+                    (settings.namespace,),
+                    "watch one namespace: a namespaced Role is enough, no cluster-wide rights",
+                )
+            )
+    args += [
+        RouterArg(
+            "--policy",
+            (settings.policy,),
+            "cache_aware: requests sharing a prefix (a system prompt, a conversation) go to the "
+            "rig that holds it in its radix cache; when loads diverge it balances by load",
+        ),
+        RouterArg(
+            "--health-check-endpoint",
+            ("/health",),
+            "sglang's /health generates one token (503 while booting), needs no API key",
+        ),
+        RouterArg(
+            "--health-check-interval-secs",
+            (str(HEALTH_INTERVAL_S),),
+            "probe each rig every 10 s (the router's default is 60 s: minutes to notice a dead rig)",
+        ),
+        RouterArg(
+            "--health-check-timeout-secs",
+            (str(HEALTH_TIMEOUT_S),),
+            "sglang's /health itself gives up after 20 s (SGLANG_HEALTH_CHECK_TIMEOUT) and "
+            "answers 503; wait that long so a busy rig is not taken for a dead one",
+        ),
+        RouterArg(
+            "--health-failure-threshold",
+            (str(HEALTH_FAILURE_THRESHOLD),),
+            "3 misses in a row: one slow probe does not drop a rig; a dead one is out in ~30 s",
+        ),
+        RouterArg(
+            "--health-success-threshold",
+            (str(HEALTH_SUCCESS_THRESHOLD),),
+            "a rig that comes back answers twice before it takes traffic again",
+        ),
+        RouterArg(
+            "--worker-startup-timeout-secs",
+            (str(WORKER_STARTUP_TIMEOUT_S),),
+            "a listed rig not up within this is dropped for good; 2 h covers a cold DGX Spark "
+            "boot (the rigs' start_period)",
+        ),
+        RouterArg(
+            "--prometheus-host",
+            (settings.metrics_host,),
+            "SM12X_ROUTER_METRICS_HOST: the router's Prometheus metrics (requests, per-rig "
+            "health, retries)",
+        ),
+        RouterArg("--prometheus-port", (str(settings.metrics_port),), "SM12X_ROUTER_METRICS_PORT"),
+    ]
+    if settings.api_key:
+        args.append(
+            RouterArg(
+                "--api-key",
+                (EnvRef("SM12X_API_KEY"),),
+                "SM12X_API_KEY: clients must send it; the rigs run with the same key",
+            )
+        )
+    return args
+
+
+def argv(args: Sequence[RouterArg], environ: Mapping[str, str] | None = None) -> list[str]:
+    """Flat arguments; without environ the key prints as "$SM12X_API_KEY"."""
+    out: list[str] = []
+    for arg in args:
+        out.append(arg.flag)
+        for value in arg.values:
+            if isinstance(value, EnvRef):
+                if environ is None:
+                    out.append(value.shell().strip('"'))
+                else:
+                    resolved = value.resolve(environ)
+                    if resolved is None:
+                        raise UserError(f"{value.name} is not set")
+                    out.append(resolved)
+            else:
+                out.append(value)
+    return out
+
+
+def command(
+    settings: RouterSettings, python: str = "python3", environ: Mapping[str, str] | None = None
+) -> list[str]:
+    return [python, "-m", ROUTER_MODULE, *argv(build_router(settings), environ), *settings.extra]
+
+
+def shell(settings: RouterSettings, python: str = "python3") -> str:
+    args = build_router(settings)
+    lines = [f"{python} -m {ROUTER_MODULE}"]
+    for arg in args:
+        values = " ".join(
+            v.shell() if isinstance(v, EnvRef) else shlex.quote(v) for v in arg.values
+        )
+        lines.append(f"  {arg.flag} {values}".rstrip())
+    if settings.extra:
+        lines.append("  " + " ".join(shlex.quote(e) for e in settings.extra))
+    return " \\\n".join(lines) + "\n"
+
+
+def explain(settings: RouterSettings) -> str:
+    return "".join(f"# {a.flag}: {a.why}\n" for a in build_router(settings))
+
+
+def run(args: argparse.Namespace) -> int:
+    extra = list(args.extra)
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    settings = replace(RouterSettings.from_environ(os.environ), extra=tuple(extra))
+    if args.explain or args.dry_run:
+        if args.explain:
+            sys.stdout.write(explain(settings))
+        sys.stdout.write(shell(settings))
+        return 0
+    cmd = command(settings, python=sys.executable, environ=os.environ)
+    if extra:
+        print(
+            f"sm12x router: appending {' '.join(extra)} (the router keeps the last of a "
+            "repeated flag)",
+            file=sys.stderr,
+        )
+    sys.stderr.flush()
+    # exec: the router is the container's main process and gets its signals.
+    os.execv(cmd[0], cmd)
+    return 1  # not reached
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the command, ready to paste, and exit"
+    )
+    parser.add_argument(
+        "--explain", action="store_true", help="list each flag with why, then the command"
+    )
+    parser.add_argument(
+        "extra", nargs=argparse.REMAINDER, help="after --: more sglang-router flags"
+    )
+
+
+COMMAND = Command(
+    name="router",
+    help="run sglang-router in front of several rigs (the compose `router` profile)",
+    description=__doc__.split("\n\n")[0],
+    add_arguments=add_arguments,
+    run=run,
+)
