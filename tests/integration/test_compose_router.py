@@ -1,0 +1,165 @@
+"""The `router` compose profile, through the real Compose v2 binary and the
+real sglang-router argument parser.
+
+compose.yaml gives the router container its environment; `sm12x router`
+turns that environment into sglang-router's arguments. These tests run both
+halves on the same data: the environment compose renders from a .env goes
+into RouterSettings.from_environ, and the resulting argv is parsed by the
+pinned sglang_router's own parser.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from sm12x.router import RouterSettings, command
+from sm12x.versions import load_versions
+from support.cli import assert_one_clear_error, run_sm12x
+from support.compose import compose, config
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV_EXAMPLE = ROOT / ".env.example"
+
+
+@pytest.fixture(scope="module")
+def env_file(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("env")
+    (tmp / "model").mkdir()
+    text = re.sub(
+        r"(?m)^SM12X_MODEL_DIR=.*$", f"SM12X_MODEL_DIR={tmp / 'model'}", ENV_EXAMPLE.read_text()
+    )
+    path = tmp / ".env"
+    path.write_text(text)
+    return path
+
+
+def with_values(env_file: Path, tmp_path: Path, **values: str) -> Path:
+    text = env_file.read_text()
+    for key, value in values.items():
+        text, n = re.subn(rf"(?m)^{key}=.*$", f"{key}={value}", text)
+        assert n == 1, key
+    path = tmp_path / ".env"
+    path.write_text(text)
+    return path
+
+
+def router_service(env_file: Path) -> dict:
+    services = config("router", env_file=env_file)["services"]
+    assert list(services) == ["router"]
+    return services["router"]
+
+
+def parse_with_sglang_router(argv: list[str]):
+    from sglang_router.launch_router import parse_router_args
+
+    return parse_router_args(argv)
+
+
+def test_router_profile_validates_and_runs_only_the_router(env_file):
+    service = router_service(env_file)
+    assert service["profiles"] == ["router"]
+    assert service["entrypoint"] == ["sm12x", "router"]
+    # The same image as the rigs: it carries sglang-router at SGLANG_ROUTER_VERSION.
+    assert service["image"] == load_versions()["SM12X_IMAGE"]
+
+
+def test_router_needs_no_gpu_no_model_and_uses_host_networking(env_file):
+    service = router_service(env_file)
+    assert service["network_mode"] == "host"
+    assert "ports" not in service  # it binds SM12X_ROUTER_BIND itself
+    assert "deploy" not in service and "volumes" not in service and "devices" not in service
+
+
+def test_router_defaults_from_env_example(env_file):
+    env = router_service(env_file)["environment"]
+    assert env == {
+        "SM12X_ROUTER_WORKERS": "",
+        "SM12X_ROUTER_POLICY": "cache_aware",
+        "SM12X_HOST": "127.0.0.1",
+        "SM12X_PORT": "8000",
+        "SM12X_ROUTER_METRICS_HOST": "127.0.0.1",
+        "SM12X_ROUTER_METRICS_PORT": "29000",
+        "SM12X_API_KEY": "",
+    }
+
+
+def test_router_healthcheck_is_one_token_through_it(env_file):
+    health = router_service(env_file)["healthcheck"]
+    # The same probe as the rigs (one generated token), pointed at the router by
+    # SM12X_HOST/SM12X_PORT in its environment.
+    assert health["test"] == ["CMD", "sm12x", "healthcheck"]
+    assert (health["interval"], health["timeout"], health["retries"]) == ("30s", "1m0s", 3)
+    assert health["start_period"] == "2h0m0s"
+    assert router_service(env_file)["restart"] == "on-failure"
+
+
+def test_env_values_become_the_routers_arguments(env_file, tmp_path):
+    custom = with_values(
+        env_file,
+        tmp_path,
+        SM12X_ROUTER_WORKERS='"http://192.168.1.10:30000 http://192.168.1.11:30000"',
+        SM12X_ROUTER_BIND="0.0.0.0",
+        SM12X_ROUTER_PORT="8080",
+        SM12X_ROUTER_METRICS_PORT="29100",
+        SM12X_API_KEY="sk-shared",
+    )
+    env = router_service(custom)["environment"]
+    settings = RouterSettings.from_environ(env)
+    parsed = parse_with_sglang_router(command(settings, environ=env)[3:])
+    assert parsed.worker_urls == ["http://192.168.1.10:30000", "http://192.168.1.11:30000"]
+    assert (parsed.host, parsed.port) == ("0.0.0.0", 8080)
+    assert (parsed.prometheus_host, parsed.prometheus_port) == ("127.0.0.1", 29100)
+    assert parsed.policy == "cache_aware"
+    assert parsed.api_key == "sk-shared"  # passed through to the router
+
+
+def test_no_key_in_env_means_no_api_key_flag(env_file, tmp_path):
+    # sglang-router given --api-key "" answers every request 401: the flag must
+    # be absent, which is why the entrypoint is `sm12x router`.
+    custom = with_values(env_file, tmp_path, SM12X_ROUTER_WORKERS="http://127.0.0.1:30000")
+    env = router_service(custom)["environment"]
+    argv = command(RouterSettings.from_environ(env), environ=env)
+    assert "--api-key" not in argv
+    assert parse_with_sglang_router(argv[3:]).api_key is None
+
+
+def test_policy_can_be_changed(env_file, tmp_path):
+    custom = with_values(
+        env_file,
+        tmp_path,
+        SM12X_ROUTER_WORKERS="http://127.0.0.1:30000",
+        SM12X_ROUTER_POLICY="power_of_two",
+    )
+    env = router_service(custom)["environment"]
+    argv = command(RouterSettings.from_environ(env), environ=env)
+    assert parse_with_sglang_router(argv[3:]).policy == "power_of_two"
+
+
+def test_router_without_rigs_stops_with_one_clear_error(env_file):
+    # .env.example as copied: no rigs listed yet.
+    env = router_service(env_file)["environment"]
+    result = run_sm12x("router", env={k: v for k, v in env.items() if v})
+    assert_one_clear_error(result, "SM12X_ROUTER_WORKERS")
+
+
+def test_router_starts_beside_a_rig_when_both_profiles_are_named(env_file):
+    result = compose(
+        "--profile", "router", "--profile", "auto", "config", "--services", env_file=env_file
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.split()) == ["auto", "router"]
+
+
+def test_bare_up_does_not_start_the_router(env_file):
+    assert "router" not in config(env_file=env_file)["services"]
+
+
+def test_router_port_does_not_clash_with_a_rig_on_the_same_machine(env_file):
+    # Host networking: the router and a local rig share the host's ports.
+    router = router_service(env_file)["environment"]
+    rig_port = config("auto", env_file=env_file)["services"]["auto"]["ports"][0]["published"]
+    assert router["SM12X_PORT"] != rig_port
+    assert router["SM12X_ROUTER_METRICS_PORT"] not in (rig_port, router["SM12X_PORT"])

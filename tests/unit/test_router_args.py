@@ -1,0 +1,154 @@
+"""`sm12x router`: the arguments it gives sglang-router, checked by the
+pinned sglang-router's own argument parser."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+import pytest
+
+from sm12x.errors import UserError
+from sm12x.router import (
+    HEALTH_FAILURE_THRESHOLD,
+    HEALTH_INTERVAL_S,
+    HEALTH_SUCCESS_THRESHOLD,
+    HEALTH_TIMEOUT_S,
+    WORKER_STARTUP_TIMEOUT_S,
+    RouterSettings,
+    build_router,
+    command,
+)
+from sm12x.versions import load_versions
+from support.cli import assert_one_clear_error, run_sm12x
+
+WORKERS = ("http://192.168.1.10:30000", "http://192.168.1.11:30000/")
+
+
+def parse(argv: list[str]):
+    from sglang_router.launch_router import parse_router_args
+
+    assert argv[:3] == ["python3", "-m", "sglang_router.launch_router"]
+    return parse_router_args(argv[3:])
+
+
+def test_the_installed_router_is_the_pinned_one():
+    assert metadata.version("sglang-router") == load_versions()["SGLANG_ROUTER_VERSION"]
+
+
+def test_static_rigs():
+    parsed = parse(command(RouterSettings(workers=WORKERS)))
+    assert parsed.worker_urls == [w.rstrip("/") for w in WORKERS]
+    assert parsed.service_discovery is False
+    assert parsed.policy == "cache_aware"
+    assert (parsed.host, parsed.port) == ("127.0.0.1", 8000)
+    assert (parsed.prometheus_host, parsed.prometheus_port) == ("127.0.0.1", 29000)
+
+
+def test_health_checks_are_the_tuned_ones_not_the_routers_defaults():
+    parsed = parse(command(RouterSettings(workers=WORKERS)))
+    assert parsed.health_check_endpoint == "/health"
+    assert parsed.health_check_interval_secs == HEALTH_INTERVAL_S == 10
+    assert parsed.health_check_timeout_secs == HEALTH_TIMEOUT_S == 20
+    assert parsed.health_failure_threshold == HEALTH_FAILURE_THRESHOLD == 3
+    assert parsed.health_success_threshold == HEALTH_SUCCESS_THRESHOLD == 2
+    assert parsed.worker_startup_timeout_secs == WORKER_STARTUP_TIMEOUT_S == 7200
+
+
+def test_kubernetes_discovery():
+    settings = RouterSettings(
+        selector=("app.kubernetes.io/name=sm12x", "sm12x.io/role=server"),
+        namespace="sm12x",
+        discovery_port=30000,
+        host="0.0.0.0",
+    )
+    parsed = parse(command(settings))
+    assert parsed.service_discovery is True
+    assert parsed.selector == {"app.kubernetes.io/name": "sm12x", "sm12x.io/role": "server"}
+    assert parsed.service_discovery_namespace == "sm12x"
+    assert parsed.service_discovery_port == 30000
+    assert parsed.worker_urls == []
+
+
+def test_api_key_only_when_set_and_never_printed():
+    assert "--api-key" not in command(RouterSettings(workers=WORKERS))
+    settings = RouterSettings(workers=WORKERS, api_key=True)
+    assert command(settings)[-2:] == ["--api-key", "$SM12X_API_KEY"]
+    parsed = parse(command(settings, environ={"SM12X_API_KEY": "sk-1"}))
+    assert parsed.api_key == "sk-1"
+
+
+def test_every_flag_has_a_reason():
+    for settings in (
+        RouterSettings(workers=WORKERS, api_key=True),
+        RouterSettings(selector=("a=b",), namespace="n"),
+    ):
+        for arg in build_router(settings):
+            assert len(arg.why) >= 4, arg.flag
+
+
+def test_extra_flags_are_appended_and_win():
+    settings = RouterSettings(workers=WORKERS, extra=("--health-check-interval-secs", "1"))
+    assert parse(command(settings)).health_check_interval_secs == 1
+
+
+def test_from_environ():
+    settings = RouterSettings.from_environ(
+        {
+            "SM12X_ROUTER_WORKERS": "http://a:30000,http://b:30000  http://c:30000",
+            "SM12X_HOST": "0.0.0.0",
+            "SM12X_PORT": "8080",
+            "SM12X_ROUTER_POLICY": "round_robin",
+            "SM12X_API_KEY": "k",
+        }
+    )
+    assert settings.workers == ("http://a:30000", "http://b:30000", "http://c:30000")
+    assert (settings.host, settings.port, settings.policy, settings.api_key) == (
+        "0.0.0.0",
+        8080,
+        "round_robin",
+        True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("settings", "needle"),
+    [
+        (RouterSettings(), "SM12X_ROUTER_WORKERS"),
+        (RouterSettings(workers=("192.168.1.10:30000",)), "not a rig URL"),
+        (RouterSettings(workers=("http://a:30000/v1",)), "not a rig URL"),
+        (RouterSettings(workers=WORKERS, selector=("a=b",)), "not both"),
+        (RouterSettings(selector=("app",)), "key=value"),
+        (RouterSettings(workers=WORKERS, policy="least_busy"), "cache_aware"),
+    ],
+)
+def test_bad_settings_say_what_to_fix(settings, needle):
+    with pytest.raises(UserError, match=needle):
+        build_router(settings)
+
+
+def test_bad_port_in_env():
+    with pytest.raises(UserError, match="SM12X_PORT"):
+        RouterSettings.from_environ({"SM12X_PORT": "eighty"})
+
+
+def test_cli_dry_run_prints_the_command_without_the_secret():
+    result = run_sm12x(
+        "router",
+        "--dry-run",
+        env={"SM12X_ROUTER_WORKERS": " ".join(WORKERS), "SM12X_API_KEY": "sk-secret"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "sglang_router.launch_router" in result.stdout
+    assert '--api-key "$SM12X_API_KEY"' in result.stdout
+    assert "sk-secret" not in result.stdout
+
+
+def test_cli_explain_lists_reasons():
+    result = run_sm12x("router", "--explain", env={"SM12X_ROUTER_WORKERS": WORKERS[0]})
+    assert result.returncode == 0, result.stderr
+    assert "# --policy: cache_aware" in result.stdout
+    assert "# --health-check-interval-secs:" in result.stdout
+
+
+def test_cli_without_rigs_is_one_clear_error():
+    assert_one_clear_error(run_sm12x("router"), "SM12X_ROUTER_WORKERS")
