@@ -14,11 +14,11 @@ import re
 from pathlib import Path
 
 import pytest
+from support.cli import assert_one_clear_error, run_sm12x
+from support.compose import compose, config
 
 from sm12x.router import RouterSettings, command
 from sm12x.versions import load_versions
-from support.cli import assert_one_clear_error, run_sm12x
-from support.compose import compose, config
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_EXAMPLE = ROOT / ".env.example"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from importlib import metadata
 
 import pytest
+from support.cli import assert_one_clear_error, run_sm12x
 
 from sm12x.errors import UserError
 from sm12x.router import (
@@ -19,7 +20,6 @@ from sm12x.router import (
     command,
 )
 from sm12x.versions import load_versions
-from support.cli import assert_one_clear_error, run_sm12x
 
 WORKERS = ("http://192.168.1.10:30000", "http://192.168.1.11:30000/")
 
