@@ -14,14 +14,14 @@ def test_every_registered_module_defines_a_command():
         command = importlib.import_module(module).COMMAND
         assert isinstance(command, cli.Command)
         names.append(command.name)
-    assert names == ["launch", "render", "healthcheck"]
+    assert names == ["launch", "render", "healthcheck", "router"]
     assert len(set(names)) == len(names)
 
 
 def test_help_lists_the_commands():
     result = run_sm12x("--help")
     assert result.returncode == 0
-    for name in ("launch", "render", "healthcheck"):
+    for name in ("launch", "render", "healthcheck", "router"):
         assert name in result.stdout
 
 

@@ -1,0 +1,582 @@
+"""Kubernetes manifests (sm12x/k8s.py, deploy/k8s/): validated, generated, and
+checked against the recipes and against compose.yaml.
+
+Validation: every Kubernetes object is validated by kubernetes-validate
+against the Kubernetes 1.32 schemas in strict mode (unknown fields are
+errors). LeaderWorkerSet is a custom resource, and its CRD's schema is not
+available offline (kubernetes-validate ships only built-in kinds, and the
+upstream CRD is about 1.2 MB of generated OpenAPI not vendored here). So the
+LWS objects are checked in two parts: their leader and worker pod templates
+are validated as core v1 PodTemplates (the PodTemplateSpec type the CRD
+embeds) with the same strict schemas, and the LWS envelope by a structural
+schema below, written from the leaderworkerset.x-k8s.io/v1 API's fields. That
+structural schema is not the CRD's: it catches misspelt or misplaced fields
+and bad enum values in the envelope, not everything the API server would.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from support.cli import assert_one_clear_error, run_sm12x
+from support.compose import config
+
+from sm12x import k8s
+from sm12x.launch.render import LaunchContext, build_launch
+from sm12x.recipe import load_all
+from sm12x.router import RouterSettings, command
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy" / "k8s"
+RECIPES = load_all()
+OPTS = k8s.K8sOptions()
+TREE = k8s.tree(OPTS)
+
+
+def docs_of(text: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all(text) if d is not None]
+
+
+ALL_DOCS = [(name, doc) for name, text in sorted(TREE.items()) for doc in docs_of(text)]
+
+
+def doc_id(item) -> str:
+    name, doc = item
+    return f"{name}:{doc['kind']}/{doc['metadata']['name']}"
+
+
+def workload(recipe) -> dict:
+    (doc,) = docs_of(TREE[f"{recipe.name}.yaml"])
+    return doc
+
+
+def pod_templates(recipe) -> dict[str, dict]:
+    """role -> pod template (server, and worker for a multi-node recipe)."""
+    doc = workload(recipe)
+    if doc["kind"] == "Deployment":
+        return {"server": doc["spec"]["template"]}
+    lwt = doc["spec"]["leaderWorkerTemplate"]
+    return {"server": lwt["leaderTemplate"], "worker": lwt["workerTemplate"]}
+
+
+def router_docs() -> dict[str, dict]:
+    return {d["kind"]: d for d in docs_of(TREE["router.yaml"])}
+
+
+# --- generated, checked in ----------------------------------------------------------
+
+
+def test_checked_in_tree_is_what_the_generator_writes():
+    on_disk = {p.name: p.read_text() for p in DEPLOY.glob("*.yaml")}
+    assert sorted(on_disk) == sorted(TREE), "deploy/k8s/ is stale: run scripts/regen"
+    for name, text in TREE.items():
+        assert on_disk[name] == text, f"deploy/k8s/{name} differs: run scripts/regen"
+
+
+def test_render_prints_the_checked_in_manifests():
+    for recipe in RECIPES:
+        result = run_sm12x("render", "--k8s", recipe.name)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == (DEPLOY / f"{recipe.name}.yaml").read_text()
+    result = run_sm12x("render", "--k8s", "router")
+    assert result.stdout == (DEPLOY / "router.yaml").read_text()
+
+
+def test_render_writes_the_tree(tmp_path):
+    result = run_sm12x("render", "--k8s", "all", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == TREE
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--k8s", "all"], "--out"),
+        (["--k8s", "router", "--port", "1"], "--port"),
+        (["--k8s", "rtx-pro-6000-tp4", "--explain"], "--explain"),
+        (["rtx-pro-6000-tp4", "--model-pvc", "m"], "--k8s"),
+        (["--k8s", "rtx-pro-6000-tp4", "--model-pvc", "m", "--model-host-path", "/m"], "not both"),
+        (["--k8s", "no-such-rig"], "no-such-rig"),
+    ],
+)
+def test_render_bad_input_is_one_clear_error(args, needle):
+    assert_one_clear_error(run_sm12x("render", *args), needle)
+
+
+# --- valid against Kubernetes ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "item", [i for i in ALL_DOCS if i[1]["kind"] != "LeaderWorkerSet"], ids=doc_id
+)
+def test_every_object_validates_against_kubernetes(item):
+    _, doc = item
+    kubernetes_validate.validate(doc, k8s.K8S_VERSION, strict=True)
+
+
+def as_pod_template(template: dict) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "PodTemplate",
+        "metadata": {"name": "t"},
+        "template": template,
+    }
+
+
+LWS_MULTINODE = [r for r in RECIPES if r.is_multinode]
+
+
+@pytest.mark.parametrize("recipe", LWS_MULTINODE, ids=lambda r: r.name)
+def test_lws_pod_templates_validate_as_kubernetes_pod_templates(recipe):
+    for template in pod_templates(recipe).values():
+        kubernetes_validate.validate(as_pod_template(template), k8s.K8S_VERSION, strict=True)
+
+
+# Structural schema of the LeaderWorkerSet envelope (leaderworkerset.x-k8s.io/v1),
+# from the API's documented fields; NOT the CRD's own schema (see the docstring).
+_POD_TEMPLATE = {
+    "type": "object",
+    "required": ["spec"],
+    "properties": {"metadata": {"type": "object"}, "spec": {"type": "object"}},
+    "additionalProperties": False,
+}
+LWS_STRUCTURE = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": "leaderworkerset.x-k8s.io/v1"},
+        "kind": {"const": "LeaderWorkerSet"},
+        "metadata": {"type": "object", "required": ["name"]},
+        "spec": {
+            "type": "object",
+            "required": ["leaderWorkerTemplate"],
+            "additionalProperties": False,
+            "properties": {
+                "replicas": {"type": "integer", "minimum": 0},
+                "startupPolicy": {"enum": ["LeaderCreated", "LeaderReady"]},
+                "rolloutStrategy": {"type": "object"},
+                "networkConfig": {
+                    "type": "object",
+                    "properties": {"subdomainPolicy": {"enum": ["Shared", "UniquePerReplica"]}},
+                },
+                "leaderWorkerTemplate": {
+                    "type": "object",
+                    "required": ["workerTemplate"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "leaderTemplate": _POD_TEMPLATE,
+                        "workerTemplate": _POD_TEMPLATE,
+                        "size": {"type": "integer", "minimum": 1},
+                        "restartPolicy": {
+                            "enum": [
+                                "RecreateGroupOnPodRestart",
+                                "RecreateGroupAfterStart",
+                                "None",
+                                "Default",
+                            ]
+                        },
+                        "subGroupPolicy": {"type": "object"},
+                        "volumeClaimTemplates": {"type": "array"},
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("recipe", LWS_MULTINODE, ids=lambda r: r.name)
+def test_lws_envelope_structure(recipe):
+    jsonschema.validate(workload(recipe), LWS_STRUCTURE)
+
+
+def test_the_validators_really_reject_mistakes():
+    deployment = workload(next(r for r in RECIPES if not r.is_multinode))
+    broken = copy.deepcopy(deployment)
+    broken["spec"]["replica"] = 1  # misspelt
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, k8s.K8S_VERSION, strict=True)
+    broken = copy.deepcopy(deployment)
+    broken["spec"]["template"]["spec"]["containers"][0]["resources"]["limit"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, k8s.K8S_VERSION, strict=True)
+    for recipe in LWS_MULTINODE:
+        lws = copy.deepcopy(workload(recipe))
+        lws["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "Always"
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(lws, LWS_STRUCTURE)
+        lws = copy.deepcopy(workload(recipe))
+        lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["hostNetwrok"] = True
+        with pytest.raises(kubernetes_validate.ValidationError):
+            template = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+            kubernetes_validate.validate(as_pod_template(template), k8s.K8S_VERSION, strict=True)
+
+
+# --- what the recipes say ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
+def test_one_workload_per_recipe(recipe):
+    doc = workload(recipe)
+    if recipe.is_multinode:
+        assert doc["kind"] == "LeaderWorkerSet"
+        assert doc["spec"]["leaderWorkerTemplate"]["size"] == recipe.hardware.nodes
+        assert doc["spec"]["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
+    else:
+        assert doc["kind"] == "Deployment"
+        assert doc["spec"]["strategy"] == {"type": "Recreate"}
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
+def test_pods_get_the_recipes_hardware(recipe):
+    for template in pod_templates(recipe).values():
+        spec = template["spec"]
+        (container,) = spec["containers"]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == recipe.gpu_count_per_node
+        arch = {"x86_64": "amd64", "aarch64": "arm64"}[recipe.hardware.cpu_arch]
+        assert spec["nodeSelector"] == {"kubernetes.io/arch": arch}
+        want = recipe.container
+        assert spec.get("hostNetwork", False) == want.host_network
+        if want.host_network:
+            assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+        caps = container.get("securityContext", {}).get("capabilities", {}).get("add", [])
+        assert caps == want.cap_add
+        host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+        device_mounts = [
+            m["mountPath"] for m in container["volumeMounts"] if m["name"].startswith("device")
+        ]
+        assert device_mounts == want.devices
+        assert all(
+            host_paths[m["name"]] == m["mountPath"]
+            for m in container["volumeMounts"]
+            if m["name"].startswith("device")
+        )
+        assert container.get("securityContext", {}).get("privileged", False) == bool(want.devices)
+
+
+@pytest.mark.parametrize("recipe", LWS_MULTINODE, ids=lambda r: r.name)
+def test_an_rdma_device_plugin_replaces_host_devices_and_privileges(recipe):
+    opts = k8s.K8sOptions(rdma_resource="rdma/rdma_shared_device_a")
+    (lws,) = k8s.rig_manifests(recipe, opts)
+    for key in ("leaderTemplate", "workerTemplate"):
+        template = lws["spec"]["leaderWorkerTemplate"][key]
+        (container,) = template["spec"]["containers"]
+        assert container["resources"]["limits"]["rdma/rdma_shared_device_a"] == 1
+        assert "privileged" not in container["securityContext"]
+        assert container["securityContext"]["capabilities"]["add"] == recipe.container.cap_add
+        assert not [m for m in container["volumeMounts"] if m["name"].startswith("device")]
+        kubernetes_validate.validate(as_pod_template(template), k8s.K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
+def test_the_model_is_mounted_read_only(recipe):
+    for opts in (OPTS, k8s.K8sOptions(model_pvc="deepseek-v4-flash")):
+        (doc,) = k8s.rig_manifests(recipe, opts)
+        templates = (
+            [doc["spec"]["template"]]
+            if doc["kind"] == "Deployment"
+            else [
+                doc["spec"]["leaderWorkerTemplate"][k] for k in ("leaderTemplate", "workerTemplate")
+            ]
+        )
+        for template in templates:
+            (container,) = template["spec"]["containers"]
+            (mount,) = [m for m in container["volumeMounts"] if m["name"] == "model"]
+            assert (mount["mountPath"], mount["readOnly"]) == ("/model", True)
+            (volume,) = [v for v in template["spec"]["volumes"] if v["name"] == "model"]
+            if opts.model_pvc:
+                assert volume["persistentVolumeClaim"] == {
+                    "claimName": "deepseek-v4-flash",
+                    "readOnly": True,
+                }
+            else:
+                assert volume["hostPath"] == {"path": opts.model_host_path, "type": "Directory"}
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            assert env["SM12X_MODEL_PATH"] == "/model"
+
+
+def test_model_default_is_the_env_example_folder():
+    text = (ROOT / ".env.example").read_text()
+    (folder,) = re.findall(r"(?m)^SM12X_MODEL_DIR=(.*)$", text)
+    assert OPTS.model_host_path == folder
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
+def test_site_values_and_the_api_key_come_from_optional_objects(recipe):
+    site = [name for name, var in recipe.env.items() if var.from_host]
+    for template in pod_templates(recipe).values():
+        (container,) = template["spec"]["containers"]
+        refs = {e["name"]: e["valueFrom"] for e in container["env"] if "valueFrom" in e}
+        for name in site:
+            assert refs[name]["configMapKeyRef"] == {
+                "name": "sm12x-site",
+                "key": name,
+                "optional": True,
+            }
+        assert refs["SM12X_API_KEY"]["secretKeyRef"] == {
+            "name": "sm12x-api-key",
+            "key": "api-key",
+            "optional": True,
+        }
+
+
+def test_no_sglang_flag_is_written_in_the_manifests():
+    # The pods run `sm12x launch`, which renders the flags from the recipe.
+    text = "".join(TREE.values())
+    assert not re.search(r"(?m)^[^#]*\s--[a-z]", text)
+    for recipe in RECIPES:
+        for name in recipe.flags:
+            assert name not in text
+        for template in pod_templates(recipe).values():
+            (container,) = template["spec"]["containers"]
+            assert container["command"] == ["sm12x", "launch"]
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            assert env["RECIPE"] == recipe.name
+
+
+# --- the pods launch what compose launches ---------------------------------------------------
+
+
+def kubernetes_env(
+    container: dict,
+    injected: dict[str, str],
+    fields: dict[str, str],
+    configmap: dict[str, str],
+    secret: dict[str, str],
+) -> dict[str, str]:
+    """The environment the kubelet gives the container: injected variables first
+    (as the LWS webhook prepends its own), then the list in order, $(VAR)
+    expanded from what is defined before it, optional refs skipped if absent."""
+    env = dict(injected)
+    for item in container["env"]:
+        if "value" in item:
+            env[item["name"]] = re.sub(
+                r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]), item["value"]
+            )
+            continue
+        ref = item["valueFrom"]
+        if "fieldRef" in ref:
+            env[item["name"]] = fields[ref["fieldRef"]["fieldPath"]]
+        elif "configMapKeyRef" in ref and ref["configMapKeyRef"]["key"] in configmap:
+            env[item["name"]] = configmap[ref["configMapKeyRef"]["key"]]
+        elif "secretKeyRef" in ref and ref["secretKeyRef"]["key"] in secret:
+            env[item["name"]] = secret[ref["secretKeyRef"]["key"]]
+    return env
+
+
+def argv_dict(argv: list[str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for i, token in enumerate(argv):
+        if token.startswith("--"):
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            out[token] = None if nxt is None or nxt.startswith("--") else nxt
+    return out
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
+def test_pods_launch_the_recipe_with_their_rank_and_leader(recipe):
+    leader = f"sm12x-{recipe.name}-0.sm12x-{recipe.name}.sm12x"
+    site = {name: var.example or "x" for name, var in recipe.env.items() if var.from_host}
+    for rank, (role, template) in enumerate(pod_templates(recipe).items()):
+        (container,) = template["spec"]["containers"]
+        injected = (
+            {
+                "LWS_LEADER_ADDRESS": leader,
+                "LWS_GROUP_SIZE": str(recipe.hardware.nodes),
+                "LWS_WORKER_INDEX": str(rank),
+            }
+            if recipe.is_multinode
+            else {}
+        )
+        env = kubernetes_env(
+            container,
+            injected,
+            {"status.podIP": f"10.0.0.{rank + 1}", "metadata.namespace": "sm12x"},
+            site,
+            {"api-key": "sk-k8s"},
+        )
+        plan = build_launch(recipe, LaunchContext.from_environ(env))
+        args = argv_dict(plan.argv(env))
+        assert args["--model-path"] == "/model"
+        assert args["--api-key"] == "sk-k8s"
+        assert args["--port"] == str(recipe.serve.port)
+        assert args["--tp-size"] == str(recipe.flag_value("--tp-size"))
+        if recipe.container.host_network:
+            assert args["--host"] == f"10.0.0.{rank + 1}"  # the node's address
+        else:
+            assert args["--host"] == "0.0.0.0"
+        if recipe.is_multinode:
+            assert args["--node-rank"] == str(rank)
+            assert args["--dist-init-addr"] == f"{leader}:{recipe.multinode.dist_init_port}"
+            assert role == ("server" if rank == 0 else "worker")
+        for name, value in site.items():
+            assert plan.env_dict(env)[name] == value
+        assert plan.unresolved(env) == []
+
+
+# --- probes are compose's healthcheck ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compose_services(tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("env")
+    (tmp / "model").mkdir()
+    text = re.sub(
+        r"(?m)^SM12X_MODEL_DIR=.*$",
+        f"SM12X_MODEL_DIR={tmp / 'model'}",
+        (ROOT / ".env.example").read_text(),
+    )
+    (tmp / ".env").write_text(text)
+    return config("*", env_file=tmp / ".env")["services"]
+
+
+def seconds(duration: str) -> int:
+    total = 0
+    for amount, unit in re.findall(r"(\d+)([hms])", duration):
+        total += int(amount) * {"h": 3600, "m": 60, "s": 1}[unit]
+    return total
+
+
+def compose_health(service: dict) -> k8s.Health:
+    h = service["healthcheck"]
+    return k8s.Health(
+        seconds(h["interval"]), seconds(h["timeout"]), h["retries"], seconds(h["start_period"])
+    )
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
+def test_rig_probes_are_the_compose_healthcheck(recipe, compose_services):
+    profile = f"{recipe.name}-node0" if recipe.is_multinode else recipe.name
+    service = compose_services[profile]
+    health = compose_health(service)
+    assert health == k8s.RIG_HEALTH
+    (container,) = pod_templates(recipe)["server"]["spec"]["containers"]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert ["CMD", *container[probe]["exec"]["command"]] == service["healthcheck"]["test"]
+        assert container[probe]["timeoutSeconds"] == health.timeout
+        assert container[probe]["periodSeconds"] == health.interval
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= health.start_period
+    assert container["livenessProbe"]["failureThreshold"] == health.retries
+    assert pod_templates(recipe)["server"]["spec"]["terminationGracePeriodSeconds"] == seconds(
+        service["stop_grace_period"]
+    )
+    if recipe.is_multinode:
+        # No HTTP server on the other nodes: no probes, as compose disables node1's.
+        (worker,) = pod_templates(recipe)["worker"]["spec"]["containers"]
+        assert not {"startupProbe", "livenessProbe", "readinessProbe"} & set(worker)
+        assert compose_services[f"{recipe.name}-node1"]["healthcheck"] == {"disable": True}
+
+
+def test_router_probes_match_the_compose_router(compose_services):
+    service = compose_services["router"]
+    health = compose_health(service)
+    assert health == k8s.ROUTER_HEALTH
+    (container,) = router_docs()["Deployment"]["spec"]["template"]["spec"]["containers"]
+    ready = container["readinessProbe"]
+    assert ["CMD", *ready["exec"]["command"]] == service["healthcheck"]["test"]
+    assert (ready["periodSeconds"], ready["timeoutSeconds"], ready["failureThreshold"]) == (
+        health.interval,
+        health.timeout,
+        health.retries,
+    )
+    assert container["livenessProbe"]["httpGet"] == {"path": "/liveness", "port": "http"}
+    spec = router_docs()["Deployment"]["spec"]["template"]["spec"]
+    assert spec["terminationGracePeriodSeconds"] == seconds(service["stop_grace_period"])
+
+
+# --- the router finds exactly the serving pods -----------------------------------------------
+
+
+def router_env() -> dict[str, str]:
+    (container,) = router_docs()["Deployment"]["spec"]["template"]["spec"]["containers"]
+    return kubernetes_env(container, {}, {"metadata.namespace": "sm12x"}, {}, {})
+
+
+def test_router_runs_sm12x_router_with_discovery():
+    from sglang_router.launch_router import parse_router_args
+
+    (container,) = router_docs()["Deployment"]["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["sm12x", "router"]
+    env = router_env()
+    parsed = parse_router_args(command(RouterSettings.from_environ(env), environ=env)[3:])
+    assert parsed.service_discovery is True
+    assert parsed.service_discovery_namespace == "sm12x"
+    assert parsed.service_discovery_port == RECIPES[0].serve.port
+    assert parsed.worker_urls == []
+    assert parsed.policy == "cache_aware"
+    assert (parsed.host, parsed.port) == ("0.0.0.0", 8000)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": parsed.port, "metrics": parsed.prometheus_port}
+
+
+def test_router_selector_matches_serving_pods_only():
+    from sglang_router.launch_router import parse_router_args
+
+    env = router_env()
+    selector = parse_router_args(command(RouterSettings.from_environ(env))[3:]).selector
+
+    def matches(labels: dict) -> bool:  # the router matches every pair exactly
+        return all(labels.get(k) == v for k, v in selector.items())
+
+    for recipe in RECIPES:
+        templates = pod_templates(recipe)
+        assert matches(templates["server"]["metadata"]["labels"]), recipe.name
+        if "worker" in templates:
+            assert not matches(templates["worker"]["metadata"]["labels"]), recipe.name
+        for template in templates.values():
+            (container,) = template["spec"]["containers"]
+            assert container.get("ports", [{}])[0].get("containerPort", recipe.serve.port) == (
+                recipe.serve.port
+            )
+    router_pod = router_docs()["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert not matches(router_pod)
+
+
+def test_router_may_watch_pods_in_its_namespace_and_nothing_else():
+    docs = router_docs()
+    (rule,) = docs["Role"]["rules"]
+    assert rule == {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    binding = docs["RoleBinding"]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": docs["Role"]["metadata"]["name"],
+    }
+    account = docs["Deployment"]["spec"]["template"]["spec"]["serviceAccountName"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": OPTS.namespace}
+    ]
+    assert docs["ServiceAccount"]["metadata"]["name"] == account
+
+
+def test_the_service_is_the_routers():
+    docs = router_docs()
+    service = docs["Service"]
+    assert (
+        service["spec"]["selector"] == docs["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    )
+    assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]} == {
+        "http": "http",
+        "metrics": "metrics",
+    }
+
+
+def test_a_namespace_option_moves_every_object(tmp_path):
+    result = run_sm12x("render", "--k8s", "all", "--out", str(tmp_path), "--namespace", "llm")
+    assert result.returncode == 0, result.stderr
+    for path in tmp_path.iterdir():
+        for doc in docs_of(path.read_text()):
+            if doc["kind"] == "Namespace":
+                assert doc["metadata"]["name"] == "llm"
+            else:
+                assert doc["metadata"]["namespace"] == "llm", (path.name, doc["kind"])
+            if doc["kind"] == "RoleBinding":
+                assert doc["subjects"][0]["namespace"] == "llm"
