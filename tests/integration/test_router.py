@@ -260,6 +260,20 @@ def test_api_key_is_enforced_by_the_router_and_reaches_the_rigs(processes, tmp_p
     assert run_sm12x("healthcheck", env={**env, "SM12X_API_KEY": "sk-shared"}).returncode == 0
     assert_one_clear_error(run_sm12x("healthcheck", env=env), "401")
 
+    # A rig the router learns of at run time without a key of its own, as
+    # Kubernetes discovery adds pods, is served with the same key.
+    late = processes(Backend(args=("--api-key", "sk-shared"), log=tmp_path / "late.log"))
+    late.wait_ready()
+    added = httpx.post(
+        router.url + "/workers", json={"url": late.url}, headers=right, timeout=10
+    )
+    assert added.status_code in (200, 202), added.text
+    wait_until(lambda: router.workers_health().get(late.url) is True, 60, "the added rig")
+    rigs[0].stop()
+    wait_until(lambda: router.workers_health()[rigs[0].url] is False, 60, "the first rig out")
+    assert httpx.post(url, json=body, headers=right, timeout=30).status_code == 200
+    assert router.successes().get(late.url, 0) >= 1
+
 
 # --- rigs that are not up when the router starts ------------------------------------
 

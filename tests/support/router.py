@@ -13,6 +13,7 @@ Every process is stopped by its pid (stop()); every wait has a deadline.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -229,11 +230,14 @@ async def one_request(
                 if data == "[DONE]":
                     done = True
                     continue
-                if ttft is None and '"content":"' in data.replace(" ", ""):
-                    ttft = time.monotonic() - start
-                match = re.search(r'"completion_tokens":\s*(\d+)', data)
-                if match:
-                    tokens = int(match.group(1))
+                chunk = json.loads(data)
+                if ttft is None and any(
+                    c["delta"].get("content") or c["delta"].get("reasoning_content")
+                    for c in chunk.get("choices") or []
+                ):
+                    ttft = time.monotonic() - start  # the first generated text
+                if chunk.get("usage"):
+                    tokens = chunk["usage"]["completion_tokens"]
         ok = status == 200 and done
         return Outcome(
             start,
@@ -243,7 +247,7 @@ async def one_request(
             tokens,
             "" if ok else f"HTTP {status}, [DONE] {'seen' if done else 'missing'}",
         )
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, ValueError, KeyError) as exc:
         return Outcome(
             start, time.monotonic(), False, ttft, tokens, f"{type(exc).__name__}: {exc}"[:200]
         )
