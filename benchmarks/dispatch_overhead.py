@@ -43,16 +43,6 @@ C4 = (512, 300, 64)
 
 
 @contextlib.contextmanager
-def patch_enabled(on: bool):
-    saved = module._SM12X_TOPK_PAD
-    module._SM12X_TOPK_PAD = on
-    try:
-        yield
-    finally:
-        module._SM12X_TOPK_PAD = saved
-
-
-@contextlib.contextmanager
 def noop_kernels():
     """flashinfer's compiled kernels replaced by no-ops: only Python remains."""
 
@@ -144,9 +134,9 @@ def main() -> None:
     }
     with noop_kernels():
         for name, call in shapes.items():
-            with patch_enabled(False):
+            with n.dispatch_patch(False):
                 before = host_us(lambda: n.patched(call))
-            with patch_enabled(True):
+            with n.dispatch_patch(True):
                 after = host_us(lambda: n.patched(call))
             # The patch's own host work, alone: the memoised route lookup, and
             # the pad launch where the route pads.
@@ -191,7 +181,7 @@ def main() -> None:
             call = n.make_call(tokens, 64, 128, 128, PAGES, PAGE, DEV, seed=tokens, extra=C4)
             row = {"tokens": tokens}
             for label, on in (("unpatched", False), ("patched", True)):
-                with patch_enabled(on):
+                with n.dispatch_patch(on):
                     row[f"{label}_us"] = graph_us(lambda: n.patched(call), reps=20)
                     row[f"{label}_kernels"] = kernels_per_call(lambda: n.patched(call))
             results["instantiated"].append(row)
