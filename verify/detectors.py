@@ -103,6 +103,14 @@ def distinct_trigram_ratio(text: str) -> Finding:
                    f"{len(set(trigrams))}/{len(trigrams)} distinct")
 
 
+def _window_starts(length: int, window: int) -> list[int]:
+    """Starts of half-overlapping windows that cover a sequence to its very end."""
+    starts = list(range(0, length - window + 1, window // 2))
+    if starts[-1] != length - window:
+        starts.append(length - window)
+    return starts
+
+
 def _ratio(text: str) -> float:
     data = text.encode("utf-8")
     return len(data) / len(zlib.compress(data))
@@ -111,11 +119,8 @@ def _ratio(text: str) -> float:
 def compression_ratio(text: str) -> Finding:
     if len(text) < COMPRESS_WINDOW:
         return Finding("compression_ratio", False, None, MAX_COMPRESSION_RATIO, "too short")
-    step = COMPRESS_WINDOW // 2
-    starts = list(range(0, len(text) - COMPRESS_WINDOW + 1, step))
-    if starts[-1] != len(text) - COMPRESS_WINDOW:
-        starts.append(len(text) - COMPRESS_WINDOW)
-    ratio, at = max((_ratio(text[i:i + COMPRESS_WINDOW]), i) for i in starts)
+    ratio, at = max((_ratio(text[i:i + COMPRESS_WINDOW]), i)
+                    for i in _window_starts(len(text), COMPRESS_WINDOW))
     return Finding("compression_ratio", ratio > MAX_COMPRESSION_RATIO, ratio,
                    MAX_COMPRESSION_RATIO, f"window at char {at}")
 
@@ -124,11 +129,8 @@ def distinct_words(text: str) -> Finding:
     words = [w.lower() for w in _WORD.findall(text)]
     if len(words) < WORD_WINDOW:
         return Finding("distinct_words", False, None, MIN_DISTINCT_WORDS, "too short")
-    step = WORD_WINDOW // 2
-    starts = list(range(0, len(words) - WORD_WINDOW + 1, step))
-    if starts[-1] != len(words) - WORD_WINDOW:
-        starts.append(len(words) - WORD_WINDOW)
-    ratio, at = min((len(set(words[i:i + WORD_WINDOW])) / WORD_WINDOW, i) for i in starts)
+    ratio, at = min((len(set(words[i:i + WORD_WINDOW])) / WORD_WINDOW, i)
+                    for i in _window_starts(len(words), WORD_WINDOW))
     return Finding("distinct_words", ratio < MIN_DISTINCT_WORDS, ratio, MIN_DISTINCT_WORDS,
                    f"window at word {at}")
 

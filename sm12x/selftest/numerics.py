@@ -16,6 +16,7 @@ decode kernel's autotune list is cut to one config (autotuning needs a driver).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -108,6 +109,20 @@ def patched(call: dict) -> torch.Tensor:
         call["head_dim_v"], call["softmax_scale"], call["extra_k_cache"], call["extra_indices"],
         call["extra_topk_length"])
     return out.squeeze(1)
+
+
+@contextlib.contextmanager
+def dispatch_patch(on: bool):
+    """Turn the patch on or off in the live module, as SGLANG_SM120_FLASHMLA_TOPK_PAD
+    does for a fresh process."""
+    from sglang.kernels.ops.attention import flash_mla_sm120 as module
+
+    saved = module._SM12X_TOPK_PAD
+    module._SM12X_TOPK_PAD = on
+    try:
+        yield
+    finally:
+        module._SM12X_TOPK_PAD = saved
 
 
 def padded(call: dict, width: int) -> dict:

@@ -14,7 +14,6 @@ the device machine as docs/benchmarks.md shows.
 
 from __future__ import annotations
 
-import contextlib
 
 import pytest
 
@@ -41,16 +40,6 @@ C4 = (512, 300, 64)  # target C4 layer: extra topk 512 on 64-entry pages
 def rules():
     assert hasattr(module, "_sm12x_route"), "sglang is not patched: run scripts/apply-patches"
     return Rules.from_flashinfer(flashinfer_package())
-
-
-@contextlib.contextmanager
-def patch_enabled(on: bool):
-    saved = module._SM12X_TOPK_PAD
-    module._SM12X_TOPK_PAD = on
-    try:
-        yield
-    finally:
-        module._SM12X_TOPK_PAD = saved
 
 
 @pytest.mark.parametrize("tokens", [5, 20, 64, 80, 320])
@@ -110,7 +99,7 @@ def test_patched_path_never_syncs_the_host(rules):
 def _capture_and_replay(rules, make, enabled=True):
     """Capture one call on static buffers, refill them, replay; return (graph, eager) outputs."""
     static = make(11)
-    with patch_enabled(enabled), Emulator(rules, compute="triton") as emulator:
+    with n.dispatch_patch(enabled), Emulator(rules, compute="triton") as emulator:
         n.patched(static)  # warm-up outside the graph
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
