@@ -31,12 +31,11 @@ import statistics
 import sys
 import tempfile
 import time
+from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-from importlib import metadata  # noqa: E402
 
 from tests.support.router import Backend, Router, load  # noqa: E402
 
@@ -76,8 +75,12 @@ def median_of(runs: list[dict]) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
-    parser.add_argument("--requests", type=int, default=0,
-                        help="requests per run (default: 40 at C1, else 8 x concurrency)")
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=0,
+        help="requests per run (default: 40 at C1, else 8 x concurrency)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="direct/router run pairs")
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--token-delay", type=float, nargs="+", default=[0.02, 0.0])
@@ -103,31 +106,47 @@ def main() -> int:
                         direct.append(run(backend.url, c, n, args.max_tokens, "direct"))
                         routed.append(run(router.url, c, n, args.max_tokens, "via the router"))
                     d, r = median_of(direct), median_of(routed)
-                    results.append({"token_delay_s": delay, "concurrency": c, "direct": d,
-                                    "router": r, "runs": {"direct": direct, "router": routed}})
-                    print(f"delay {delay} C{c}: TTFT p50 {d['ttft_p50_ms']:.1f} -> "
-                          f"{r['ttft_p50_ms']:.1f} ms, {d['tok_s']:.0f} -> {r['tok_s']:.0f} tok/s",
-                          flush=True)
+                    results.append(
+                        {
+                            "token_delay_s": delay,
+                            "concurrency": c,
+                            "direct": d,
+                            "router": r,
+                            "runs": {"direct": direct, "router": routed},
+                        }
+                    )
+                    print(
+                        f"delay {delay} C{c}: TTFT p50 {d['ttft_p50_ms']:.1f} -> "
+                        f"{r['ttft_p50_ms']:.1f} ms, {d['tok_s']:.0f} -> {r['tok_s']:.0f} tok/s",
+                        flush=True,
+                    )
             finally:
                 router.stop()
                 backend.stop()
 
     print()
-    print("| pacing | C | TTFT p50 direct | via router | TTFT p90 direct | via router "
-          "| latency p50 direct | via router | tok/s direct | via router | change | failed |")
+    print(
+        "| pacing | C | TTFT p50 direct | via router | TTFT p90 direct | via router "
+        "| latency p50 direct | via router | tok/s direct | via router | change | failed |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in results:
         d, r = row["direct"], row["router"]
         pacing = f"{row['token_delay_s'] * 1000:g} ms/step" if row["token_delay_s"] else "unpaced"
-        print(f"| {pacing} | {row['concurrency']} | {d['ttft_p50_ms']:.1f} ms | "
-              f"{r['ttft_p50_ms']:.1f} ms | {d['ttft_p90_ms']:.1f} ms | {r['ttft_p90_ms']:.1f} ms | "
-              f"{d['latency_p50_ms']:.0f} ms | {r['latency_p50_ms']:.0f} ms | "
-              f"{d['tok_s']:.0f} | {r['tok_s']:.0f} | {100 * (r['tok_s'] / d['tok_s'] - 1):+.1f}% | "
-              f"{sum(x['failed'] for x in row['runs']['direct'])} / "
-              f"{sum(x['failed'] for x in row['runs']['router'])} |")
-    machine = {"cpus": os.cpu_count(), "python": platform.python_version(),
-               "platform": platform.platform(),
-               "sglang_router": metadata.version("sglang-router")}
+        print(
+            f"| {pacing} | {row['concurrency']} | {d['ttft_p50_ms']:.1f} ms | "
+            f"{r['ttft_p50_ms']:.1f} ms | {d['ttft_p90_ms']:.1f} ms | {r['ttft_p90_ms']:.1f} ms | "
+            f"{d['latency_p50_ms']:.0f} ms | {r['latency_p50_ms']:.0f} ms | "
+            f"{d['tok_s']:.0f} | {r['tok_s']:.0f} | {100 * (r['tok_s'] / d['tok_s'] - 1):+.1f}% | "
+            f"{sum(x['failed'] for x in row['runs']['direct'])} / "
+            f"{sum(x['failed'] for x in row['runs']['router'])} |"
+        )
+    machine = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "sglang_router": metadata.version("sglang-router"),
+    }
     print(f"\n{machine}")
     if args.json:
         args.json.write_text(json.dumps({"machine": machine, "results": results}, indent=1))

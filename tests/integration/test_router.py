@@ -264,9 +264,7 @@ def test_api_key_is_enforced_by_the_router_and_reaches_the_rigs(processes, tmp_p
     # Kubernetes discovery adds pods, is served with the same key.
     late = processes(Backend(args=("--api-key", "sk-shared"), log=tmp_path / "late.log"))
     late.wait_ready()
-    added = httpx.post(
-        router.url + "/workers", json={"url": late.url}, headers=right, timeout=10
-    )
+    added = httpx.post(router.url + "/workers", json={"url": late.url}, headers=right, timeout=10)
     assert added.status_code in (200, 202), added.text
     wait_until(lambda: router.workers_health().get(late.url) is True, 60, "the added rig")
     rigs[0].stop()
