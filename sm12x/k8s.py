@@ -48,6 +48,10 @@ COMPONENT = "app.kubernetes.io/component"
 ROLE = "sm12x.io/role"
 SERVER_LABELS = {NAME: APP, ROLE: "server"}
 
+# The label LeaderWorkerSet gives each pod of a group: its index, 0 on the leader.
+WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+WORKER_INDEX_FIELD = f"metadata.labels['{WORKER_INDEX_LABEL}']"
+
 # Names that `sm12x render --k8s` takes besides recipe names.
 ROUTER = "router"
 ALL = "all"
@@ -146,18 +150,19 @@ def _env(recipe: Recipe, opts: K8sOptions) -> list[dict]:
     if recipe.container.host_network:
         # Host networking: the pod's IP is the node's; sglang binds it (not
         # 0.0.0.0, which would be every interface of the node).
-        env += [
-            {"name": "SM12X_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-            {"name": "SM12X_PORT", "value": str(recipe.serve.port)},
-        ]
+        env.append({"name": "SM12X_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     else:
         env.append({"name": "SM12X_HOST", "value": "0.0.0.0"})
+    # Written out so `sm12x healthcheck` (the probes) asks the port sglang serves.
+    env.append({"name": "SM12X_PORT", "value": str(recipe.serve.port)})
     if recipe.is_multinode:
-        # LWS puts LWS_WORKER_INDEX (0 on the leader) and LWS_LEADER_ADDRESS
-        # (the leader pod's DNS name) first in every container's environment,
-        # so these references expand.
         env += [
-            {"name": "NODE_RANK", "value": "$(LWS_WORKER_INDEX)"},
+            # The pod's index in its group (0 on the leader), from the label LWS
+            # puts on every pod; every LWS release sets it (LWS_WORKER_INDEX,
+            # the same number, is only injected by newer ones).
+            {"name": "NODE_RANK", "valueFrom": {"fieldRef": {"fieldPath": WORKER_INDEX_FIELD}}},
+            # The leader pod's DNS name. LWS puts LWS_LEADER_ADDRESS at the front
+            # of every container's environment, so the reference expands.
             {"name": "HEAD_ADDR", "value": "$(LWS_LEADER_ADDRESS)"},
         ]
     for name, var in recipe.env.items():

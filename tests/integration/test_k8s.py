@@ -386,22 +386,19 @@ def test_pods_launch_the_recipe_with_their_rank_and_leader(recipe):
     site = {name: var.example or "x" for name, var in recipe.env.items() if var.from_host}
     for rank, (role, template) in enumerate(pod_templates(recipe).items()):
         (container,) = template["spec"]["containers"]
+        # What every LWS release gives a pod: the leader's address and the group
+        # size prepended to the environment, and the worker-index label.
         injected = (
-            {
-                "LWS_LEADER_ADDRESS": leader,
-                "LWS_GROUP_SIZE": str(recipe.hardware.nodes),
-                "LWS_WORKER_INDEX": str(rank),
-            }
+            {"LWS_LEADER_ADDRESS": leader, "LWS_GROUP_SIZE": str(recipe.hardware.nodes)}
             if recipe.is_multinode
             else {}
         )
-        env = kubernetes_env(
-            container,
-            injected,
-            {"status.podIP": f"10.0.0.{rank + 1}", "metadata.namespace": "sm12x"},
-            site,
-            {"api-key": "sk-k8s"},
-        )
+        fields = {
+            "status.podIP": f"10.0.0.{rank + 1}",
+            "metadata.namespace": "sm12x",
+            f"metadata.labels['{k8s.WORKER_INDEX_LABEL}']": str(rank),
+        }
+        env = kubernetes_env(container, injected, fields, site, {"api-key": "sk-k8s"})
         plan = build_launch(recipe, LaunchContext.from_environ(env))
         args = argv_dict(plan.argv(env))
         assert args["--model-path"] == "/model"
