@@ -96,11 +96,18 @@ def test_router_healthcheck_is_one_token_through_it(env_file):
     assert router_service(env_file)["restart"] == "on-failure"
 
 
-def test_env_values_become_the_routers_arguments(env_file, tmp_path):
+@pytest.mark.parametrize(
+    "workers",
+    [
+        '"http://192.168.1.10:30000 http://192.168.1.11:30000"',
+        "http://192.168.1.10:30000 http://192.168.1.11:30000  # two rigs",  # unquoted works too
+    ],
+)
+def test_env_values_become_the_routers_arguments(env_file, tmp_path, workers):
     custom = with_values(
         env_file,
         tmp_path,
-        SM12X_ROUTER_WORKERS='"http://192.168.1.10:30000 http://192.168.1.11:30000"',
+        SM12X_ROUTER_WORKERS=workers,
         SM12X_ROUTER_BIND="0.0.0.0",
         SM12X_ROUTER_PORT="8080",
         SM12X_ROUTER_METRICS_PORT="29100",
