@@ -276,8 +276,8 @@ def finish(
     else:
         skipped = chart.write_chart(result, recipe, out / "chart.png")
         chart_note = f"chart: skipped, {skipped}" if skipped else f"chart: {out / 'chart.png'}"
-    console.print(f"result: {out / 'result.json'}", highlight=False)
-    console.print(chart_note, highlight=False)
+    console.print(f"result: {out / 'result.json'}", highlight=False, markup=False, soft_wrap=True)
+    console.print(chart_note, highlight=False, markup=False, soft_wrap=True)
     failed = [r for r in runs if r.status != "ok"]
     if failed:
         err.print(
@@ -302,9 +302,11 @@ def run_validate(path: Path, console: Console) -> int:
     problems = validate(data)
     if problems:
         for problem in problems:
-            console.print(f"{path}: {problem}", highlight=False, markup=False)
+            console.print(f"{path}: {problem}", highlight=False, markup=False,
+                          soft_wrap=True)
         return 1
-    console.print(f"{path}: a valid sm12x bench result ({data.get('schema')})", highlight=False)
+    console.print(f"{path}: a valid sm12x bench result ({data.get('schema')})",
+                  highlight=False, markup=False, soft_wrap=True)
     return 0
 
 
@@ -412,11 +414,12 @@ def run_live(args: argparse.Namespace, console: Console, err: Console) -> int:
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     out = (args.out or Path("bench-results") / f"{recipe.name}-{stamp}").resolve()
     out.mkdir(parents=True, exist_ok=True)
-    err.print(f"recipe: {recipe.name} ({how})", highlight=False, markup=False)
+    err.print(f"recipe: {recipe.name} ({how})", highlight=False, markup=False,
+              soft_wrap=True)
     err.print(f"server: {base_url}, sglang {facts.environment.sglang_version or '?'}",
-              highlight=False)
-    err.print(f"tokenizer: {tokenizer_note}", highlight=False, markup=False)
-    err.print(f"writing to {out}", highlight=False)
+              highlight=False, markup=False, soft_wrap=True)
+    err.print(f"tokenizer: {tokenizer_note}", highlight=False, markup=False, soft_wrap=True)
+    err.print(f"writing to {out}", highlight=False, markup=False, soft_wrap=True)
 
     env = runner.benchmark_env(os.environ, api_key)
     started = now()
@@ -502,8 +505,8 @@ def run_live(args: argparse.Namespace, console: Console, err: Console) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    console = Console(highlight=False)
-    err = Console(stderr=True, highlight=False)
+    console = Console(highlight=False, markup=False, soft_wrap=True)
+    err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
     if args.validate:
         return run_validate(args.validate, console)
     if args.from_jsonl:

@@ -86,7 +86,8 @@ def render(result: BenchResult, console: Console) -> None:
             f": recipe {recipe.name} ({recipe.status}), sglang {env.sglang_version or '?'}, "
             f"flashinfer {env.flashinfer_version or '?'}, "
             f"{len(env.gpus)} GPU(s) {', '.join(sorted(set(env.gpus))) or '?'}",
-        )
+        ),
+        soft_wrap=True,
     )
     w = result.workload
     console.print(
@@ -106,9 +107,10 @@ def render(result: BenchResult, console: Console) -> None:
         mine = [c for c in result.comparisons if c.concurrency == run.concurrency]
         console.print(run_table(run, mine, numbers))
         for problem in run.problems:
-            console.print(Text(f"  ! {problem}", style=STATUS_STYLE.get(run.status, "")))
+            console.print(Text(f"  ! {problem}", style=STATUS_STYLE.get(run.status, "")),
+                          soft_wrap=True)
         if run.log and run.status != "ok":
-            console.print(f"  log: {run.log}", highlight=False)
+            console.print(f"  log: {run.log}", highlight=False, markup=False, soft_wrap=True)
     if result.comparisons:
         console.print("references (ratio = measured / reference; latencies: below 1 is better):")
         shown: set[int] = set()
@@ -131,4 +133,4 @@ def render(result: BenchResult, console: Console) -> None:
     elif result.runs:
         console.print("references: the recipe publishes none at these concurrencies")
     for warning in result.warnings:
-        console.print(Text(f"warning: {warning}", style="yellow"))
+        console.print(Text(f"warning: {warning}", style="yellow"), soft_wrap=True)
