@@ -28,7 +28,6 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -137,9 +136,11 @@ def is_loopback(base_url: str) -> bool:
 
 
 def in_container(environ: Mapping[str, str] | None = None) -> bool:
-    """True inside the sm12x image (compose sets SM12X_MODEL_PATH) or any container."""
+    """True inside an sm12x service container (`docker compose exec`): compose sets
+    SM12X_MODEL_PATH in every service. Not /.dockerenv: a dev container or CI
+    job on the server's host is not the server's image."""
     environ = os.environ if environ is None else environ
-    return bool(environ.get("SM12X_MODEL_PATH")) or Path("/.dockerenv").exists()
+    return bool(environ.get("SM12X_MODEL_PATH"))
 
 
 # --- commands -----------------------------------------------------------------
