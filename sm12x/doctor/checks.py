@@ -114,7 +114,7 @@ class Doctor:
             value = self.dotenv.get(name)
         return value or None
 
-    def add(self, id: str, title: str, verdict: str, detail: str, fix: str | None = None,
+    def add(self, id: str, title: str, verdict: str, detail: str, fix: str | None = None, /,
             required: bool = True, **data: Any) -> Check:
         check = Check(id, title, verdict, required, detail, fix if verdict != "ok" else None,
                       data)

@@ -29,7 +29,7 @@ def run(host, **options) -> dict[str, object]:
     return {"doctor": doctor, "checks": by_id, "failed": [c.id for c in checks if c.failed]}
 
 
-# --- every rig, healthy ---------------------------------------------------------------
+# --- every rig, healthy --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def test_spark_head_node_needs_peer_to_check_reachability(tmp_path):
     assert checks["peer"].verdict == "ok"
 
 
-# --- GPUs -------------------------------------------------------------------------------------
+# --- GPUs ----------------------------------------------------------------------------------------
 
 
 def test_wrong_gpu_fails_gpus_and_recipe(tmp_path):
@@ -134,7 +134,7 @@ def test_small_cards_for_the_recipe(tmp_path):
     assert result["failed"] == ["gpu-memory"]
 
 
-# --- Docker -------------------------------------------------------------------------------------
+# --- Docker --------------------------------------------------------------------------------------
 
 
 def test_docker_daemon_down(tmp_path):
@@ -175,7 +175,7 @@ def test_image_not_pulled_is_a_warning(tmp_path):
     assert "docker compose pull" in result["checks"]["image"].fix
 
 
-# --- the model folder -------------------------------------------------------------------------------
+# --- the model folder ----------------------------------------------------------------------------
 
 
 def test_model_dir_unset(tmp_path):
@@ -255,7 +255,7 @@ def test_hub_cache_snapshot_revision(tmp_path):
     assert "snapshot" in checks["model-revision"].detail
 
 
-# --- disk and shared memory ------------------------------------------------------------------------
+# --- disk and shared memory ----------------------------------------------------------------------
 
 
 def test_too_little_shared_memory(tmp_path):
@@ -281,7 +281,7 @@ def test_full_disk(tmp_path):
     assert "3 GiB free" in result["checks"]["disk"].detail
 
 
-# --- the Spark pair, broken -----------------------------------------------------------------------
+# --- the Spark pair, broken ----------------------------------------------------------------------
 
 
 def test_rdma_link_down(tmp_path):
@@ -374,7 +374,7 @@ def test_peer_image_from_its_report(tmp_path):
     assert checks["same-image"].verdict == "ok" and "--peer-report" in checks["same-image"].detail
 
 
-# --- parsers ------------------------------------------------------------------------------------
+# --- parsers -------------------------------------------------------------------------------------
 
 
 def test_ibv_devinfo_parser():
@@ -387,7 +387,7 @@ def test_ibv_devinfo_parser():
     assert rdma.split_hca_list("^=mlx5_0:1,mlx5_1") == ["mlx5_0", "mlx5_1"]
 
 
-# --- the CLI ------------------------------------------------------------------------------------
+# --- the CLI -------------------------------------------------------------------------------------
 
 
 def test_cli_json_and_exit_status(tmp_path, monkeypatch, capsys):
