@@ -19,7 +19,10 @@ from sm12x.bench.compare import reference_groups
 from sm12x.bench.result import BenchResult
 from sm12x.recipe.model import Recipe
 
-INSTALL_HINT = "pip install 'sm12x[bench]' (or pip install matplotlib) and rerun with --from-jsonl"
+INSTALL_HINT = (
+    "pip install 'sm12x[bench]' (or pip install matplotlib), then `sm12x bench --report "
+    "RESULT.json` draws it"
+)
 
 
 def matplotlib_missing() -> str | None:

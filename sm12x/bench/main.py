@@ -5,6 +5,7 @@ beside the recipe's published figures.
     sm12x bench --url http://gpu-box:30000 --recipe rtx-pro-6000-tp4 --tokenizer /srv/models/...
     sm12x bench --from-jsonl runs.jsonl --recipe rtx-pro-6000-tp4   # report recorded lines
     sm12x bench --validate result.json                              # check a submission
+    sm12x bench --report result.json                                # its tables and chart again
 
 Default workload: the seed PR's (random prompts, 1024 in / 512 out, range
 ratio 1.0) at concurrency 16, 32 and 64, with `--dataset-name random-ids` so
@@ -114,6 +115,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="no benchmark: report lines sglang already wrote (needs --recipe)")
     out.add_argument("--validate", type=Path, metavar="RESULT",
                      help="check a result.json against the submission schema and exit")
+    out.add_argument("--report", type=Path, metavar="RESULT",
+                     help="no benchmark: print an existing result.json's tables and draw its "
+                     "chart beside it (e.g. on the host, for a run made inside the image)")
 
 
 # --- helpers --------------------------------------------------------------------
@@ -308,6 +312,27 @@ def run_validate(path: Path, console: Console) -> int:
     console.print(f"{path}: a valid sm12x bench result ({data.get('schema')})",
                   highlight=False, markup=False, soft_wrap=True)
     return 0
+
+
+def run_report(path: Path, console: Console, no_chart: bool) -> int:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UserError(f"{path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    problems = validate(data)
+    if problems:
+        raise UserError(f"{path} is not a valid sm12x bench result: {problems[0]}")
+    result = BenchResult.model_validate(data)
+    report.render(result, console)
+    if no_chart:
+        return 0 if result.passed else 1
+    recipe = load_recipe(result.recipe.name)
+    skipped = chart.write_chart(result, recipe, path.parent / "chart.png")
+    note = f"chart: skipped, {skipped}" if skipped else f"chart: {path.parent / 'chart.png'}"
+    console.print(note, highlight=False, markup=False, soft_wrap=True)
+    return 0 if result.passed else 1
 
 
 def run_from_jsonl(args: argparse.Namespace, console: Console, err: Console) -> int:
@@ -509,6 +534,8 @@ def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
     if args.validate:
         return run_validate(args.validate, console)
+    if args.report:
+        return run_report(args.report, console, args.no_chart)
     if args.from_jsonl:
         return run_from_jsonl(args, console, err)
     return run_live(args, console, err)

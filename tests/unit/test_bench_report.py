@@ -169,6 +169,13 @@ def test_result_round_trips_through_the_model(tmp_path):
     assert BenchResult.model_validate(data).model_dump(mode="json", by_alias=True) == data
 
 
+def test_report_refuses_what_is_not_a_result(tmp_path):
+    (tmp_path / "x.json").write_text('{"schema": "sm12x-bench/1"}')
+    result = run_sm12x("bench", "--report", str(tmp_path / "x.json"))
+    assert result.returncode == 1
+    assert "is not a valid sm12x bench result" in result.stderr
+
+
 def test_from_jsonl_needs_a_recipe_and_lines(tmp_path):
     path = recorded(tmp_path, "c16.json")
     result = run_sm12x("bench", "--from-jsonl", str(path))
@@ -192,7 +199,13 @@ def test_chart_is_skipped_with_a_hint_without_matplotlib(tmp_path):
                                             "COLUMNS": "200"})
     assert done.returncode == 0, done.stderr
     assert "chart: skipped, matplotlib is not installed: pip install 'sm12x[bench]'" in done.stdout
+    assert "sm12x bench --report RESULT.json" in done.stdout
     assert (out / "result.json").exists() and not (out / "chart.png").exists()
+    # Where matplotlib is (the host), --report redraws it from the result alone.
+    result = run_sm12x("bench", "--report", str(out / "result.json"), env=WIDE)
+    assert result.returncode == 0, result.stderr
+    assert "concurrency 16: ok" in result.stdout
+    assert png_size(out / "chart.png") == (1200, 480)
 
 
 def test_write_chart_reports_missing_matplotlib(monkeypatch, tmp_path):
