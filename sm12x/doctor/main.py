@@ -46,16 +46,20 @@ def report(checks: list[Check], recipe: str | None) -> dict:
 
 
 def table(checks: list[Check], console: Console) -> None:
+    """check | verdict | what was found, with the fix on the line below it."""
     out = Table(box=box.SIMPLE_HEAVY, show_lines=False)
-    out.add_column("check")
-    out.add_column("verdict")
-    out.add_column("found", overflow="fold")
-    out.add_column("fix", overflow="fold")
+    out.add_column("check", no_wrap=True)
+    out.add_column("verdict", no_wrap=True)
+    out.add_column("found / fix", overflow="fold")
     for check in checks:
-        verdict = check.verdict + ("" if check.required or check.verdict in ("ok", "skip")
-                                   else " (optional)")
-        out.add_row(check.title, Text(verdict, style=STYLE[check.verdict]),
-                    Text(check.detail), Text(check.fix or ""))
+        # Warnings never fail doctor; say so only for a failure that does not count.
+        verdict = check.verdict + (" (optional)" if check.verdict == "fail"
+                                   and not check.required else "")
+        found = Text(check.detail)
+        if check.fix:
+            found.append("\nfix: ", style="bold")
+            found.append(check.fix)
+        out.add_row(check.title, Text(verdict, style=STYLE[check.verdict]), found)
     console.print(out)
 
 
