@@ -4,6 +4,9 @@ Adding a subcommand: write a module that defines
     COMMAND = Command(name=..., help=..., add_arguments=fn(parser), run=fn(args) -> int)
 and add its module path to SUBCOMMANDS. Nothing else changes here.
 
+A command with its own argument parser (verify) sets `passthrough`: it is
+handed everything after its name.
+
 Bad input raises sm12x.errors.UserError anywhere below: it is printed as one
 `sm12x <command>: error: ...` line on stderr, exit status 1, no traceback.
 """
@@ -27,6 +30,8 @@ class Command:
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
     description: str | None = None
+    # A command with its own parser (verify): gets argv after its name as is.
+    passthrough: Callable[[list[str]], int] | None = None
 
 
 SUBCOMMANDS: tuple[str, ...] = (
@@ -34,6 +39,9 @@ SUBCOMMANDS: tuple[str, ...] = (
     "sm12x.launch.render_cmd",
     "sm12x.launch.health",
     "sm12x.router",
+    "sm12x.verify_cmd",
+    "sm12x.bench.main",
+    "sm12x.doctor.main",
 )
 
 
@@ -58,6 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv:
+        for command in commands():
+            if command.passthrough is not None and argv[0] == command.name:
+                try:
+                    return command.passthrough(argv[1:])
+                except KeyboardInterrupt:
+                    return 130
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -14,14 +14,14 @@ def test_every_registered_module_defines_a_command():
         command = importlib.import_module(module).COMMAND
         assert isinstance(command, cli.Command)
         names.append(command.name)
-    assert names == ["launch", "render", "healthcheck", "router"]
+    assert names == ["launch", "render", "healthcheck", "router", "verify", "bench", "doctor"]
     assert len(set(names)) == len(names)
 
 
 def test_help_lists_the_commands():
     result = run_sm12x("--help")
     assert result.returncode == 0
-    for name in ("launch", "render", "healthcheck", "router"):
+    for name in ("launch", "render", "healthcheck", "router", "verify", "bench", "doctor"):
         assert name in result.stdout
 
 
@@ -35,3 +35,17 @@ def test_version():
     from sm12x import __version__
 
     assert run_sm12x("--version").stdout.strip() == f"sm12x {__version__}"
+
+
+def test_verify_is_handed_its_arguments_untouched():
+    """`sm12x verify ...` is `python -m verify ...`: same options, same exit codes."""
+    from tests.support.fake_sglang.server import free_port
+
+    result = run_sm12x("verify", "--help")
+    assert result.returncode == 0
+    assert "--base-url" in result.stdout and "--soak-concurrency" in result.stdout
+    result = run_sm12x("verify", "--base-url", f"http://127.0.0.1:{free_port()}", "--no-files")
+    assert result.returncode == 2
+    assert "cannot reach" in result.stdout
+    result = run_sm12x("verify", "--skip", "nonsense")
+    assert result.returncode == 2 and "unknown check" in result.stderr

@@ -1,0 +1,550 @@
+"""`sm12x bench`: sglang's serving benchmark against a running server, judged
+beside the recipe's published figures.
+
+    sm12x bench                                  # the server on 127.0.0.1:$SM12X_PORT
+    sm12x bench --url http://gpu-box:30000 --recipe rtx-pro-6000-tp4 --tokenizer /srv/models/...
+    sm12x bench --from-jsonl runs.jsonl --recipe rtx-pro-6000-tp4   # report recorded lines
+    sm12x bench --validate result.json                              # check a submission
+    sm12x bench --report result.json                                # its tables and chart again
+
+Default workload: the seed PR's (random prompts, 1024 in / 512 out, range
+ratio 1.0) at concurrency 16, 32 and 64, with `--dataset-name random-ids` so
+nothing is downloaded. Writes result.json (schema: sm12x/bench/result.schema.json),
+chart.png, runs.jsonl (sglang's own lines) and one log per run under --out.
+Exit status: 0 every run completed every request; 1 a run failed or was
+partial (still reported and written), or bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+
+import httpx
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from sm12x import __version__
+from sm12x.bench import chart, compare, lines, provenance, report, runner
+from sm12x.bench.result import (
+    BenchResult,
+    Client,
+    Environment,
+    Image,
+    Metrics,
+    RecipeInfo,
+    Run,
+    Workload,
+    validate,
+)
+from sm12x.cli import Command
+from sm12x.errors import UserError
+from sm12x.launch import gpus as gpu_query
+from sm12x.launch.health import default_url
+from sm12x.recipe import Recipe, load_all, load_recipe
+
+DEFAULT_CONCURRENCY = (16, 32, 64)
+PROMPTS_PER_CONCURRENCY = 10
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+# --- arguments ----------------------------------------------------------------
+
+
+def _concurrencies(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like 16,32,64, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive numbers like 16,32,64, got {text!r}")
+    return sorted(set(values))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    target = parser.add_argument_group("server")
+    target.add_argument("--url", help="server base URL (default http://127.0.0.1:$SM12X_PORT, "
+                        "i.e. http://127.0.0.1:30000)")
+    target.add_argument("--api-key", help="default $SM12X_API_KEY")
+    target.add_argument("--recipe", default="auto",
+                        help="the recipe the server runs: its references and expectations "
+                        "(default auto: picked from the server's GPUs)")
+    work = parser.add_argument_group("workload (defaults: the seed PR's)")
+    work.add_argument("--concurrency", type=_concurrencies, default=list(DEFAULT_CONCURRENCY),
+                      metavar="C1,C2,...", help="--max-concurrency of each run (default 16,32,64)")
+    work.add_argument("--num-prompts", type=int,
+                      help=f"requests per run (default {PROMPTS_PER_CONCURRENCY} x concurrency)")
+    work.add_argument("--input-len", type=int, default=1024)
+    work.add_argument("--output-len", type=int, default=512)
+    work.add_argument("--range-ratio", type=float, default=1.0)
+    work.add_argument("--dataset-path", help="a ShareGPT-format JSON: runs sglang's `random` "
+                      "dataset on it (the seed's exact workload) instead of `random-ids`")
+    work.add_argument("--backend", default="sglang",
+                      help="sglang's --backend (default sglang: the native /generate API)")
+    work.add_argument("--tokenizer", help="tokenizer path or id for the benchmark client (default: "
+                      "$SM12X_MODEL_DIR when it is here, else what the server reports)")
+    work.add_argument("--extra", action="append", default=[], metavar="ARG",
+                      help="one more argument for sglang.benchmark.serving (repeatable)")
+    proc = parser.add_argument_group("process")
+    proc.add_argument("--python", default=sys.executable,
+                      help="the Python whose sglang runs the benchmark (default: this one)")
+    proc.add_argument("--run-timeout", type=float, default=3600.0,
+                      help="seconds one run may take before it is killed (default 3600)")
+    proc.add_argument("--request-timeout", type=float, default=30.0,
+                      help="seconds for each request bench itself makes (default 30)")
+    proc.add_argument("--no-reset-accept-stats", action="store_true",
+                      help="keep sglang's lifetime acceptance average instead of resetting it "
+                      "(POST /set_internal_state) before each run")
+    prov = parser.add_argument_group("provenance (normally found on their own)")
+    prov.add_argument("--container", default="auto",
+                      help="the sm12x container to inspect: auto, none or a name")
+    prov.add_argument("--image", help="image reference, if bench cannot see the container")
+    prov.add_argument("--image-digest", help="image digest (sha256:...)")
+    prov.add_argument("--gpu", action="append", default=[], metavar="NAME",
+                      help="a GPU name as nvidia-smi prints it, once per GPU (remote servers)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", type=Path,
+                     help="folder for result.json, chart.png, runs.jsonl, logs/ "
+                     "(default bench-results/RECIPE-UTCSTAMP)")
+    out.add_argument("--no-chart", action="store_true")
+    out.add_argument("--from-jsonl", type=Path, metavar="FILE",
+                     help="no benchmark: report lines sglang already wrote (needs --recipe)")
+    out.add_argument("--validate", type=Path, metavar="RESULT",
+                     help="check a result.json against the submission schema and exit")
+    out.add_argument("--report", type=Path, metavar="RESULT",
+                     help="no benchmark: print an existing result.json's tables and draw its "
+                     "chart beside it (e.g. on the host, for a run made inside the image)")
+
+
+# --- helpers --------------------------------------------------------------------
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def dotenv_value(name: str, path: Path = Path(".env")) -> str | None:
+    """NAME from a compose .env file (KEY=value lines), if there is one."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and key.strip() == name:
+            return value.strip().strip("'\"") or None
+    return None
+
+
+def default_tokenizer(inside: bool) -> tuple[str | None, str]:
+    if inside:
+        return None, "the server's own (bench runs inside the image)"
+    model_dir = os.environ.get("SM12X_MODEL_DIR") or dotenv_value("SM12X_MODEL_DIR")
+    if model_dir and any((Path(model_dir) / f).is_file() for f in TOKENIZER_FILES):
+        return model_dir, f"{model_dir} (SM12X_MODEL_DIR)"
+    return None, (
+        "the path the server reports (works inside the image; from another machine pass "
+        "--tokenizer PATH_OR_HF_ID)"
+    )
+
+
+def choose_recipe(choice: str, found: list[gpu_query.Gpu]) -> tuple[Recipe, str]:
+    if choice != "auto":
+        return load_recipe(choice), f"--recipe {choice}"
+    if not found:
+        raise UserError(
+            "--recipe auto needs the server's GPUs and bench cannot see them (the server is not "
+            "on this machine, or nvidia-smi is missing): pass --recipe NAME"
+        )
+    pick = gpu_query.pick_recipe(found, load_all())
+    return pick.recipe, f"auto: {pick.reason}"
+
+
+def recipe_info(recipe: Recipe) -> RecipeInfo:
+    return RecipeInfo(
+        name=recipe.name,
+        summary=recipe.summary,
+        status=recipe.status.state,
+        dspark_block_size=recipe.dspark.block_size,
+        gpu=recipe.hardware.gpu,
+        gpus_per_node=recipe.hardware.gpus_per_node,
+        nodes=recipe.hardware.nodes,
+    )
+
+
+def server_mismatches(recipe: Recipe, server: dict) -> list[str]:
+    """Where the running server differs from the recipe it is judged against."""
+    if not server:
+        return ["no /server_info: cannot check the server runs the recipe's settings"]
+    problems = []
+    expected = {
+        "tp_size": recipe.flag_value("--tp-size"),
+        "speculative_algorithm": "DSPARK",
+        "speculative_dspark_block_size": recipe.dspark.block_size,
+        "kv_cache_dtype": recipe.flag_value("--kv-cache-dtype"),
+        "moe_runner_backend": recipe.flag_value("--moe-runner-backend"),
+    }
+    for key, want in expected.items():
+        if want is None or key not in server:
+            continue
+        got = server[key]
+        if str(got).upper() != str(want).upper():
+            problems.append(f"the server runs {key}={got!r}, recipe {recipe.name} says {want!r}")
+    return problems
+
+
+def reset_accept_stats(base_url: str, api_key: str | None, timeout: float) -> str | None:
+    """Reset sglang's acceptance counters; None on success, else why not."""
+    try:
+        response = httpx.post(
+            f"{base_url}/set_internal_state",
+            json={"server_args": {}},
+            headers=provenance.api_headers(api_key),
+            timeout=timeout,
+        )
+    except httpx.HTTPError as exc:
+        return f"POST /set_internal_state: {exc or type(exc).__name__}"
+    if response.status_code != 200:
+        return f"POST /set_internal_state: HTTP {response.status_code}"
+    try:
+        answer = response.json()
+    except ValueError:
+        return "POST /set_internal_state: the answer is not JSON"
+    if not (isinstance(answer, list) and answer and all(a is True for a in answer)):
+        return f"POST /set_internal_state answered {answer!r}"
+    return None
+
+
+def build_run(outcome: lines.Outcome, **extra) -> Run:
+    raw = dict(outcome.line) if outcome.line else None
+    if raw is not None:
+        raw.pop("server_info", None)
+    return Run(
+        concurrency=outcome.concurrency,
+        num_prompts=outcome.num_prompts,
+        completed=outcome.completed,
+        status=outcome.status,
+        problems=outcome.problems,
+        missing_fields=outcome.missing_fields,
+        metrics=Metrics(**outcome.metrics, **outcome.extra) if outcome.metrics else _no_metrics(),
+        sglang_line=raw,
+        **extra,
+    )
+
+
+def _no_metrics() -> Metrics:
+    return Metrics(output_tokens_per_s=None, mean_itl_ms=None, p99_itl_ms=None,
+                   mean_ttft_ms=None, p99_ttft_ms=None, accept_length=None)
+
+
+def finish(
+    recipe: Recipe,
+    runs: list[Run],
+    workload: Workload,
+    environment: Environment,
+    server: dict,
+    client_sglang: str | None,
+    warnings: list[str],
+    started: str | None,
+    out: Path,
+    console: Console,
+    err: Console,
+    no_chart: bool,
+) -> int:
+    comparisons = compare.compare(recipe, runs, workload)
+    warnings = warnings + compare.workload_mismatches(recipe, workload)
+    result = BenchResult(
+        sm12x_version=__version__,
+        started=started,
+        finished=now(),
+        recipe=recipe_info(recipe),
+        environment=environment,
+        client=Client(sm12x_version=__version__, python=provenance.python_version(),
+                      sglang_version=client_sglang),
+        server=server,
+        workload=workload,
+        runs=runs,
+        comparisons=comparisons,
+        warnings=warnings,
+        passed=bool(runs) and all(r.status == "ok" for r in runs),
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "result.json").write_text(result.dump(), encoding="utf-8")
+    report.render(result, console)
+    if no_chart:
+        chart_note = "chart: skipped (--no-chart)"
+    else:
+        skipped = chart.write_chart(result, recipe, out / "chart.png")
+        chart_note = f"chart: skipped, {skipped}" if skipped else f"chart: {out / 'chart.png'}"
+    console.print(f"result: {out / 'result.json'}", highlight=False, markup=False, soft_wrap=True)
+    console.print(chart_note, highlight=False, markup=False, soft_wrap=True)
+    failed = [r for r in runs if r.status != "ok"]
+    if failed:
+        err.print(
+            f"sm12x bench: {len(failed)} of {len(runs)} run(s) did not complete every request: "
+            + ", ".join(f"c{r.concurrency} {r.status}" for r in failed),
+            highlight=False,
+        )
+        return 1
+    return 0
+
+
+# --- modes ------------------------------------------------------------------------
+
+
+def run_validate(path: Path, console: Console) -> int:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UserError(f"{path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    problems = validate(data)
+    if problems:
+        for problem in problems:
+            console.print(f"{path}: {problem}", highlight=False, markup=False,
+                          soft_wrap=True)
+        return 1
+    console.print(f"{path}: a valid sm12x bench result ({data.get('schema')})",
+                  highlight=False, markup=False, soft_wrap=True)
+    return 0
+
+
+def run_report(path: Path, console: Console, no_chart: bool) -> int:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UserError(f"{path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    problems = validate(data)
+    if problems:
+        raise UserError(f"{path} is not a valid sm12x bench result: {problems[0]}")
+    result = BenchResult.model_validate(data)
+    report.render(result, console)
+    if no_chart:
+        return 0 if result.passed else 1
+    recipe = load_recipe(result.recipe.name)
+    skipped = chart.write_chart(result, recipe, path.parent / "chart.png")
+    note = f"chart: skipped, {skipped}" if skipped else f"chart: {path.parent / 'chart.png'}"
+    console.print(note, highlight=False, markup=False, soft_wrap=True)
+    return 0 if result.passed else 1
+
+
+def run_from_jsonl(args: argparse.Namespace, console: Console, err: Console) -> int:
+    if args.recipe == "auto":
+        raise UserError("--from-jsonl needs --recipe NAME (the lines do not say which rig ran)")
+    recipe = load_recipe(args.recipe)
+    try:
+        text = args.from_jsonl.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{args.from_jsonl}: {exc.strerror or exc}") from None
+    parsed = lines.read_lines(text)
+    warnings = [str(item) for item in parsed if isinstance(item, lines.LineError)]
+    good = [item for item in parsed if isinstance(item, dict)]
+    if not good:
+        raise UserError(f"{args.from_jsonl}: no JSON line of sglang's serving benchmark in it")
+    runs: list[Run] = []
+    seen: dict[int, Run] = {}
+    for line in good:
+        concurrency = lines.concurrency_of(line)
+        if concurrency is None:
+            warnings.append("a line without max_concurrency was left out")
+            continue
+        num_prompts = lines.num_prompts_of(line) or args.num_prompts
+        run = build_run(lines.judge(line, concurrency, num_prompts),
+                        accept_length_scope=None)
+        if concurrency in seen:
+            warnings.append(f"concurrency {concurrency} appears twice: the last line is used")
+            runs.remove(seen[concurrency])
+        seen[concurrency] = run
+        runs.append(run)
+    runs.sort(key=lambda r: r.concurrency)
+    info = next((ln.get("server_info") for ln in reversed(good) if ln.get("server_info")), None)
+    server = provenance.server_summary(info)
+    overrides = provenance.Overrides(args.image, args.image_digest, list(args.gpu), "none")
+    sources = {"sglang_version": "server_info in the recorded lines"} if server.get("version") \
+        else {}
+    if overrides.gpus:
+        sources["gpus"] = "--gpu"
+    environment = Environment(
+        image=Image(ref=args.image, id=None, digest=args.image_digest,
+                    version=args.image.rsplit(":", 1)[1] if args.image and ":" in
+                    args.image.rsplit("/", 1)[-1] else None),
+        sglang_version=str(server["version"]) if server.get("version") else None,
+        flashinfer_version=None,
+        torch_version=None,
+        gpus=overrides.gpus,
+        compute_capability=None,
+        gpu_driver=None,
+        sources=sources,
+    )
+    first = good[0]
+    workload = Workload(
+        backend=str(first.get("backend", "sglang")),
+        dataset_name="random" if first.get("dataset_name") == "random" else "random-ids",
+        dataset_path=None,
+        input_len=int(first.get("random_input_len") or args.input_len),
+        output_len=int(first.get("random_output_len") or args.output_len),
+        range_ratio=float(first.get("random_range_ratio", args.range_ratio)),
+        concurrencies=[r.concurrency for r in runs],
+    )
+    warnings += server_mismatches(recipe, server) if server else []
+    out = args.out or args.from_jsonl.parent / "report"
+    return finish(recipe, runs, workload, environment, server, None, warnings, None, out,
+                  console, err, args.no_chart)
+
+
+def run_live(args: argparse.Namespace, console: Console, err: Console) -> int:
+    base_url = (args.url or default_url(os.environ)).rstrip("/").removesuffix("/v1")
+    api_key = args.api_key or os.environ.get("SM12X_API_KEY", "").strip() or None
+    timeout = args.request_timeout
+    if args.num_prompts is not None and args.num_prompts < 1:
+        raise UserError("--num-prompts must be at least 1")
+    if args.run_timeout <= 0 or timeout <= 0:
+        raise UserError("--run-timeout and --request-timeout must be positive")
+    if args.dataset_path and not Path(args.dataset_path).is_file():
+        raise UserError(f"--dataset-path {args.dataset_path} is not a file")
+
+    missing = runner.python_has_benchmark(args.python)
+    if missing:
+        raise UserError(
+            f"{missing}: run bench inside the image (docker compose exec <service> sm12x bench), "
+            "or pass --python with one that has sglang (pip install sglang)"
+        )
+    models, problem = provenance.get_json(f"{base_url}/v1/models", api_key, timeout)
+    if models is None:
+        raise UserError(
+            f"cannot reach the server ({problem}): start it (docker compose up -d; "
+            "`sm12x verify` says when it is ready) or pass --url"
+        )
+    info, info_problem = provenance.server_info(base_url, api_key, timeout)
+    warnings: list[str] = []
+    if info is None:
+        warnings.append(f"no sglang server info ({info_problem}): is this a router?")
+    overrides = provenance.Overrides(args.image, args.image_digest, list(args.gpu), args.container)
+    inside = provenance.in_container()
+    with err.status("collecting versions, image and GPUs"):
+        facts = provenance.collect(base_url, info, args.python, overrides, timeout=timeout,
+                                   inside=inside)
+    recipe, how = choose_recipe(args.recipe, facts.gpus)
+    warnings += facts.notes
+    warnings += server_mismatches(recipe, facts.server)
+    tokenizer, tokenizer_note = (args.tokenizer, args.tokenizer) if args.tokenizer else \
+        default_tokenizer(inside)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = (args.out or Path("bench-results") / f"{recipe.name}-{stamp}").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    err.print(f"recipe: {recipe.name} ({how})", highlight=False, markup=False,
+              soft_wrap=True)
+    err.print(f"server: {base_url}, sglang {facts.environment.sglang_version or '?'}",
+              highlight=False, markup=False, soft_wrap=True)
+    err.print(f"tokenizer: {tokenizer_note}", highlight=False, markup=False, soft_wrap=True)
+    err.print(f"writing to {out}", highlight=False, markup=False, soft_wrap=True)
+
+    env = runner.benchmark_env(os.environ, api_key)
+    started = now()
+    runs: list[Run] = []
+    jsonl = out / "runs.jsonl"
+    jsonl.write_text("", encoding="utf-8")
+    plan = [(c, args.num_prompts or PROMPTS_PER_CONCURRENCY * c) for c in args.concurrency]
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err, transient=False,
+    )
+    with progress:
+        overall = progress.add_task("all runs", total=sum(n for _, n in plan))
+        done_before = 0
+        for concurrency, num_prompts in plan:
+            scope = "server-lifetime"
+            if not args.no_reset_accept_stats:
+                problem = reset_accept_stats(base_url, api_key, timeout)
+                if problem:
+                    warnings.append(f"c{concurrency}: acceptance counters not reset ({problem}); "
+                                    "its accept_length is the server's lifetime average")
+                else:
+                    scope = "per-run"
+            task = progress.add_task(f"concurrency {concurrency}", total=num_prompts)
+
+            def on_progress(n: int, total: int, task=task, base=done_before) -> None:
+                progress.update(task, completed=n, total=total)
+                progress.update(overall, completed=base + n)
+
+            spec = runner.Spec(
+                base_url=base_url, concurrency=concurrency, num_prompts=num_prompts,
+                input_len=args.input_len, output_len=args.output_len,
+                range_ratio=args.range_ratio, backend=args.backend,
+                dataset_path=args.dataset_path, tokenizer=tokenizer,
+                extra_args=tuple(args.extra),
+            )  # fmt: skip
+            ended = runner.run_one(spec, args.python, out, timeout_s=args.run_timeout, env=env,
+                                   on_progress=on_progress)
+            line = None
+            parse_problem = None
+            if ended.lines:
+                with jsonl.open("a", encoding="utf-8") as f:
+                    f.write(ended.lines[-1] + "\n")
+                try:
+                    line = lines.parse_line(ended.lines[-1])
+                except lines.LineError as exc:
+                    parse_problem = f"sglang's result line is unreadable: {exc}"
+            outcome = lines.judge(line, concurrency, num_prompts)
+            if ended.error:
+                # A process that failed after writing a line keeps its figures
+                # but is never reported as ok.
+                outcome.problems.insert(0, f"the benchmark process failed: {ended.error}")
+                if outcome.status == "ok":
+                    outcome.status = "failed"
+            if parse_problem:
+                outcome.problems.insert(0, parse_problem)
+            run = build_run(
+                outcome,
+                accept_length_scope=scope,
+                exit_code=ended.exit_code,
+                wall_s=round(ended.wall_s, 1),
+                log=f"logs/c{concurrency}.log",
+            )
+            runs.append(run)
+            done_before += num_prompts
+            if run.status == "ok":
+                progress.update(task, completed=num_prompts)
+            progress.update(task, description=f"concurrency {concurrency}: {run.status}")
+            progress.update(overall, completed=done_before)
+
+    workload = Workload(
+        backend=args.backend,
+        dataset_name="random" if args.dataset_path else "random-ids",
+        dataset_path=Path(args.dataset_path).name if args.dataset_path else None,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        range_ratio=args.range_ratio,
+        concurrencies=list(args.concurrency),
+        extra_args=list(args.extra),
+    )
+    return finish(recipe, runs, workload, facts.environment, facts.server, facts.client_sglang,
+                  warnings, started, out, console, err, args.no_chart)
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console(highlight=False, markup=False, soft_wrap=True)
+    err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
+    if args.validate:
+        return run_validate(args.validate, console)
+    if args.report:
+        return run_report(args.report, console, args.no_chart)
+    if args.from_jsonl:
+        return run_from_jsonl(args, console, err)
+    return run_live(args, console, err)
+
+
+COMMAND = Command(
+    name="bench",
+    help="run sglang's serving benchmark and compare with the recipe's published figures",
+    description=__doc__.split("\n\n")[0].replace("\n", " "),
+    add_arguments=add_arguments,
+    run=run,
+)

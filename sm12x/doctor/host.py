@@ -1,0 +1,100 @@
+"""Everything doctor learns about the machine goes through Host.
+
+Commands run with a timeout and never raise; files are read under `root`
+(default /), so tests point one Host at a folder of recorded /proc, /sys and
+model files and replace run() with recorded command output.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Output:
+    """What a command did: ok, or why not (missing, timed out, exit status)."""
+
+    argv: tuple[str, ...]
+    stdout: str = ""
+    stderr: str = ""
+    returncode: int | None = None
+    error: str | None = None  # set when it could not run or timed out
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.returncode == 0
+
+    def why(self) -> str:
+        """One line saying what went wrong."""
+        if self.error:
+            return self.error
+        said = (self.stderr or self.stdout).strip().splitlines()
+        return f"`{' '.join(self.argv[:3])}` exit {self.returncode}" + (
+            f": {said[-1].strip()}" if said else ""
+        )
+
+
+@dataclass
+class Host:
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    root: Path = Path("/")
+    timeout: float = 20.0
+
+    # --- commands -------------------------------------------------------------
+
+    def which(self, name: str) -> str | None:
+        return shutil.which(name, path=self.environ.get("PATH"))
+
+    def run(self, argv: Sequence[str], timeout: float | None = None) -> Output:
+        argv = tuple(argv)
+        binary = self.which(argv[0]) if "/" not in argv[0] else argv[0]
+        if binary is None:
+            return Output(argv, error=f"{argv[0]} is not installed (not on PATH)")
+        limit = self.timeout if timeout is None else timeout
+        try:
+            done = subprocess.run(
+                [binary, *argv[1:]],
+                capture_output=True,
+                text=True,
+                timeout=limit,
+                check=False,
+                env=dict(self.environ),
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            return Output(argv, error=f"`{' '.join(argv[:3])}` did not answer within {limit:.0f} s")
+        except OSError as exc:
+            return Output(argv, error=f"{argv[0]}: {exc.strerror or exc}")
+        return Output(argv, done.stdout, done.stderr, done.returncode)
+
+    # --- files ------------------------------------------------------------------
+
+    def path(self, path: str | Path) -> Path:
+        """A host path under root (absolute paths are re-rooted)."""
+        path = Path(path)
+        return self.root / path.relative_to("/") if path.is_absolute() else self.root / path
+
+    def read(self, path: str | Path) -> str | None:
+        try:
+            return self.path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
+    def listdir(self, path: str | Path) -> list[str]:
+        try:
+            return sorted(os.listdir(self.path(path)))
+        except OSError:
+            return []
+
+    def disk(self, path: str | Path) -> tuple[int, int] | None:
+        """(total, free) bytes of the filesystem holding path, or None."""
+        try:
+            usage = shutil.disk_usage(self.path(path))
+        except OSError:
+            return None
+        return usage.total, usage.free

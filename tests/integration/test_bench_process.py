@@ -1,0 +1,359 @@
+"""`sm12x bench` as a process, driving a stand-in for sglang.benchmark.serving
+that parses its arguments with sglang's real parser (read from the wheel) and
+writes recorded lines, against a small HTTP server with sglang's endpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import stat
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from sm12x.bench import provenance, runner
+from support import bench_cli
+from support.cli import ROOT
+
+FIXTURES = ROOT / "tests" / "fixtures" / "bench"
+FAKE_BENCH = ROOT / "tests" / "support" / "fake_bench"
+NVIDIA_SMI = ROOT / "tests" / "fixtures" / "nvidia-smi"
+MODEL = "deepseek-ai/DeepSeek-V4-Flash-0731"
+
+
+def fixture(name: str) -> dict:
+    return json.loads((FIXTURES / name).read_text(), parse_constant=lambda _c: None)
+
+
+class Server:
+    """/v1/models, /server_info and /set_internal_state, as sglang answers them."""
+
+    def __init__(self, api_key: str | None = None, reset: bool = True) -> None:
+        self.requests: list[tuple[str, str]] = []
+        info = fixture("c16.json")["server_info"]
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _send(self, code: int, body) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _authorised(self) -> bool:
+                return not api_key or self.headers.get("Authorization") == f"Bearer {api_key}"
+
+            def do_GET(self):  # noqa: N802
+                outer.requests.append(("GET", self.path))
+                if not self._authorised():
+                    return self._send(401, {"error": "Unauthorized"})
+                if self.path == "/v1/models":
+                    return self._send(200, {"object": "list", "data": [{"id": MODEL}]})
+                if self.path == "/server_info":
+                    return self._send(200, info)
+                return self._send(404, {"detail": "Not Found"})
+
+            def do_POST(self):  # noqa: N802
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                outer.requests.append(("POST", self.path))
+                if self.path == "/set_internal_state" and reset and body == {"server_args": {}}:
+                    return self._send(200, [True])
+                return self._send(404, {"detail": "Not Found"})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    s = Server()
+    yield s
+    s.close()
+
+
+def healthy_scenario() -> dict:
+    return {"runs": {str(c): {"line": fixture(f"c{c}.json")} for c in (16, 32, 64)}}
+
+
+def bench(tmp_path: Path, url: str, *args: str, scenario: dict | None = None,
+          env: dict | None = None, stand_in: bool = True, path: str = "/usr/bin:/bin",
+          timeout: float = 180):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    scenario_file = tmp_path / "scenario.json"
+    scenario_file.write_text(json.dumps(scenario or healthy_scenario()))
+    record = tmp_path / "argv.jsonl"
+    pythonpath = [str(ROOT), str(ROOT / "tests")]
+    if stand_in:
+        pythonpath.insert(0, str(FAKE_BENCH))
+    full_env = {
+        "PATH": path,
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "LANG": "C.UTF-8",
+        "COLUMNS": "200",
+        "PYTHONPATH": os.pathsep.join(pythonpath),
+        "SM12X_FAKE_BENCH_SCENARIO": str(scenario_file),
+        "SM12X_FAKE_BENCH_RECORD": str(record),
+        **({"SM12X_CACHE": os.environ["SM12X_CACHE"]} if "SM12X_CACHE" in os.environ else {}),
+        **(env or {}),
+    }
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "sm12x.cli", "bench", "--url", url, "--out", str(out), *args],
+        cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=timeout,
+    )
+    calls = [json.loads(line) for line in record.read_text().splitlines()] if record.exists() \
+        else []
+    result = json.loads((out / "result.json").read_text()) if (out / "result.json").exists() \
+        else None
+    return done, result, calls, out
+
+
+def test_default_workload_through_sglangs_real_cli(tmp_path, server):
+    done, result, calls, out = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4",
+                                     "--container", "none")
+    assert done.returncode == 0, done.stdout + done.stderr
+    parser = bench_cli.real_parser("0.5.16")
+    assert len(calls) == 3
+    for call, concurrency in zip(calls, (16, 32, 64)):
+        args = parser.parse_args(call["argv"])
+        assert args.max_concurrency == concurrency
+        assert args.num_prompts == 10 * concurrency
+        assert args.dataset_name == "random-ids" and args.dataset_path == ""
+        assert (args.random_input_len, args.random_output_len, args.random_range_ratio) == (
+            1024, 512, 1.0)
+        assert args.backend == "sglang" and args.base_url == server.url
+        assert args.output_file == str(out / "runs" / f"c{concurrency}.jsonl")
+        assert args.tag == f"sm12x:c{concurrency}:n{10 * concurrency}"
+    assert [r["status"] for r in result["runs"]] == ["ok"] * 3
+    assert [r["accept_length_scope"] for r in result["runs"]] == ["per-run"] * 3
+    assert server.requests.count(("POST", "/set_internal_state")) == 3
+    assert result["workload"]["dataset_name"] == "random-ids"
+    assert result["environment"]["sglang_version"] == "0.5.16"
+    assert result["environment"]["sources"]["sglang_version"] == "server /server_info"
+    assert result["server"]["speculative_algorithm"] == "DSPARK"
+    assert len((out / "runs.jsonl").read_text().splitlines()) == 3
+    log = (out / "logs" / "c16.log").read_text()
+    assert log.startswith("$ ") and "Starting main benchmark run" in log
+    assert "concurrency 16" in done.stderr  # the progress display
+    assert (out / "chart.png").stat().st_size > 20_000
+    assert "Traceback" not in done.stderr
+
+
+def test_a_dataset_path_runs_the_seeds_random_dataset(tmp_path, server):
+    sharegpt = tmp_path / "ShareGPT_V3_unfiltered_cleaned_split.json"
+    sharegpt.write_text("[]")
+    done, result, calls, _ = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4",
+                                   "--container", "none", "--concurrency", "16",
+                                   "--num-prompts", "48", "--dataset-path", str(sharegpt))
+    assert done.returncode == 0, done.stderr
+    args = bench_cli.real_parser("0.5.16").parse_args(calls[0]["argv"])
+    assert args.dataset_name == "random" and args.dataset_path == str(sharegpt)
+    assert args.num_prompts == 48
+    assert result["workload"]["dataset_path"] == sharegpt.name  # never the folder
+
+
+def test_a_misspelt_flag_is_refused_by_sglangs_parser(tmp_path, server):
+    done, result, calls, _ = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4",
+                                   "--container", "none", "--concurrency", "16",
+                                   "--extra=--max-concurency=8")
+    assert done.returncode == 1
+    assert calls == []  # argparse refused it before the stand-in recorded anything
+    run = result["runs"][0]
+    assert run["status"] == "failed" and run["exit_code"] == 2
+    assert "unrecognized arguments: --max-concurency=8" in " ".join(run["problems"])
+
+
+def test_failures_are_reported_and_a_hung_run_is_killed(tmp_path, server):
+    scenario = {"runs": {
+        "16": {"line": None, "exit": 1, "output": "ValueError: Warmup failed - Please make sure "
+               "benchmark arguments are correctly specified. Error: Bad Request"},
+        "32": {"line": None, "sleep": 120},
+        "64": {"line": fixture("c64.json"), "exit": 1, "output": "Traceback: late crash"},
+    }}
+    started = time.monotonic()
+    done, result, calls, out = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4",
+                                     "--container", "none", "--run-timeout", "4",
+                                     scenario=scenario)
+    assert time.monotonic() - started < 90
+    assert done.returncode == 1
+    runs = {r["concurrency"]: r for r in result["runs"]}
+    assert runs[16]["status"] == "failed"
+    assert "Warmup failed" in runs[16]["problems"][0]
+    assert runs[32]["status"] == "failed"
+    assert "did not finish within 4 s (--run-timeout); killed" in runs[32]["problems"][0]
+    assert runs[32]["wall_s"] < 30
+    hung = next(c["pid"] for c in calls if "32" in c["argv"])
+    with pytest.raises(ProcessLookupError):
+        os.kill(hung, 0)
+    # A line followed by a crash keeps its figures but is not ok.
+    assert runs[64]["status"] == "failed"
+    assert runs[64]["metrics"]["output_tokens_per_s"] == 1296.0
+    assert "the benchmark process failed" in runs[64]["problems"][0]
+    assert "3 of 3 run(s) did not complete every request" in done.stderr
+    assert "log: logs/c16.log" in done.stdout
+    assert result["passed"] is False
+
+
+def test_all_requests_failed_line(tmp_path, server):
+    scenario = {"default": {"line": fixture("all-failed-c16.jsonl")}}
+    done, result, _, _ = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4",
+                               "--container", "none", "--concurrency", "16", scenario=scenario)
+    assert done.returncode == 1
+    assert result["runs"][0]["status"] == "failed"
+    assert "no request completed" in result["runs"][0]["problems"][0]
+
+
+def test_no_acceptance_reset_on_a_server_without_it(tmp_path):
+    server = Server(reset=False)
+    try:
+        done, result, _, _ = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4",
+                                   "--container", "none", "--concurrency", "16")
+    finally:
+        server.close()
+    assert done.returncode == 0
+    assert result["runs"][0]["accept_length_scope"] == "server-lifetime"
+    assert any("acceptance counters not reset" in w for w in result["warnings"])
+
+
+def test_api_key_reaches_the_server_and_the_benchmark(tmp_path):
+    server = Server(api_key="s3cret")
+    try:
+        done, result, _, _ = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4",
+                                   "--container", "none", "--concurrency", "16",
+                                   env={"SM12X_API_KEY": "s3cret"})
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert result["runs"][0]["status"] == "ok"
+        done, _, _, _ = bench(tmp_path / "nokey", server.url, "--recipe", "rtx-pro-6000-tp4",
+                              "--container", "none")
+        assert done.returncode == 1
+        assert "cannot reach the server" in done.stderr and "HTTP 401" in done.stderr
+    finally:
+        server.close()
+
+
+def test_no_server(tmp_path):
+    from tests.support.fake_sglang.server import free_port
+
+    done, result, calls, _ = bench(tmp_path, f"http://127.0.0.1:{free_port()}", "--recipe",
+                                   "rtx-pro-6000-tp4")
+    assert done.returncode == 1 and result is None and calls == []
+    errors = [line for line in done.stderr.splitlines() if ": error: " in line]
+    assert len(errors) == 1 and "cannot reach the server" in errors[0]
+    assert "Traceback" not in done.stderr
+
+
+def test_python_without_sglang(tmp_path, server):
+    done, _, _, _ = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4", stand_in=False)
+    assert done.returncode == 1
+    assert "has no sglang.benchmark.serving" in done.stderr
+    assert "docker compose exec" in done.stderr
+
+
+def test_recipe_auto_needs_gpus(tmp_path, server):
+    done, _, _, _ = bench(tmp_path, server.url, "--container", "none")
+    assert done.returncode == 1
+    assert "pass --recipe NAME" in done.stderr
+
+
+# --- provenance: the container on this machine ------------------------------------------------
+
+PROBE_ANSWER = {
+    "sglang": "0.5.16", "flashinfer": "0.6.15.post1", "torch": "2.11.0",
+    "nvidia_smi": (NVIDIA_SMI / "rtx-pro-6000-x4.csv").read_text(), "nvidia_smi_error": None,
+}
+IMAGE_ID = "sha256:" + "1f" * 32
+DIGEST = "ghcr.io/sm12x/sm12x@sha256:" + "2e" * 32
+
+
+def fake_docker(tmp_path: Path) -> str:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    inspect = {"Image": IMAGE_ID, "Config": {"Image": "ghcr.io/sm12x/sm12x:0.1.0", "Labels": {
+        "org.opencontainers.image.version": "0.1.0"}}}
+    script = bin_dir / "docker"
+    script.write_text(f"""#!/bin/sh
+case "$1" in
+  ps) printf 'sm12x-rtx-pro-6000-tp4-1\\trtx-pro-6000-tp4\\n' ;;
+  inspect) [ "$4" = sm12x-rtx-pro-6000-tp4-1 ] || exit 1
+           printf '%s\\n' {shlex.quote(json.dumps(inspect))} ;;
+  image) printf '%s\\n' {shlex.quote(json.dumps([DIGEST]))} ;;
+  exec) [ "$3" = python3 ] && [ "$4" = -c ] || exit 64
+        printf '%s\\n' {shlex.quote(json.dumps(PROBE_ANSWER))} ;;
+  *) echo "unexpected: $*" >&2; exit 64 ;;
+esac
+""")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return f"{bin_dir}:/usr/bin:/bin"
+
+
+def test_versions_image_and_gpus_come_from_the_container(tmp_path, server):
+    done, result, _, _ = bench(tmp_path, server.url, "--concurrency", "16",
+                               path=fake_docker(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    env = result["environment"]
+    assert env["image"] == {"ref": "ghcr.io/sm12x/sm12x:0.1.0", "id": IMAGE_ID,
+                            "digest": DIGEST, "version": "0.1.0"}
+    assert env["flashinfer_version"] == "0.6.15.post1" and env["torch_version"] == "2.11.0"
+    assert env["gpus"] == ["NVIDIA RTX PRO 6000 Blackwell Workstation Edition"] * 4
+    assert env["compute_capability"] == "12.0" and env["gpu_driver"] == "580.95.05"
+    assert env["sources"]["gpus"] == "nvidia-smi in sm12x-rtx-pro-6000-tp4-1"
+    assert env["sources"]["flashinfer_version"] == "inside container sm12x-rtx-pro-6000-tp4-1"
+    # recipe auto: picked from the container's GPUs.
+    assert result["recipe"]["name"] == "rtx-pro-6000-tp4"
+    assert "recipe: rtx-pro-6000-tp4 (auto:" in done.stderr
+
+
+def test_flags_override_what_cannot_be_seen(tmp_path, server):
+    done, result, _, _ = bench(tmp_path, server.url, "--concurrency", "16", "--container",
+                               "none", "--recipe", "rtx-5090-tp8", "--image",
+                               "ghcr.io/sm12x/sm12x:0.1.0", "--image-digest", "sha256:" + "9" * 64,
+                               *sum((["--gpu", "NVIDIA GeForce RTX 5090"] for _ in range(8)), []))
+    env = result["environment"]
+    assert env["image"]["version"] == "0.1.0" and env["image"]["digest"] == "sha256:" + "9" * 64
+    assert len(env["gpus"]) == 8 and env["sources"]["gpus"] == "--gpu"
+    assert env["flashinfer_version"] is None
+    assert env["sources"]["flashinfer_version"].startswith("unknown")
+    # The server says TP4, the recipe TP8: reported, not hidden.
+    assert any("tp_size=4, recipe rtx-5090-tp8 says 8" in w for w in result["warnings"])
+
+
+def test_probe_script_runs_on_its_own(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\ncat {shlex.quote(str(NVIDIA_SMI / 'dgx-spark.csv'))}\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    done = subprocess.run([sys.executable, "-c", provenance.PROBE], capture_output=True,
+                          text=True, timeout=60,
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    data = json.loads(done.stdout)
+    assert data["nvidia_smi"].startswith("NVIDIA GB10")
+    assert data["torch"]  # the test venv has torch
+    assert set(data) == {"sglang", "flashinfer", "torch", "nvidia_smi", "nvidia_smi_error"}
+
+
+def test_runner_spec_only_uses_flags_of_every_patched_release():
+    spec = runner.Spec(base_url="http://x:1", concurrency=8, num_prompts=80,
+                       dataset_path="/d.json", tokenizer="/m", model="m")
+    argv = spec.argv("python", Path("/o.jsonl"))
+    ours = {a for a in argv if a.startswith("--")}
+    for version in ("0.5.16", "0.5.17", "0.5.18"):
+        assert ours <= bench_cli.flags(version), (version, ours - bench_cli.flags(version))
+        bench_cli.real_parser(version).parse_args(argv[3:])

@@ -1,0 +1,138 @@
+"""Recorded machines for `sm12x doctor`: a Host whose commands answer from
+fixtures and whose /proc, /sys and /dev/shm are a folder.
+
+rig(tmp, "rtx-pro-6000-x4.csv") is a healthy 4x RTX PRO 6000 box: the
+recorded nvidia-smi answer, Docker 28 with Compose v2 and the `nvidia`
+runtime, the image pulled, a complete checkpoint (tests/support/checkpoint.py),
+1 TB free under /var/lib/docker and a 64 GiB /dev/shm. spark_rig() adds the
+DGX Spark pair: recorded ibv_devinfo, a /sys tree mapping RDMA devices to
+interfaces, .env's NCCL settings, a peer that answers. Tests then break one
+thing at a time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sm12x.doctor.host import Host, Output
+from sm12x.launch import gpus as gpu_query
+from support.checkpoint import write_checkpoint
+from support.cli import ROOT
+
+NVIDIA_SMI = ROOT / "tests" / "fixtures" / "nvidia-smi"
+IBV = ROOT / "tests" / "fixtures" / "ibv_devinfo"
+GIB = 1024**3
+IMAGE_ID = "sha256:" + "a1" * 32
+IMAGE_DIGEST = "ghcr.io/sm12x/sm12x@sha256:" + "d4" * 32
+SPARK_HCAS = ("rocep1s0f0", "rocep1s0f1", "roceP2p1s0f0", "roceP2p1s0f1")
+SPARK_NETDEVS = {"rocep1s0f0": "enp1s0f0np0", "rocep1s0f1": "enp1s0f1np1",
+                 "roceP2p1s0f0": "enP2p1s0f0np0", "roceP2p1s0f1": "enP2p1s0f1np1"}
+
+Answer = Output | str | Callable[[tuple[str, ...]], Output]
+
+
+@dataclass
+class FakeHost(Host):
+    commands: dict[tuple[str, ...], Answer] = field(default_factory=dict)
+    tools: set[str] = field(default_factory=set)
+    disks: dict[str, tuple[int, int]] = field(default_factory=dict)
+    calls: list[tuple[str, ...]] = field(default_factory=list)
+
+    def which(self, name: str) -> str | None:
+        return f"/usr/bin/{name}" if name in self.tools else None
+
+    def run(self, argv, timeout=None) -> Output:
+        argv = tuple(argv)
+        self.calls.append(argv)
+        if argv[0] not in self.tools:
+            return Output(argv, error=f"{argv[0]} is not installed (not on PATH)")
+        matches = [key for key in self.commands if argv[: len(key)] == key]
+        if not matches:
+            return Output(argv, stderr=f"no recording for {' '.join(argv)}", returncode=1)
+        answer = self.commands[max(matches, key=len)]
+        if callable(answer):
+            return answer(argv)
+        if isinstance(answer, str):
+            return Output(argv, stdout=answer, returncode=0)
+        return answer
+
+    def disk(self, path):
+        return self.disks.get(str(path))
+
+    def answer(self, prefix: tuple[str, ...], value: Answer) -> None:
+        self.commands[prefix] = value
+
+    def nvidia_smi(self, text: str) -> None:
+        """What sm12x's nvidia-smi query answers."""
+        self.answer(tuple(gpu_query.QUERY), text)
+
+
+def failing(stderr: str, code: int = 1) -> Output:
+    return Output((), stderr=stderr, returncode=code)
+
+
+def rig(tmp: Path, nvidia_smi: str, env: dict[str, str] | None = None) -> FakeHost:
+    root = tmp / "root"
+    for folder in ("var/lib/docker", "dev/shm", "proc"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    (root / "proc" / "meminfo").write_text(
+        "MemTotal:       263842104 kB\nMemAvailable:   250000000 kB\nSwapTotal:       8388604 kB\n"
+    )
+    model = write_checkpoint(tmp / "model")
+    host = FakeHost(
+        environ={"PATH": "/usr/bin", "SM12X_MODEL_DIR": str(model), **(env or {})},
+        root=root,
+        tools={"nvidia-smi", "docker", "nvidia-container-runtime-hook"},
+        disks={"/var/lib/docker": (2000 * GIB, 900 * GIB), "/dev/shm": (64 * GIB, 63 * GIB)},
+    )
+    host.nvidia_smi((NVIDIA_SMI / nvidia_smi).read_text())
+    host.answer(("docker", "version"), "28.0.1\n")
+    host.answer(("docker", "compose", "version"), "2.30.3\n")
+    host.answer(("docker", "info"), json.dumps(
+        {"Runtimes": {"runc": {"path": "runc"}, "nvidia": {"path": "nvidia-container-runtime"}},
+         "DockerRootDir": "/var/lib/docker"}) + "\n")
+    host.answer(("docker", "image", "inspect"), f'{IMAGE_ID} ["{IMAGE_DIGEST}"]\n')
+    return host
+
+
+def spark_rig(tmp: Path, node: int = 1, ibv: str = "dgx-spark.txt") -> FakeHost:
+    """One node of the DGX Spark pair (node 1 by default: its peer is the head)."""
+    env = {
+        "NCCL_IB_HCA": "rocep1s0f0,roceP2p1s0f0",
+        "NCCL_SOCKET_IFNAME": "enp1s0f0np0",
+        "GLOO_SOCKET_IFNAME": "enp1s0f0np0",
+        "SM12X_HEAD_ADDR": "192.168.100.1",
+    }
+    host = rig(tmp, "dgx-spark.csv", env)
+    host.tools |= {"ibv_devinfo", "ip", "ping", "ssh"}
+    (host.root / "proc" / "meminfo").write_text(
+        "MemTotal:       125513104 kB\nMemAvailable:   118000000 kB\nSwapTotal:       0 kB\n"
+    )
+    sys_root = host.root / "sys" / "class"
+    for hca in SPARK_HCAS:
+        netdev = SPARK_NETDEVS[hca]
+        up = hca.endswith("f0")
+        (sys_root / "infiniband" / hca / "device" / "net" / netdev).mkdir(parents=True)
+        gid_types = sys_root / "infiniband" / hca / "ports" / "1" / "gid_attrs" / "types"
+        gid_types.mkdir(parents=True)
+        for index, kind in enumerate(["IB/RoCE v1", "RoCE v2", "IB/RoCE v1", "RoCE v2"]):
+            (gid_types / str(index)).write_text(kind + "\n")
+        gids = sys_root / "infiniband" / hca / "ports" / "1" / "gids"
+        gids.mkdir(parents=True)
+        (gids / "3").write_text("0000:0000:0000:0000:0000:ffff:c0a8:6402\n")
+        (sys_root / "net" / netdev).mkdir(parents=True)
+        (sys_root / "net" / netdev / "operstate").write_text("up\n" if up else "down\n")
+    host.answer(("ibv_devinfo",), (IBV / ibv).read_text())
+    own = "192.168.100.1" if node == 0 else "192.168.100.2"
+    host.answer(("ip", "-o", "addr"), (
+        "1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever\n"
+        f"4: enp1s0f0np0    inet {own}/24 brd 192.168.100.255 scope global enp1s0f0np0\n"
+        "6: wlP9s9    inet 10.0.0.23/24 brd 10.0.0.255 scope global dynamic wlP9s9\n"
+    ))
+    host.answer(("ip", "route", "get"), "192.168.100.1 dev enp1s0f0np0 src 192.168.100.2 uid 0\n")
+    host.answer(("ping",), "2 packets transmitted, 2 received, 0% packet loss\n")
+    host.answer(("ssh",), IMAGE_ID + "\n")
+    return host

@@ -1,0 +1,434 @@
+"""`sm12x doctor` against recorded machines: every rig passes, each broken
+thing fails the check it should, with a fix, and only that one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sm12x import cli
+from sm12x.doctor import main as doctor_main
+from sm12x.doctor import rdma
+from sm12x.doctor.checks import Doctor, Options
+from sm12x.doctor.host import Output
+from support import checkpoint
+from support.doctor_rigs import GIB, IBV, IMAGE_ID, failing, rig, spark_rig
+
+
+def run(host, **options) -> dict[str, object]:
+    doctor = Doctor(host, Options(env_file=Path("/nonexistent/.env"), **options))
+    checks = doctor.run()
+    by_id = {c.id: c for c in checks}
+    assert len(by_id) == len(checks), "check ids are unique"
+    for check in checks:
+        assert check.verdict in ("ok", "warn", "fail", "skip")
+        if check.verdict in ("warn", "fail"):
+            assert check.fix, f"{check.id} {check.verdict} without a fix"
+    return {"doctor": doctor, "checks": by_id, "failed": [c.id for c in checks if c.failed]}
+
+
+# --- every rig, healthy --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fixture, recipe",
+    [
+        ("rtx-pro-6000-maxq-x2.csv", "rtx-pro-6000-tp2"),
+        ("rtx-pro-6000-x4.csv", "rtx-pro-6000-tp4"),
+        ("rtx-pro-6000-server-x8.csv", "rtx-pro-6000-tp4"),
+        ("rtx-5090-x8.csv", "rtx-5090-tp8"),
+    ],
+)
+def test_healthy_single_node_rigs_are_ready(tmp_path, fixture, recipe):
+    result = run(rig(tmp_path, fixture))
+    assert result["failed"] == []
+    checks = result["checks"]
+    assert checks["recipe"].data["recipe"] == recipe
+    for id in ("gpus", "driver", "recipe", "gpu-memory", "docker", "compose", "nvidia-runtime",
+               "image", "model-dir", "model-config", "model-shards", "model-revision",
+               "tokenizer", "disk", "shm"):
+        assert checks[id].verdict == "ok", (id, checks[id])
+    # No Spark-pair check on a single-node rig.
+    assert "rdma" not in checks and "peer" not in checks
+
+
+def test_healthy_spark_node_runs_the_pair_checks(tmp_path):
+    result = run(spark_rig(tmp_path))
+    checks = result["checks"]
+    assert result["failed"] == []
+    assert checks["recipe"].data["recipe"] == "dgx-spark-tp2"
+    assert checks["gpu-memory"].verdict == "ok" and "unified" in checks["gpu-memory"].detail
+    for id in ("rdma", "roce-gid", "nccl-socket-ifname", "gloo-socket-ifname", "peer",
+               "same-image"):
+        assert checks[id].verdict == "ok", (id, checks[id])
+    assert "rocep1s0f0" in checks["rdma"].detail
+    assert "192.168.100.1" in checks["peer"].detail and "enp1s0f0np0" in checks["peer"].detail
+    assert checks["same-image"].data == {"local": IMAGE_ID, "peer": IMAGE_ID}
+    # No swap on unified memory: a warning with the field's advice, not a failure.
+    assert checks["swap"].verdict == "warn" and "swap" in checks["swap"].fix
+
+
+def test_spark_head_node_needs_peer_to_check_reachability(tmp_path):
+    host = spark_rig(tmp_path, node=0)
+    checks = run(host)["checks"]
+    assert checks["peer"].verdict == "skip" and "--peer" in checks["peer"].fix
+    checks = run(spark_rig(tmp_path / "again", node=0), peer="192.168.100.2")["checks"]
+    assert checks["peer"].verdict == "ok"
+
+
+# --- GPUs ----------------------------------------------------------------------------------------
+
+
+def test_wrong_gpu_fails_gpus_and_recipe(tmp_path):
+    result = run(rig(tmp_path, "h100-x8.csv"))
+    checks = result["checks"]
+    assert {"gpus", "recipe"} <= set(result["failed"])
+    assert "compute capability 9.0" in checks["gpus"].detail
+    assert "sm_120/sm_121" in checks["gpus"].detail
+
+
+def test_too_few_gpus_for_any_recipe(tmp_path):
+    result = run(rig(tmp_path, "rtx-5090-x2.csv"))
+    assert result["failed"] == ["recipe"]
+    assert "need at least 8 GPUs per node, found 2" in result["checks"]["recipe"].detail
+
+
+def test_mixed_gpus(tmp_path):
+    result = run(rig(tmp_path, "mixed-pro6000-5090.csv"))
+    assert "recipe" in result["failed"]
+    assert "not all the same kind" in result["checks"]["recipe"].detail
+
+
+def test_named_recipe_that_does_not_fit(tmp_path):
+    result = run(rig(tmp_path, "rtx-pro-6000-maxq-x2.csv"), recipe="rtx-pro-6000-tp4")
+    assert result["failed"] == ["recipe"]
+    assert "needs 4x rtx-pro-6000" in result["checks"]["recipe"].detail
+
+
+def test_no_nvidia_smi(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    host.tools.discard("nvidia-smi")
+    result = run(host)
+    assert {"gpus", "recipe"} <= set(result["failed"])
+    assert "not installed" in result["checks"]["gpus"].detail
+    assert "driver" in result["checks"]["gpus"].fix
+
+
+def test_old_driver(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    host.nvidia_smi("NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 4, 12.0, "
+                "97887 MiB, 575.51.03\n" * 4)
+    result = run(host)
+    assert result["failed"] == ["driver"]
+    assert "575.51.03" in result["checks"]["driver"].detail
+    assert "580" in result["checks"]["driver"].fix
+
+
+def test_small_cards_for_the_recipe(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    host.nvidia_smi("NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 4, 12.0, "
+                "49152 MiB, 580.95.05\n" * 4)
+    result = run(host)
+    assert result["failed"] == ["gpu-memory"]
+
+
+# --- Docker --------------------------------------------------------------------------------------
+
+
+def test_docker_daemon_down(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    host.answer(("docker", "version"), failing(
+        "Cannot connect to the Docker daemon at unix:///var/run/docker.sock."))
+    result = run(host)
+    assert result["failed"] == ["docker"]
+    checks = result["checks"]
+    assert "Cannot connect" in checks["docker"].detail
+    assert "systemctl start docker" in checks["docker"].fix
+    assert checks["compose"].verdict == "skip"
+
+
+def test_no_nvidia_container_toolkit(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    host.tools.discard("nvidia-container-runtime-hook")
+    host.answer(("docker", "info"), json.dumps({"Runtimes": {"runc": {}}}))
+    result = run(host)
+    assert result["failed"] == ["nvidia-runtime"]
+    assert "nvidia-ctk runtime configure" in result["checks"]["nvidia-runtime"].fix
+
+
+def test_no_compose_plugin(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    host.answer(("docker", "compose", "version"),
+                failing("docker: 'compose' is not a docker command."))
+    result = run(host)
+    assert result["failed"] == ["compose"]
+
+
+def test_image_not_pulled_is_a_warning(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    host.answer(("docker", "image", "inspect"), failing("Error: No such image"))
+    result = run(host)
+    assert result["failed"] == []
+    assert result["checks"]["image"].verdict == "warn"
+    assert "docker compose pull" in result["checks"]["image"].fix
+
+
+# --- the model folder ----------------------------------------------------------------------------
+
+
+def test_model_dir_unset(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    del host.environ["SM12X_MODEL_DIR"]
+    result = run(host)
+    assert result["failed"] == ["model-dir"]
+    assert "cp .env.example .env" in result["checks"]["model-dir"].fix
+
+
+def test_model_dir_from_env_file(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    model = host.environ.pop("SM12X_MODEL_DIR")
+    env_file = tmp_path / ".env"
+    env_file.write_text(f"# compose settings\nSM12X_MODEL_DIR={model}\nNCCL_IB_HCA=\n")
+    checks = Doctor(host, Options(env_file=env_file)).run()
+    assert {c.id: c.verdict for c in checks}["model-shards"] == "ok"
+
+
+@pytest.mark.parametrize(
+    "breaker, says",
+    [
+        (checkpoint.remove_shard, "1 shard(s) missing: model-00002-of-00003.safetensors"),
+        (checkpoint.truncate_shard, "truncated or padded: model-00002-of-00003.safetensors"),
+        (checkpoint.empty_shard, "1 shard(s) empty: model-00001-of-00003.safetensors"),
+        (checkpoint.swap_in_other_revision, "holding other tensors than the index says"),
+        (checkpoint.leave_incomplete, "an interrupted download left"),
+    ],
+)
+def test_broken_checkpoints(tmp_path, breaker, says):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    breaker(Path(host.environ["SM12X_MODEL_DIR"]))
+    result = run(host)
+    assert result["failed"] == ["model-shards"]
+    shards = result["checks"]["model-shards"]
+    assert says in shards.detail
+    assert "hf download" in shards.fix
+
+
+def test_hash_check_finds_same_size_corruption(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    checkpoint.corrupt_shard_bytes(Path(host.environ["SM12X_MODEL_DIR"]))
+    assert run(host)["failed"] == []  # sizes are right: only the hashes can tell
+    result = run(host, verify_hashes=True)
+    assert result["failed"] == ["model-shards"]
+    assert "sha256 other than the Hub's" in result["checks"]["model-shards"].detail
+
+
+def test_missing_index_and_config(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    model = Path(host.environ["SM12X_MODEL_DIR"])
+    (model / "model.safetensors.index.json").unlink()
+    checkpoint.wrong_architecture(model)
+    result = run(host)
+    assert set(result["failed"]) == {"model-shards", "model-config"}
+    assert "LlamaForCausalLM" in result["checks"]["model-config"].detail
+
+
+def test_other_revision_is_a_warning(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    model = Path(host.environ["SM12X_MODEL_DIR"])
+    checkpoint.write_checkpoint(model, revision="0" * 40)
+    result = run(host)
+    assert result["failed"] == []
+    revision = result["checks"]["model-revision"]
+    assert revision.verdict == "warn" and "9e165c30e270" in revision.detail
+
+
+def test_hub_cache_snapshot_revision(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    snapshot = tmp_path / "hub" / "models--deepseek-ai--DeepSeek-V4-Flash-0731" / "snapshots" / (
+        checkpoint.REVISION)
+    checkpoint.write_checkpoint(snapshot, metadata=False)
+    host.environ["SM12X_MODEL_DIR"] = str(snapshot)
+    checks = run(host)["checks"]
+    assert checks["model-revision"].verdict == "ok"
+    assert "snapshot" in checks["model-revision"].detail
+
+
+# --- disk and shared memory ----------------------------------------------------------------------
+
+
+def test_too_little_shared_memory(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    host.disks["/dev/shm"] = (64 * 1024**2, 64 * 1024**2)  # Docker's default 64 MB kind
+    result = run(host)
+    assert result["failed"] == ["shm"]
+    assert "remount,size=64G" in result["checks"]["shm"].fix
+
+
+def test_small_shared_memory_is_a_warning(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    host.disks["/dev/shm"] = (16 * GIB, 16 * GIB)
+    result = run(host)
+    assert result["failed"] == [] and result["checks"]["shm"].verdict == "warn"
+
+
+def test_full_disk(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    host.disks["/var/lib/docker"] = (2000 * GIB, 3 * GIB)
+    result = run(host)
+    assert result["failed"] == ["disk"]
+    assert "3 GiB free" in result["checks"]["disk"].detail
+
+
+# --- the Spark pair, broken ----------------------------------------------------------------------
+
+
+def test_rdma_link_down(tmp_path):
+    host = spark_rig(tmp_path)
+    host.answer(("ibv_devinfo",), (IBV / "dgx-spark-link-down.txt").read_text())
+    result = run(host)
+    assert "rdma" in result["failed"]
+    assert "PORT_DOWN" in result["checks"]["rdma"].detail
+    assert "PORT_ACTIVE" in result["checks"]["rdma"].fix
+
+
+def test_no_rdma_tools(tmp_path):
+    host = spark_rig(tmp_path)
+    host.tools.discard("ibv_devinfo")
+    result = run(host)
+    assert "rdma" in result["failed"]
+    assert "rdma-core" in result["checks"]["rdma"].fix
+
+
+def test_nccl_ib_hca_names_a_down_device(tmp_path):
+    host = spark_rig(tmp_path)
+    host.environ["NCCL_IB_HCA"] = "rocep1s0f1"
+    result = run(host)
+    assert result["failed"] == ["rdma"]
+    assert "NCCL_IB_HCA=rocep1s0f0,roceP2p1s0f0" in result["checks"]["rdma"].fix
+
+
+def test_nccl_ib_hca_unset(tmp_path):
+    host = spark_rig(tmp_path)
+    del host.environ["NCCL_IB_HCA"]
+    result = run(host)
+    assert result["failed"] == ["rdma"]
+
+
+def test_socket_interface_missing_or_down(tmp_path):
+    host = spark_rig(tmp_path)
+    host.environ["NCCL_SOCKET_IFNAME"] = "eth7"
+    host.environ["GLOO_SOCKET_IFNAME"] = "enp1s0f1np1"
+    result = run(host)
+    checks = result["checks"]
+    assert {"nccl-socket-ifname", "gloo-socket-ifname"} <= set(result["failed"])
+    assert "does not exist" in checks["nccl-socket-ifname"].detail
+    assert "enP2p1s0f0np0" in checks["nccl-socket-ifname"].fix  # suggested from the active HCAs
+    assert "is down" in checks["gloo-socket-ifname"].detail
+
+
+def test_gid_index_not_roce_v2(tmp_path):
+    host = spark_rig(tmp_path)
+    host.environ["NCCL_IB_GID_INDEX"] = "2"
+    result = run(host)
+    assert result["failed"] == ["roce-gid"]
+    assert "IB/RoCE v1" in result["checks"]["roce-gid"].detail
+
+
+def test_peer_unreachable(tmp_path):
+    host = spark_rig(tmp_path)
+    host.answer(("ping",), failing("2 packets transmitted, 0 received, 100% packet loss"))
+    result = run(host)
+    assert "peer" in result["failed"]
+    assert "100% packet loss" in result["checks"]["peer"].detail
+
+
+def test_peer_routed_over_the_wrong_interface(tmp_path):
+    host = spark_rig(tmp_path)
+    host.answer(("ip", "route", "get"), "192.168.100.1 via 10.0.0.1 dev wlP9s9 src 10.0.0.23\n")
+    result = run(host)
+    assert result["failed"] == []
+    assert result["checks"]["peer"].verdict == "warn"
+    assert "wlP9s9" in result["checks"]["peer"].detail
+
+
+def test_different_image_on_the_peer(tmp_path):
+    host = spark_rig(tmp_path)
+    host.answer(("ssh",), "sha256:" + "ff" * 32 + "\n")
+    result = run(host)
+    assert result["failed"] == ["same-image"]
+    assert "pin the digest" in result["checks"]["same-image"].fix
+
+
+def test_peer_image_from_its_report(tmp_path):
+    host = spark_rig(tmp_path)
+    host.tools.discard("ssh")
+    checks = run(host)["checks"]
+    assert checks["same-image"].verdict == "warn" and "--peer-report" in checks["same-image"].fix
+    other = spark_rig(tmp_path / "other", node=0)
+    report = doctor_main.report(Doctor(other, Options(env_file=Path("/x"))).run(), None)
+    path = tmp_path / "peer.json"
+    path.write_text(json.dumps(report))
+    checks = run(host, peer_report=path)["checks"]
+    assert checks["same-image"].verdict == "ok" and "--peer-report" in checks["same-image"].detail
+
+
+# --- parsers -------------------------------------------------------------------------------------
+
+
+def test_ibv_devinfo_parser():
+    devices = rdma.parse_ibv_devinfo((IBV / "dgx-spark.txt").read_text())
+    assert [d.name for d in devices] == ["rocep1s0f0", "rocep1s0f1", "roceP2p1s0f0",
+                                         "roceP2p1s0f1"]
+    assert [d.active for d in devices] == [True, False, True, False]
+    assert devices[0].ports[0].link_layer == "Ethernet"
+    assert devices[0].fields["vendor_part_id"] == "4129"
+    assert rdma.split_hca_list("^=mlx5_0:1,mlx5_1") == ["mlx5_0", "mlx5_1"]
+
+
+# --- the CLI -------------------------------------------------------------------------------------
+
+
+def test_cli_json_and_exit_status(tmp_path, monkeypatch, capsys):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    monkeypatch.setattr(doctor_main, "make_host", lambda: host)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["doctor", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["schema"] == "sm12x-doctor/1" and data["passed"] is True
+    assert data["recipe"] == "rtx-pro-6000-tp4"
+    assert {c["id"] for c in data["checks"]} >= {"gpus", "recipe", "model-shards", "shm"}
+
+    host.disks["/dev/shm"] = (64 * 1024**2, 64 * 1024**2)
+    assert cli.main(["doctor", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["passed"] is False
+    assert [c["id"] for c in data["checks"] if c["verdict"] == "fail"] == ["shm"]
+
+
+def test_cli_table_says_verdicts_and_fixes(tmp_path, monkeypatch, capsys):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    checkpoint.remove_shard(Path(host.environ["SM12X_MODEL_DIR"]))
+    monkeypatch.setattr(doctor_main, "make_host", lambda: host)
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert "model shards" in out and "fail" in out and "hf download" in out
+    assert "not ready: 1 required check(s) failed (model-shards)" in out
+
+
+def test_commands_have_timeouts(tmp_path):
+    """Every command doctor runs goes through Host.run, which always passes a timeout."""
+    import inspect
+
+    from sm12x.doctor import checks, host
+
+    source = inspect.getsource(checks)
+    assert "subprocess" not in source, "checks must go through Host.run (timeouts)"
+    assert "timeout=limit" in inspect.getsource(host.Host.run)
+    hung = host.Host(environ={"PATH": "/usr/bin:/bin"}, timeout=0.5)
+    out = hung.run(["sleep", "5"])
+    assert not out.ok and "did not answer within" in out.why()
+    assert isinstance(out, Output)

@@ -1,0 +1,42 @@
+"""doctor as a process on this machine, and its facts checked against the wheels."""
+
+from __future__ import annotations
+
+import ast
+import json
+import zipfile
+
+import pytest
+
+from sm12x.doctor.model_dir import ARCHITECTURE
+from support import wheels
+from support.cli import run_sm12x
+
+
+def test_doctor_process_on_a_machine_without_gpus(tmp_path):
+    """The CI machine has no NVIDIA driver: doctor says so, as JSON, exit 1, no traceback."""
+    result = run_sm12x("doctor", "--json", "--timeout", "10", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    data = json.loads(result.stdout)
+    checks = {c["id"]: c for c in data["checks"]}
+    assert data["passed"] is False
+    assert checks["gpus"]["verdict"] == "fail" and checks["gpus"]["fix"]
+    assert checks["model-dir"]["verdict"] == "fail"  # no .env in an empty folder
+    assert checks["shm"]["verdict"] in ("ok", "warn", "fail")
+
+
+def test_doctor_table_process(tmp_path):
+    result = run_sm12x("doctor", "--timeout", "10", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "not ready" in result.stdout and "GPUs" in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("version", ["0.5.16", "0.5.17", "0.5.18"])
+def test_architecture_is_sglangs_deepseek_v4_entry_class(version):
+    with zipfile.ZipFile(wheels.wheel("sglang", version)) as archive:
+        tree = ast.parse(archive.read("sglang/srt/models/deepseek_v4.py").decode())
+    entry = next(n for n in tree.body if isinstance(n, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in n.targets))
+    assert ARCHITECTURE in [e.id for e in entry.value.elts]
