@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support import containers, golden, standin, trees, wheels
 
 from sm12x.recipe import load_all
 from sm12x.versions import load_versions
+from support import containers, golden, standin, trees, wheels
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
