@@ -164,3 +164,50 @@ def test_sglang_exact_pins_become_constraints_for_what_is_missing(tmp_path):
                           timeout=60, env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "['flashinfer-python==0.6.14', 'openai==2.6.1']"
+
+
+def sparse_mla_in(site: Path, bindir: Path, required: bool) -> subprocess.CompletedProcess[str]:
+    code = (LOAD + f"mod.CUDA_BIN = mod.Path({str(bindir / 'no-cuda')!r})\n"
+            f"try:\n    mod.sparse_mla(required={required})\n"
+            "except mod.BuildError as e:\n    print('ERROR', e)\n")
+    return subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(site),
+                                           "PATH": str(bindir)})
+
+
+def fake_tool(bindir: Path, name: str, output: str = "") -> None:
+    bindir.mkdir(exist_ok=True)
+    path = bindir / name
+    # PATH holds only bindir: a shell builtin, not cat.
+    path.write_text(f"#!/bin/sh\nprintf '%s\\n' '{output}'\n")
+    path.chmod(0o755)
+
+
+def test_sparse_mla_report_names_the_prebuilt_archs(tmp_path):
+    site, bindir = tmp_path / "site", tmp_path / "bin"
+    module = site / "flashinfer_jit_cache" / "jit_cache" / "sparse_mla_sm120"
+    module.mkdir(parents=True)
+    (site / "flashinfer_jit_cache" / "__init__.py").write_text("")
+    (module / "sparse_mla_sm120.so").write_bytes(b"\x7fELF")
+    fake_tool(bindir, "cuobjdump", "ELF file    1: sparse_mla_sm120.1.sm_120a.cubin\n"
+                                   "ELF file    2: sparse_mla_sm120.2.sm_121a.cubin")
+    proc = sparse_mla_in(site, bindir, required=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "sparse_mla_sm120: prebuilt in flashinfer-jit-cache (sm_120a, sm_121a)" in proc.stdout
+    assert "nvcc absent" in proc.stdout
+
+
+def test_sparse_mla_compiled_at_first_use_when_only_nvcc_is_there(tmp_path):
+    bindir = tmp_path / "bin"
+    fake_tool(bindir, "nvcc")
+    proc = sparse_mla_in(tmp_path, bindir, required=True)
+    assert "not prebuilt; compiled by" in proc.stdout and "ERROR" not in proc.stdout
+
+
+def test_sparse_mla_with_neither_fails_a_real_build_only(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    assert "ERROR sparse_mla_sm120 is neither in flashinfer-jit-cache nor compilable" in \
+        sparse_mla_in(tmp_path, bindir, required=True).stdout
+    assert "acceptable only for a stand-in build" in sparse_mla_in(tmp_path, bindir,
+                                                                  required=False).stdout
