@@ -19,6 +19,8 @@ variable "SGLANG_VERSION" { default = "0.5.16" }
 variable "FLASHINFER_VERSION" { default = "0.6.15.post1" }
 variable "FLASHINFER_CUBIN_VERSION" { default = "0.6.15.post1" }
 variable "FLASHINFER_JIT_CACHE_VERSION" { default = "0.6.15.post1" }
+variable "FLASHINFER_JIT_CACHE_VERSION_AMD64" { default = "" }
+variable "FLASHINFER_JIT_CACHE_VERSION_ARM64" { default = "" }
 variable "FLASHINFER_CUBIN_INDEX_URL" { default = "https://flashinfer.ai/whl" }
 variable "FLASHINFER_JIT_CACHE_INDEX_URL" { default = "https://flashinfer.ai/whl/cu130" }
 variable "CUDA_VERSION" { default = "13.0" }
@@ -44,21 +46,23 @@ target "_common" {
   dockerfile = "Dockerfile"
   target     = "runtime"
   args = {
-    BASE_IMAGE                     = BASE_IMAGE
-    BASE_IMAGE_DIGEST              = BASE_IMAGE_DIGEST
-    SGLANG_VERSION                 = SGLANG_VERSION
-    FLASHINFER_VERSION             = FLASHINFER_VERSION
-    FLASHINFER_CUBIN_VERSION       = FLASHINFER_CUBIN_VERSION
-    FLASHINFER_JIT_CACHE_VERSION   = FLASHINFER_JIT_CACHE_VERSION
-    FLASHINFER_CUBIN_INDEX_URL     = FLASHINFER_CUBIN_INDEX_URL
-    FLASHINFER_JIT_CACHE_INDEX_URL = FLASHINFER_JIT_CACHE_INDEX_URL
-    CUDA_VERSION                   = CUDA_VERSION
-    SGLANG_ROUTER_VERSION          = SGLANG_ROUTER_VERSION
-    SM12X_VERSION                  = SM12X_VERSION
-    FLASHINFER_PREBUILT            = FLASHINFER_PREBUILT
-    SM12X_PATCHES                  = SM12X_PATCHES
-    SM12X_REVISION                 = SM12X_REVISION
-    SM12X_SOURCE                   = SM12X_SOURCE
+    BASE_IMAGE                         = BASE_IMAGE
+    BASE_IMAGE_DIGEST                  = BASE_IMAGE_DIGEST
+    SGLANG_VERSION                     = SGLANG_VERSION
+    FLASHINFER_VERSION                 = FLASHINFER_VERSION
+    FLASHINFER_CUBIN_VERSION           = FLASHINFER_CUBIN_VERSION
+    FLASHINFER_JIT_CACHE_VERSION       = FLASHINFER_JIT_CACHE_VERSION
+    FLASHINFER_JIT_CACHE_VERSION_AMD64 = FLASHINFER_JIT_CACHE_VERSION_AMD64
+    FLASHINFER_JIT_CACHE_VERSION_ARM64 = FLASHINFER_JIT_CACHE_VERSION_ARM64
+    FLASHINFER_CUBIN_INDEX_URL         = FLASHINFER_CUBIN_INDEX_URL
+    FLASHINFER_JIT_CACHE_INDEX_URL     = FLASHINFER_JIT_CACHE_INDEX_URL
+    CUDA_VERSION                       = CUDA_VERSION
+    SGLANG_ROUTER_VERSION              = SGLANG_ROUTER_VERSION
+    SM12X_VERSION                      = SM12X_VERSION
+    FLASHINFER_PREBUILT                = FLASHINFER_PREBUILT
+    SM12X_PATCHES                      = SM12X_PATCHES
+    SM12X_REVISION                     = SM12X_REVISION
+    SM12X_SOURCE                       = SM12X_SOURCE
   }
   labels = { "org.opencontainers.image.created" = CREATED }
   # The project version, the sglang version and the commit (as scripts/image-args).
