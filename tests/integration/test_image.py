@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -32,7 +33,7 @@ import pytest
 
 from sm12x.recipe import load_all
 from sm12x.versions import load_versions
-from support import containers, golden, standin, trees, wheels
+from support import containers, flashinfer_index, golden, standin, trees, wheels
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -339,3 +340,55 @@ def test_a_failing_self_test_fails_the_build(base):
     assert failed and "sm12x.selftest" in failed[-1], containers.tail(proc.stderr)
     # The reason is in the log: the wheel lacks the C++ table the self-test reads.
     assert "sparse_mla_sm120_prefill.cu" in proc.stderr
+
+
+# --- the prebuilt path, against a local stand-in for flashinfer's index ----------------------
+
+def test_prebuilt_flashinfer_path_installs_all_three_at_one_version(base, tmp_path):
+    """FLASHINFER_PREBUILT=1, as the real image is built: cubin and jit-cache come
+    from their own index (here tests/support/flashinfer_index.py on 127.0.0.1:
+    the real wheel names, versions and layout, no kernels), the jit-cache as
+    <version>+cu130 for this machine's arch. flashinfer's own import-time check
+    (cubin and jit-cache must be its version) runs in the self-test."""
+    version, cuda = PINS["FLASHINFER_VERSION"], "cu" + PINS["CUDA_VERSION"].replace(".", "")
+    flashinfer_index.build_index(tmp_path / "index", version, cuda, platform.machine())
+    tag = "sm12x-test:prebuilt"
+    with flashinfer_index.serving(tmp_path / "index") as url:
+        proc = build(tag, BASE_IMAGE=base, FLASHINFER_PREBUILT="1",
+                     FLASHINFER_CUBIN_INDEX_URL=url, FLASHINFER_JIT_CACHE_INDEX_URL=f"{url}/{cuda}")
+    try:
+        assert proc.returncode == 0, containers.tail(proc.stderr, 80)
+        labels = containers.inspect_image(tag)["Config"]["Labels"]
+        assert labels["sm12x.flashinfer.prebuilt"] == "1"
+        found = json.loads(python_in(tag, (
+            "import importlib.metadata as m, json, os, flashinfer.jit.env as e\n"
+            "print(json.dumps({'cubin': m.version('flashinfer-cubin'),"
+            " 'jit': m.version('flashinfer-jit-cache'), 'cubin_dir': str(e.FLASHINFER_CUBIN_DIR),"
+            " 'aot_dir': str(e.FLASHINFER_AOT_DIR),"
+            " 'cubins_writable': os.access(e.FLASHINFER_CUBIN_DIR, os.W_OK)}))")))
+        assert found["cubin"] == version and found["jit"] == f"{version}+{cuda}"
+        assert found["cubin_dir"].endswith("flashinfer_cubin/cubins")
+        assert found["aot_dir"].endswith("flashinfer_jit_cache/jit_cache")
+        # flashinfer downloads missing cubins there at run time, as the image user.
+        assert found["cubins_writable"]
+    finally:
+        containers.docker("rmi", "-f", tag)
+
+
+def test_a_jit_cache_for_another_arch_fails_the_build(base, tmp_path):
+    version, cuda = PINS["FLASHINFER_VERSION"], "cu" + PINS["CUDA_VERSION"].replace(".", "")
+    other = "aarch64" if platform.machine() == "x86_64" else "x86_64"
+    # Its own URL path: BuildKit keys a step by its arguments, and the same URL
+    # as the test above would hit that build's cached success.
+    flashinfer_index.build_index(tmp_path / "index" / "other-arch", version, cuda, other)
+    with flashinfer_index.serving(tmp_path / "index") as url:
+        index = f"{url}/other-arch"
+        proc = build("sm12x-test:wrong-arch", BASE_IMAGE=base, FLASHINFER_PREBUILT="1",
+                     FLASHINFER_CUBIN_INDEX_URL=index,
+                     FLASHINFER_JIT_CACHE_INDEX_URL=f"{index}/{cuda}")
+    assert proc.returncode != 0
+    # pip finds no wheel for this arch; the build stops naming the requirement.
+    assert f"No matching distribution found for flashinfer-jit-cache=={version}+{cuda}" \
+        in proc.stderr, containers.tail(proc.stderr)
+    assert (f"image-build: error: pip install failed (see pip's output above): "
+            f"flashinfer-jit-cache=={version}+{cuda}") in proc.stderr
