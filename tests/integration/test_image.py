@@ -338,8 +338,9 @@ def test_a_failing_self_test_fails_the_build(base):
     assert proc.returncode != 0
     failed = [line for line in proc.stderr.splitlines() if "executor failed running" in line]
     assert failed and "sm12x.selftest" in failed[-1], containers.tail(proc.stderr)
-    # The reason is in the log: the wheel lacks the C++ table the self-test reads.
-    assert "sparse_mla_sm120_prefill.cu" in proc.stderr
+    # The reason, in one line: the wheel lacks the C++ table the self-test reads.
+    assert ("sm12x dispatch self-test FAILED: cannot read the sm_120 sparse-MLA dispatch tables "
+            "of flashinfer 0.7.2") in proc.stderr, containers.tail(proc.stderr)
 
 
 # --- the prebuilt path, against a local stand-in for flashinfer's index ----------------------
