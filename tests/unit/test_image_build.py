@@ -211,3 +211,9 @@ def test_sparse_mla_with_neither_fails_a_real_build_only(tmp_path):
         sparse_mla_in(tmp_path, bindir, required=True).stdout
     assert "acceptable only for a stand-in build" in sparse_mla_in(tmp_path, bindir,
                                                                   required=False).stdout
+
+
+def test_only_versions_pip_accepts_become_constraints():
+    module = load_module()
+    assert module.pep440("2.11.0+cu130") and module.pep440("4.3.0.dev0")
+    assert not module.pep440("main-20260101") and not module.pep440("")
