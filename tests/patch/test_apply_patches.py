@@ -6,6 +6,8 @@ import json
 import os
 import py_compile
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -117,3 +119,24 @@ def test_refuses_a_folder_without_sglang(tmp_path):
 
 def test_0_5_18_uses_the_0_5_17_patch_because_the_file_is_identical(fresh):
     assert (fresh("0.5.17") / TARGET).read_bytes() == (fresh("0.5.18") / TARGET).read_bytes()
+
+
+def test_finds_the_version_of_an_editable_install(tmp_path):
+    # `pip install -e` of a sglang checkout (the layout of images built from
+    # source): the code lives in the checkout, the .dist-info in site-packages.
+    checkout = trees.unpack_sglang("0.5.16", tmp_path / "checkout", full=False)
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    for info in checkout.glob("sglang-*.dist-info"):
+        shutil.move(str(info), site / info.name)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), str(site)])}
+    proc = subprocess.run([sys.executable, str(trees.APPLY)], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "sglang 0.5.16: 0001-sm120-sparse-mla-topk-dispatch.patch: applied" in proc.stdout
+    assert "def _sm12x_route(" in (checkout / TARGET).read_text()
+    assert json.loads((checkout / "sglang" / ".sm12x-patches.json").read_text())["sglang"] == \
+        "0.5.16"
+    # Named explicitly, the checkout alone cannot say its version: still refused.
+    explicit = trees.apply_patches(checkout)
+    assert explicit.returncode == 1 and "no .dist-info metadata" in explicit.stderr

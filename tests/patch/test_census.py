@@ -7,6 +7,7 @@ real launcher aborts on raises with the real message.
 
 from __future__ import annotations
 
+import shutil
 from collections import Counter
 
 import pytest
@@ -113,3 +114,18 @@ def test_selftest_passes_on_the_other_patched_releases(sglang, flashinfer, sglan
     assert report["versions"]["sglang"] == sglang
     assert _routes(report, "patched")["abort"] == 0
     assert _routes(report, "unpatched")["abort"] > 0
+
+
+def test_selftest_says_in_one_line_when_flashinfer_s_tables_are_not_where_it_reads(
+        sglang_tree, flashinfer_tree, tmp_path, pins):
+    # A flashinfer whose sm_120 C++ moved (0.7 has no prefill table file): the
+    # image build must stop with a sentence, not a traceback.
+    moved = tmp_path / "flashinfer-moved"
+    shutil.copytree(flashinfer_tree(pins["FLASHINFER_VERSION"]), moved)
+    next(moved.rglob("sparse_mla_sm120_prefill.cu")).unlink()
+    proc, _ = trees.selftest([sglang_tree(pins["SGLANG_VERSION"]), moved],
+                             tmp_path / "census.json", "--quick")
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert (f"sm12x dispatch self-test FAILED: cannot read the sm_120 sparse-MLA dispatch tables "
+            f"of flashinfer {pins['FLASHINFER_VERSION']}") in proc.stderr

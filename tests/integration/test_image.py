@@ -1,0 +1,395 @@
+"""The real Dockerfile, built on a stand-in base and run.
+
+No registry is reachable here, so the base is tests/support/standin.py's
+Debian image with Python and the pinned sglang wheel at the real base's
+dist-packages layout (and sglang's own flashinfer pin, 0.6.14, which the build
+must move). The build is the real one: BuildKit, the Dockerfile as it is, the
+build arguments scripts/image-args computes from versions.env, host
+networking for PyPI. Only FLASHINFER_PREBUILT=0: flashinfer-cubin and
+flashinfer-jit-cache live on flashinfer's own index, which these machines
+cannot reach (docs/image.md, "What CI builds").
+
+Then the image is run: the self-test, `sm12x launch --dry-run` for every
+recipe against its golden command, the labels, the user, the cache volume,
+the HEALTHCHECK, and the patched file byte for byte against what
+scripts/apply-patches makes of the same wheel. And three builds that must
+fail, each with its reason: a wrong sglang, a patch that does not apply, a
+self-test that fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sm12x.recipe import load_all
+from sm12x.versions import load_versions
+from support import containers, flashinfer_index, golden, standin, trees, wheels
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+ROOT = wheels.ROOT
+TARGET = "sglang/kernels/ops/attention/flash_mla_sm120.py"
+PINS = load_versions()
+TIMINGS: dict[str, float] = {}
+
+
+def image_args(**overrides: str) -> dict[str, str]:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "image-args"), "--format", "json",
+         *(f"{k}={v}" for k, v in overrides.items())],
+        capture_output=True, text=True, timeout=60, check=True)
+    values = json.loads(proc.stdout)
+    return {k: v for k, v in values.items() if k not in ("IMAGE_REPO", "TAGS")}
+
+
+def ca_bundle() -> dict[str, Path]:
+    """The host's CA bundle as the build's `pip-ca` secret (a TLS-inspecting proxy
+    on the way to PyPI is trusted only through it)."""
+    for candidate in (os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE"),
+                      "/etc/ssl/certs/ca-certificates.crt"):
+        if candidate and Path(candidate).is_file():
+            return {"pip-ca": Path(candidate)}
+    return {}
+
+
+def build(tag: str, **overrides: str) -> subprocess.CompletedProcess[str]:
+    return containers.build(ROOT, tag, image_args(**overrides), secrets=ca_bundle())
+
+
+def record_timings() -> None:
+    path = Path(os.environ.get("SM12X_CACHE", ROOT / ".cache")) / "image-test-timings.json"
+    path.write_text(json.dumps(TIMINGS, indent=2) + "\n")
+
+
+@dataclass
+class Built:
+    tag: str
+    args: dict[str, str]
+    log: str
+
+
+@pytest.fixture(scope="session")
+def daemon() -> None:
+    containers.need_daemon()
+
+
+@pytest.fixture(scope="session")
+def base(daemon) -> str:
+    started = time.monotonic()
+    timer = standin.Timer()
+    tag = standin.image(timer)
+    TIMINGS.update({f"standin.{k}": v for k, v in timer.steps.items()})
+    TIMINGS["standin"] = round(time.monotonic() - started, 1)
+    record_timings()
+    return tag
+
+
+@pytest.fixture(scope="session")
+def image(base) -> Built:
+    tag = "sm12x-test:image"
+    args = image_args(BASE_IMAGE=base, FLASHINFER_PREBUILT="0")
+    started = time.monotonic()
+    proc = containers.build(ROOT, tag, args, secrets=ca_bundle())
+    TIMINGS["build"] = round(time.monotonic() - started, 1)
+    if proc.returncode == 0:
+        size = containers.inspect_image(tag)["Size"]
+        TIMINGS["image_size_gb"] = round(size / 1e9, 2)
+    record_timings()
+    assert proc.returncode == 0, f"the image build failed:\n{containers.tail(proc.stderr, 80)}"
+    return Built(tag, args, proc.stderr)
+
+
+def python_in(image: str, code: str, **kw) -> str:
+    result = containers.run(image, "-c", code, entrypoint="python3", **kw)
+    assert result.code == 0, result.explain()
+    return result.stdout
+
+
+# --- what the build did --------------------------------------------------------------
+
+def test_the_build_moved_flashinfer_off_the_base_s_pin(image, base):
+    # The stand-in carries sglang's own pin, as the real base does.
+    code = "import importlib.metadata as m; print(m.version('flashinfer-python'))"
+    before = python_in(base, code)
+    assert before.strip() == "0.6.14" != PINS["FLASHINFER_VERSION"]
+    after = python_in(image.tag, code)
+    assert after.strip() == PINS["FLASHINFER_VERSION"]
+
+
+def test_the_build_ran_the_full_self_test_and_kept_its_report(image):
+    # Written by the build's selftest stage (cached builds print no log, the
+    # report stays): the full census, every patched call on a CUTLASS kernel.
+    text = python_in(image.tag, "print(open('/opt/sm12x/selftest/report.txt').read())")
+    assert "sm12x dispatch self-test passed" in text
+    report = json.loads(python_in(image.tag,
+                                  "print(open('/opt/sm12x/selftest/report.json').read())"))
+    assert report["versions"]["sglang"] == PINS["SGLANG_VERSION"]
+    assert report["versions"]["flashinfer-python"] == PINS["FLASHINFER_VERSION"]
+    patched = report["summary"]["patched"]
+    assert patched.get("abort", 0) == patched.get("triton", 0) == patched.get("error", 0) == 0
+    assert patched["cutlass-padded"] > 0  # the patch is what makes them dispatchable
+
+
+def test_installed_versions_are_the_pins(image):
+    versions = json.loads(python_in(image.tag, (
+        "import importlib.metadata as m, json\n"
+        "def v(d):\n"
+        "    try: return m.version(d)\n"
+        "    except m.PackageNotFoundError: return None\n"
+        "print(json.dumps({d: v(d) for d in ('sglang', 'flashinfer-python', 'flashinfer-cubin',"
+        " 'flashinfer-jit-cache', 'sm12x', 'sglang-router', 'torch')}))")))
+    assert versions["sglang"] == PINS["SGLANG_VERSION"]
+    assert versions["flashinfer-python"] == PINS["FLASHINFER_VERSION"]
+    # FLASHINFER_PREBUILT=0 here; the real build installs both at FLASHINFER_VERSION.
+    assert versions["flashinfer-cubin"] is None and versions["flashinfer-jit-cache"] is None
+    assert versions["sm12x"] == PINS["SM12X_VERSION"]
+    assert versions["sglang-router"] == PINS["SGLANG_ROUTER_VERSION"]
+    # The base's torch is untouched (the stand-in's CPU build).
+    assert versions["torch"].startswith(PINS["TEST_TORCH_VERSION"])
+
+
+def test_labels_say_what_is_inside(image):
+    labels = containers.inspect_image(image.tag)["Config"]["Labels"]
+    args = image.args
+    assert labels["org.opencontainers.image.version"] == PINS["SM12X_VERSION"]
+    assert labels["org.opencontainers.image.revision"] == args["SM12X_REVISION"]
+    assert len(args["SM12X_REVISION"]) == 40  # this checkout's commit
+    assert labels["org.opencontainers.image.source"] == args["SM12X_SOURCE"]
+    assert labels["org.opencontainers.image.base.name"] == args["BASE_IMAGE"]
+    assert labels["sm12x.sglang.version"] == PINS["SGLANG_VERSION"]
+    assert labels["sm12x.flashinfer.version"] == PINS["FLASHINFER_VERSION"]
+    assert labels["sm12x.flashinfer.prebuilt"] == "0"
+    assert labels["sm12x.patches"] == "0001-sm120-sparse-mla-topk-dispatch.patch"
+
+
+def test_entrypoint_healthcheck_user_and_cache_environment(image):
+    config = containers.inspect_image(image.tag)["Config"]
+    assert config["Entrypoint"] == ["sm12x", "launch"]
+    assert config["Healthcheck"]["Test"] == ["CMD", "sm12x", "healthcheck"]
+    assert config["User"] == "10001:0"
+    env = dict(item.split("=", 1) for item in config["Env"])
+    assert env["SM12X_CACHE_DIR"] == "/cache"
+    for name in ("HF_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME",
+                 "FLASHINFER_WORKSPACE_BASE"):
+        assert env[name].startswith("/cache"), name
+
+
+# --- running it ------------------------------------------------------------------------
+
+def test_runs_as_a_non_root_user_in_group_0(image):
+    result = containers.run(image.tag, "-c", "id -u; id -g; stat -c '%u %g %a' /cache",
+                            entrypoint="sh")
+    assert result.code == 0, result.explain()
+    uid, gid, cache = result.stdout.split("\n")[:3]
+    assert uid == "10001" and gid == "0"
+    assert cache == "10001 0 2775"
+
+
+def test_self_test_passes_in_the_image_as_any_uid_in_group_0(image):
+    # An arbitrary UID (OpenShift-style) writes its caches through group 0.
+    result = containers.run(image.tag, "-m", "sm12x.selftest", "--quick", entrypoint="python3",
+                            user="4242:0")
+    assert result.code == 0, result.explain()
+    assert "sm12x dispatch self-test passed" in result.stdout
+
+
+def test_cache_volume_is_writable_by_the_image_user(image):
+    volume = f"sm12x-test-cache-{os.getpid()}"
+    containers.docker("volume", "create", volume, check=True)
+    try:
+        result = containers.run(
+            image.tag, "-c", "touch /cache/triton/probe && stat -c '%u %g %a' /cache",
+            entrypoint="sh", volumes=[f"{volume}:/cache"])
+        assert result.code == 0, result.explain()
+        assert result.stdout.strip() == "10001 0 2775"
+    finally:
+        containers.docker("volume", "rm", "-f", volume)
+
+
+def dry_run_cases():
+    for recipe in load_all():
+        ranks = range(recipe.hardware.nodes) if recipe.is_multinode else [0]
+        for rank in ranks:
+            name = f"{recipe.name}.node{rank}" if recipe.is_multinode else recipe.name
+            yield pytest.param(recipe, rank, golden.GOLDEN_DIR / f"{name}.sh", id=name)
+
+
+@pytest.mark.parametrize("recipe, rank, path", list(dry_run_cases()))
+def test_launch_dry_run_in_the_image_is_the_golden_command(image, recipe, rank, path):
+    ctx = golden.context(recipe, rank)
+    environ = {"RECIPE": recipe.name, "SM12X_MODEL_PATH": ctx.model_path, "SM12X_HOST": ctx.host,
+               "SM12X_API_KEY": "a-key", "SM12X_CACHE_DIR": ctx.cache_dir, **ctx.host_env}
+    if ctx.node_rank is not None:
+        environ.update(NODE_RANK=str(ctx.node_rank), HEAD_ADDR=ctx.head_addr)
+    result = containers.run(image.tag, "--dry-run", environ=environ)
+    assert result.code == 0, result.explain()
+    lines = result.stdout.splitlines()
+    # The launcher execs sys.executable: sglang's own Python in the image.
+    launch = next(i for i, line in enumerate(lines) if " -m sglang.launch_server" in line)
+    python = lines[launch].split(" ", 1)[0]
+    assert python.startswith("/") and Path(python).name.startswith("python3"), python
+    lines[launch] = "python3" + lines[launch][len(python):]
+    expected = path.read_text().split("\n", 2)[2]  # without the two header lines
+    assert "\n".join(lines) + "\n" == expected
+
+
+def test_router_runs_from_the_same_image(image):
+    result = containers.run(image.tag, "-m", "sglang_router.launch_router", "--help",
+                            entrypoint="python3")
+    assert result.code == 0, result.explain()
+    assert "--worker-urls" in result.stdout
+
+
+def test_patched_file_is_byte_identical_to_apply_patches_on_the_wheel(image, tmp_path):
+    site = trees.unpack_sglang(PINS["SGLANG_VERSION"], tmp_path / "site", full=False)
+    applied = trees.apply_patches(site)
+    assert applied.returncode == 0, applied.stderr
+    expected = (site / TARGET).read_bytes()
+    record = json.loads((site / "sglang" / ".sm12x-patches.json").read_text())
+
+    where = python_in(image.tag, "import importlib.util as u, pathlib; "
+                      "print(pathlib.Path(u.find_spec('sglang').origin).parent.parent)").strip()
+    inside = containers.run(image.tag, "-c", f"sha256sum {where}/{TARGET}; "
+                            f"cat {where}/sglang/.sm12x-patches.json", entrypoint="sh")
+    assert inside.code == 0, inside.explain()
+    digest, rest = inside.stdout.split(" ", 1)
+    assert digest == hashlib.sha256(expected).hexdigest(), (
+        "the image's patched file differs from scripts/apply-patches on the same wheel")
+    assert json.loads(rest.split("\n", 1)[1]) == record
+    check = containers.run(image.tag, "/opt/sm12x/scripts/apply-patches", "--check",
+                           entrypoint="python3")
+    assert check.code == 0 and "already applied" in check.stdout, check.explain()
+
+
+STUB = Path(__file__).resolve().parents[1] / "support" / "stub_openai.py"
+# The image's HEALTHCHECK command with test-sized timings (failures inside the
+# start period do not count, so it is short).
+FAST_HEALTH = ["--health-interval=1s", "--health-timeout=10s", "--health-retries=3",
+               "--health-start-period=2s", "-v", f"{STUB}:/stub/stub_openai.py:ro"]
+
+
+def test_healthcheck_goes_healthy_when_a_token_comes_back(image):
+    with containers.serving(image.tag, "/stub/stub_openai.py", entrypoint="python3",
+                            extra=FAST_HEALTH, until="healthy") as name:
+        assert containers.state(name) == ("running", "healthy")
+
+
+def test_healthcheck_goes_unhealthy_when_generation_is_broken(image):
+    with containers.serving(image.tag, "/stub/stub_openai.py", "--no-tokens",
+                            entrypoint="python3", extra=FAST_HEALTH, until="unhealthy") as name:
+        log = containers.docker("inspect", "--format", "{{json .State.Health.Log}}", name)
+        assert "generated no token" in log.stdout
+
+
+def test_a_container_that_dies_fails_at_once_with_its_logs(image):
+    started = time.monotonic()
+    with pytest.raises(pytest.fail.Exception, match="exited before it was healthy"):
+        with containers.serving(image.tag, "-c", "echo dying; exit 3", entrypoint="sh",
+                                timeout=120):
+            pass
+    assert time.monotonic() - started < 60
+
+
+# --- builds that must fail, with their reason --------------------------------------------
+
+def test_a_base_with_another_sglang_fails_the_build(base):
+    proc = build("sm12x-test:wrong-sglang", BASE_IMAGE=base, FLASHINFER_PREBUILT="0",
+                 SGLANG_VERSION="0.5.17")
+    assert proc.returncode != 0
+    assert "the base has sglang 0.5.16, versions.env pins SGLANG_VERSION=0.5.17" in proc.stderr
+
+
+def test_a_patch_that_does_not_apply_fails_the_build(base, tmp_path):
+    # The base's flash_mla_sm120.py edited by hand: the patch must refuse it.
+    broken = "sm12x-test:edited-base"
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {base}\n"
+        "RUN python3 -c \"import importlib.util as u, pathlib; "
+        "p = pathlib.Path(u.find_spec('sglang').origin).parent / "
+        "'kernels/ops/attention/flash_mla_sm120.py'; "
+        "p.write_text(p.read_text().replace('import math', 'import math  # edited', 1))\"\n")
+    made = containers.build(tmp_path, broken, {}, network="none")
+    assert made.returncode == 0, containers.tail(made.stderr)
+    try:
+        proc = build("sm12x-test:edited", BASE_IMAGE=broken, FLASHINFER_PREBUILT="0")
+        assert proc.returncode != 0
+        assert ("sglang 0.5.16: 0001-sm120-sparse-mla-topk-dispatch.patch does not apply"
+                in proc.stderr), containers.tail(proc.stderr)
+    finally:
+        containers.docker("rmi", "-f", broken)
+
+
+def test_a_failing_self_test_fails_the_build(base):
+    # flashinfer 0.7 moved its sm_120 sparse-MLA dispatch to a runtime envelope:
+    # the patch still applies to sglang, but the self-test cannot vouch for it.
+    proc = build("sm12x-test:flashinfer-0.7", BASE_IMAGE=base, FLASHINFER_PREBUILT="0",
+                 FLASHINFER_VERSION="0.7.2", FLASHINFER_CUBIN_VERSION="0.7.2",
+                 FLASHINFER_JIT_CACHE_VERSION="0.7.2")
+    assert proc.returncode != 0
+    failed = [line for line in proc.stderr.splitlines() if "executor failed running" in line]
+    assert failed and "sm12x.selftest" in failed[-1], containers.tail(proc.stderr)
+    # The reason, in one line: the wheel lacks the C++ table the self-test reads.
+    assert ("sm12x dispatch self-test FAILED: cannot read the sm_120 sparse-MLA dispatch tables "
+            "of flashinfer 0.7.2") in proc.stderr, containers.tail(proc.stderr)
+
+
+# --- the prebuilt path, against a local stand-in for flashinfer's index ----------------------
+
+def test_prebuilt_flashinfer_path_installs_all_three_at_one_version(base, tmp_path):
+    """FLASHINFER_PREBUILT=1, as the real image is built: cubin and jit-cache come
+    from their own index (here tests/support/flashinfer_index.py on 127.0.0.1:
+    the real wheel names, versions and layout, no kernels), the jit-cache as
+    <version>+cu130 for this machine's arch. flashinfer's own import-time check
+    (cubin and jit-cache must be its version) runs in the self-test."""
+    version, cuda = PINS["FLASHINFER_VERSION"], "cu" + PINS["CUDA_VERSION"].replace(".", "")
+    flashinfer_index.build_index(tmp_path / "index", version, cuda, platform.machine())
+    tag = "sm12x-test:prebuilt"
+    with flashinfer_index.serving(tmp_path / "index") as url:
+        proc = build(tag, BASE_IMAGE=base, FLASHINFER_PREBUILT="1",
+                     FLASHINFER_CUBIN_INDEX_URL=url, FLASHINFER_JIT_CACHE_INDEX_URL=f"{url}/{cuda}")
+    try:
+        assert proc.returncode == 0, containers.tail(proc.stderr, 80)
+        labels = containers.inspect_image(tag)["Config"]["Labels"]
+        assert labels["sm12x.flashinfer.prebuilt"] == "1"
+        found = json.loads(python_in(tag, (
+            "import importlib.metadata as m, json, os, flashinfer.jit.env as e\n"
+            "print(json.dumps({'cubin': m.version('flashinfer-cubin'),"
+            " 'jit': m.version('flashinfer-jit-cache'), 'cubin_dir': str(e.FLASHINFER_CUBIN_DIR),"
+            " 'aot_dir': str(e.FLASHINFER_AOT_DIR),"
+            " 'cubins_writable': os.access(e.FLASHINFER_CUBIN_DIR, os.W_OK)}))")))
+        assert found["cubin"] == version and found["jit"] == f"{version}+{cuda}"
+        assert found["cubin_dir"].endswith("flashinfer_cubin/cubins")
+        assert found["aot_dir"].endswith("flashinfer_jit_cache/jit_cache")
+        # flashinfer downloads missing cubins there at run time, as the image user.
+        assert found["cubins_writable"]
+    finally:
+        containers.docker("rmi", "-f", tag)
+
+
+def test_a_jit_cache_for_another_arch_fails_the_build(base, tmp_path):
+    version, cuda = PINS["FLASHINFER_VERSION"], "cu" + PINS["CUDA_VERSION"].replace(".", "")
+    other = "aarch64" if platform.machine() == "x86_64" else "x86_64"
+    # Its own URL path: BuildKit keys a step by its arguments, and the same URL
+    # as the test above would hit that build's cached success.
+    flashinfer_index.build_index(tmp_path / "index" / "other-arch", version, cuda, other)
+    with flashinfer_index.serving(tmp_path / "index") as url:
+        index = f"{url}/other-arch"
+        proc = build("sm12x-test:wrong-arch", BASE_IMAGE=base, FLASHINFER_PREBUILT="1",
+                     FLASHINFER_CUBIN_INDEX_URL=index,
+                     FLASHINFER_JIT_CACHE_INDEX_URL=f"{index}/{cuda}")
+    assert proc.returncode != 0
+    # pip finds no wheel for this arch; the build stops naming the requirement.
+    assert f"No matching distribution found for flashinfer-jit-cache=={version}+{cuda}" \
+        in proc.stderr, containers.tail(proc.stderr)
+    assert (f"image-build: error: pip install failed (see pip's output above): "
+            f"flashinfer-jit-cache=={version}+{cuda}") in proc.stderr

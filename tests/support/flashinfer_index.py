@@ -1,0 +1,100 @@
+"""A local stand-in for flashinfer's wheel index, to build with FLASHINFER_PREBUILT=1.
+
+flashinfer.ai/whl cannot be reached from the CI machines, so the prebuilt
+path of the Dockerfile (flashinfer-cubin and flashinfer-jit-cache from their
+own index, at one version, the jit-cache for the build's arch) would go
+untested. This serves two wheels made here with the real names, versions and
+layout flashinfer's own code reads (`flashinfer_cubin.__version__`,
+`get_cubin_dir()`; `flashinfer_jit_cache.__version__` = `<version>+cu130`,
+`get_jit_cache_dir()`, and a `jit_cache/sparse_mla_sm120/sparse_mla_sm120.so`
+file) but no kernels, from an http.server on 127.0.0.1 that the build reaches
+through host networking. pip reads http.server's directory listings as a
+PEP 503 simple index, and treats 127.0.0.0/8 as a secure origin.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import threading
+import zipfile
+from contextlib import contextmanager
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+def _record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def make_wheel(folder: Path, dist: str, version: str, tag: str,
+               files: dict[str, bytes]) -> Path:
+    """A minimal valid wheel: files + METADATA, WHEEL and RECORD."""
+    stem = dist.replace("-", "_")
+    info = f"{stem}-{version}.dist-info"
+    contents = dict(files)
+    contents[f"{info}/METADATA"] = (f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
+                                    "Summary: test stand-in (no kernels)\n").encode()
+    contents[f"{info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: sm12x-tests\n"
+                                 f"Root-Is-Purelib: {'true' if tag.startswith('py3') else 'false'}"
+                                 f"\nTag: {tag}\n").encode()
+    record = [_record_line(name, data) for name, data in contents.items()]
+    record.append(f"{info}/RECORD,,")
+    contents[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{stem}-{version}-{tag}.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in contents.items():
+            archive.writestr(name, data)
+    return path
+
+
+def build_index(root: Path, version: str, cuda_tag: str, machine: str) -> None:
+    """root/flashinfer-cubin/*.whl and root/<cuda_tag>/flashinfer-jit-cache/*.whl."""
+    make_wheel(root / "flashinfer-cubin", "flashinfer-cubin", version, "py3-none-any", {
+        "flashinfer_cubin/__init__.py": (
+            f"import os\n__version__ = {version!r}\n\n"
+            "def get_cubin_dir():\n"
+            "    return os.path.join(os.path.dirname(__file__), 'cubins')\n").encode(),
+        "flashinfer_cubin/cubins/README": b"test stand-in: no cubins\n",
+    })
+    jit_version = f"{version}+{cuda_tag}"
+    make_wheel(root / cuda_tag / "flashinfer-jit-cache", "flashinfer-jit-cache", jit_version,
+               f"cp39-abi3-manylinux_2_28_{machine}", {
+                   "flashinfer_jit_cache/__init__.py": (
+                       f"import os\n__version__ = {jit_version!r}\n\n"
+                       "def get_jit_cache_dir():\n"
+                       "    return os.path.join(os.path.dirname(__file__), 'jit_cache')\n"
+                   ).encode(),
+                   "flashinfer_jit_cache/jit_cache/sparse_mla_sm120/sparse_mla_sm120.so":
+                       b"test stand-in: not a shared object\n",
+               })
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+# The URL is a build argument, so part of BuildKit's cache key: the same port
+# every run lets a warm run reuse the build (any free port if it is taken).
+PREFERRED_PORT = 38467
+
+
+@contextmanager
+def serving(root: Path):
+    """Serve root on 127.0.0.1; yields the base URL."""
+    handler = partial(_Quiet, directory=str(root))
+    try:
+        server = ThreadingHTTPServer(("127.0.0.1", PREFERRED_PORT), handler)
+    except OSError:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,199 @@
+"""A stand-in for the sglang base image, built here from Debian's archive.
+
+No image registry is reachable from the CI machines, so the real base
+(lmsysorg/sglang) cannot be pulled. The stand-in has what the Dockerfile
+relies on, at the same layout: a Debian/Ubuntu system python3 with pip,
+`patch`, and sglang, flashinfer and what importing them for the dispatch
+self-test needs, installed by pip into /usr/local/lib/python3.X/dist-packages
+(the real base's dist-packages layout). Like the real base it carries
+sglang's *own* flashinfer pin (0.6.14 for sglang 0.5.16), so the build has to
+move it to versions.env's. It has a CPU torch instead of a CUDA one, and no
+CUDA compiler: the self-test needs neither.
+
+Two layers, each cached under SM12X_CACHE/standin/ keyed by its inputs:
+  1. the OS: `debootstrap --variant=minbase` -> os-<key>.tar -> `docker import`
+  2. the Python stack: wheels downloaded on this machine (same Python 3.11 and
+     glibc as the chroot) into wheels-<key>/, installed offline by a
+     two-line Dockerfile (--network none).
+The images persist in the daemon's data root (scripts/test keeps it under
+.cache/docker), so a warm run finds both and does nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+from sm12x.versions import load_versions
+from support import containers, wheels
+
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+INCLUDE = ("python3", "python3-pip", "python3-venv", "patch", "ca-certificates")
+# What importing sglang's sparse-MLA path and flashinfer needs on a CPU
+# (reference/upstream-facts.md, "Importing the real code on a CPU machine").
+IMPORT_DEPS = (
+    "numpy", "orjson", "psutil", "pybase64", "requests", "packaging", "pillow", "starlette",
+    "tqdm", "ipython", "pydantic", "aiohttp", "msgspec", "nvidia-ml-py", "partial-json-parser",
+    "apache-tvm-ffi>=0.1.6,<0.2,!=0.1.8,!=0.1.8.post0",
+)
+# Bump to rebuild every layer (a change to how they are made).
+RECIPE_VERSION = "1"
+
+
+def cache_dir() -> Path:
+    path = Path(os.environ.get("SM12X_CACHE", wheels.ROOT / ".cache")) / "standin"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _key(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def base_flashinfer(sglang: str) -> str:
+    """The flashinfer sglang's own metadata pins (what the real base ships)."""
+    with zipfile.ZipFile(wheels.wheel("sglang", sglang)) as archive:
+        meta = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        for line in archive.read(meta).decode().splitlines():
+            if line.startswith("Requires-Dist:") and "extra ==" not in line:
+                spec = line.split(":", 1)[1].strip()
+                name = spec.split("=")[0].split("[")[0].strip().replace("_", "-").lower()
+                if name == "flashinfer-python" and "==" in spec:
+                    return spec.split("==", 1)[1].split(";")[0].strip()
+    raise RuntimeError(f"sglang {sglang}'s metadata pins no flashinfer-python")
+
+
+class Timer:
+    def __init__(self) -> None:
+        self.steps: dict[str, float] = {}
+
+    def step(self, name: str, started: float) -> None:
+        self.steps[name] = round(time.monotonic() - started, 1)
+
+
+def _say(message: str) -> None:
+    print(f"[standin] {message}", file=sys.stderr, flush=True)
+
+
+def os_image(timer: Timer) -> str:
+    arch = platform.machine()
+    key = _key(RECIPE_VERSION, SUITE, MIRROR, INCLUDE, "minbase", arch)
+    tag = f"sm12x-standin-os:{key}"
+    if containers.image_exists(tag):
+        return tag
+    tar = cache_dir() / f"os-{key}.tar"
+    if not tar.is_file():
+        if os.geteuid() != 0:
+            raise RuntimeError("debootstrap needs root to build the stand-in base (CI runs as "
+                               "root; elsewhere run scripts/test with sudo)")
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(dir=cache_dir(), prefix="debootstrap-") as tmp:
+            root = Path(tmp) / "root"
+            _say(f"debootstrap {SUITE} minbase ({', '.join(INCLUDE)})")
+            proc = subprocess.run(
+                ["debootstrap", "--variant=minbase", f"--include={','.join(INCLUDE)}", SUITE,
+                 str(root), MIRROR], capture_output=True, text=True, timeout=1200)
+            if proc.returncode != 0:
+                raise RuntimeError("debootstrap failed:\n"
+                                   + containers.tail(proc.stdout + proc.stderr))
+            # Apt's lists and caches are not part of an image; the real base has none either.
+            for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+                for entry in (root / junk).glob("*"):
+                    if entry.is_file():
+                        entry.unlink()
+            partial = tar.with_suffix(".tar.partial")
+            subprocess.run(["tar", "-C", str(root), "--numeric-owner", "-cf", str(partial), "."],
+                           check=True, timeout=600)
+            partial.rename(tar)
+        timer.step("debootstrap", started)
+    started = time.monotonic()
+    with tar.open("rb") as handle:
+        proc = subprocess.run([containers.DOCKER, "import", "-", tag], stdin=handle,
+                              capture_output=True, text=True, env=containers.env(), timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"docker import failed: {proc.stderr}")
+    timer.step("import", started)
+    return tag
+
+
+def wheelhouse(timer: Timer) -> Path:
+    pins = load_versions()
+    sglang = pins["SGLANG_VERSION"]
+    flashinfer = base_flashinfer(sglang)
+    pinned = [f"torch=={pins['TEST_TORCH_VERSION']}", f"triton=={pins['TEST_TRITON_VERSION']}"]
+    key = _key(RECIPE_VERSION, sys.version_info[:2], platform.machine(), pinned, IMPORT_DEPS,
+               sglang, flashinfer)
+    house = cache_dir() / f"wheels-{key}"
+    if (house / ".complete").is_file():
+        return house
+    started = time.monotonic()
+    shutil.rmtree(house, ignore_errors=True)
+    house.mkdir(parents=True)
+    _say(f"downloading the stand-in's wheels into {house}")
+    # This Python is the chroot's (3.11, glibc >= 2.36), so what pip picks for
+    # it installs there. torch comes as a CPU build from this machine's disk.
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
+         "--timeout", "120", "--retries", "3", "-d", str(house), *pinned, *IMPORT_DEPS],
+        capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"pip download failed:\n{containers.tail(proc.stdout + proc.stderr)}")
+    for dist, version in (("sglang", sglang), ("flashinfer-python", flashinfer)):
+        try:
+            source = wheels.wheel(dist, version)
+        except FileNotFoundError:
+            subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                            "--only-binary=:all:", "-d", str(wheels.cache_dir()),
+                            f"{dist}=={version}"], check=True, timeout=900)
+            source = wheels.wheel(dist, version)
+        shutil.copy2(source, house / source.name)
+    (house / ".complete").write_text("\n".join(sorted(p.name for p in house.glob("*.whl"))))
+    timer.step("wheels", started)
+    return house
+
+
+DOCKERFILE = """\
+ARG OS_IMAGE
+FROM ${OS_IMAGE}
+# The base image's Python stack: pip installs into /usr/local/lib/python3.X/
+# dist-packages as in the real base; offline, from the pre-resolved wheels.
+RUN --mount=type=bind,source=wheels,target=/tmp/wheels \\
+    python3 -m pip install --break-system-packages --root-user-action=ignore \\
+      --disable-pip-version-check --no-index --no-deps /tmp/wheels/*.whl
+"""
+
+
+def image(timer: Timer | None = None) -> str:
+    """The stand-in base's tag (built if missing)."""
+    timer = timer or Timer()
+    os_tag = os_image(timer)
+    house = wheelhouse(timer)
+    tag = f"sm12x-standin:{_key(RECIPE_VERSION, os_tag, house.name, DOCKERFILE)}"
+    if containers.image_exists(tag):
+        return tag
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="sm12x-standin-") as tmp:
+        context = Path(tmp)
+        (context / "Dockerfile").write_text(DOCKERFILE)
+        # Hard links: the context is sent as a tar; no second copy on disk.
+        (context / "wheels").mkdir()
+        for whl in house.glob("*.whl"):
+            try:
+                os.link(whl, context / "wheels" / whl.name)
+            except OSError:
+                shutil.copy2(whl, context / "wheels" / whl.name)
+        proc = containers.build(context, tag, {"OS_IMAGE": os_tag}, network="none")
+    if proc.returncode != 0:
+        raise RuntimeError(f"building the stand-in failed:\n{containers.tail(proc.stderr)}")
+    timer.step("standin-build", started)
+    return tag
