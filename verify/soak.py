@@ -220,4 +220,4 @@ def soak(ctx: Context, ev: Evidence) -> None:
                  "tool-call failure seen with DSPARK)")
         fix = "check the sglang version's deepseekv4 streaming parser; lower the draft depth"
     ev.fail(f"{len(failed)}/{len(outcomes)} soak requests failed (pass^{k} {pass_k:.3f}): "
-            + ", ".join(f"{r} x{c}" for r, c in reasons.most_common(4)), cause, fix)
+            + ", ".join(f"{r} x{c}" for r, c in reasons.most_common()), cause, fix)
