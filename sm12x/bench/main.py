@@ -296,13 +296,17 @@ def finish(
 # --- modes ------------------------------------------------------------------------
 
 
-def run_validate(path: Path, console: Console) -> int:
+def _read_json(path: Path):
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise UserError(f"{path}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+
+
+def run_validate(path: Path, console: Console) -> int:
+    data = _read_json(path)
     problems = validate(data)
     if problems:
         for problem in problems:
@@ -315,12 +319,7 @@ def run_validate(path: Path, console: Console) -> int:
 
 
 def run_report(path: Path, console: Console, no_chart: bool) -> int:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserError(f"{path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    data = _read_json(path)
     problems = validate(data)
     if problems:
         raise UserError(f"{path} is not a valid sm12x bench result: {problems[0]}")

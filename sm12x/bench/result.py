@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sm12x import generated
+
 SCHEMA_ID = "sm12x-bench/1"
 SCHEMA_FILE = Path(__file__).with_name("result.schema.json")
 
@@ -207,15 +209,7 @@ def validate(data: Any) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if argv == ["--write"]:
-        SCHEMA_FILE.write_text(generate_schema(), encoding="utf-8")
-        print(f"wrote {SCHEMA_FILE}")
-        return 0
-    if argv == []:
-        sys.stdout.write(generate_schema())
-        return 0
-    print("usage: python -m sm12x.bench.result [--write]", file=sys.stderr)
-    return 2
+    return generated.main(argv, generate_schema, SCHEMA_FILE, "sm12x.bench.result")
 
 
 if __name__ == "__main__":

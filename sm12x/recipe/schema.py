@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from sm12x import generated
 from sm12x.paths import data_path
 from sm12x.recipe.model import Recipe
 
@@ -34,15 +35,7 @@ def schema_path() -> Path:
 
 
 def main(argv: list[str]) -> int:
-    if argv == ["--write"]:
-        schema_path().write_text(generate(), encoding="utf-8")
-        print(f"wrote {schema_path()}")
-        return 0
-    if argv == []:
-        sys.stdout.write(generate())
-        return 0
-    print("usage: python -m sm12x.recipe.schema [--write]", file=sys.stderr)
-    return 2
+    return generated.main(argv, generate, schema_path(), "sm12x.recipe.schema")
 
 
 if __name__ == "__main__":
