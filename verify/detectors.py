@@ -26,6 +26,7 @@ import zlib
 from dataclasses import dataclass
 
 TAIL_CHARS = 2000
+CLOSERS = " \t\r\n\"'`}])>"
 MIN_REPEATS = 4
 MIN_SPAN = 40
 MIN_TRIGRAMS = 60          # below this the trigram ratio says nothing
@@ -74,8 +75,13 @@ def _unit_counts(unit: str) -> bool:
 
 
 def repeating_tail(text: str, min_repeats: float = MIN_REPEATS, min_span: int = MIN_SPAN) -> Finding:
-    """The longest periodic run ending the text, by its smallest period."""
-    tail = text[-TAIL_CHARS:]
+    """The longest periodic run ending the text, by its smallest period.
+
+    Closing quotes, brackets and whitespace are dropped from the end first: a
+    loop inside a tool argument still ends its JSON with `"}`, and the loop is
+    what comes before.
+    """
+    tail = text.rstrip(CLOSERS)[-TAIL_CHARS:]
     s = tail[::-1]
     best: tuple[int, int] | None = None  # (span, period)
     if s:

@@ -85,9 +85,16 @@ def test_degenerate_fires(name):
 
 def test_repeating_tail_finds_the_smallest_primitive_unit():
     finding = d.repeating_tail("intro " + "abcabc " * 10)
-    assert finding.fired and "'abcabc '" in finding.detail
+    # The 7-character unit (seen rotated: the trailing space is dropped first).
+    assert finding.fired and "' abcabc' x10.0" in finding.detail
     assert not d.repeating_tail("-" * 200).fired
     assert not d.repeating_tail("ab " * 3).fired  # too short
+
+
+def test_repeating_tail_sees_a_loop_inside_a_closed_json_string():
+    args = '{"path": "a.py", "content": "' + "of the model of the " * 30 + '"}'
+    finding = d.repeating_tail(args)
+    assert finding.fired and "of the model" in finding.detail
 
 
 def test_prefix_function():

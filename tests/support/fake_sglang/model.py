@@ -155,8 +155,11 @@ def render_dsml(calls: list[Call], *, broken_json: bool = False) -> str:
     return "".join(out)
 
 
+# Whitespace before a think tag is a token of its own: otherwise `\s*[^...]`
+# would glue it to the tag's `<` and split the tag (text that ends in a space,
+# like a repetition loop, would then hide its `</think>` from the parser).
 _TOKEN = re.compile(
-    r"<think>|</think>|\s*[A-Za-z0-9_]+|\s*[^\sA-Za-z0-9_]|\s+"
+    r"<think>|</think>|\s+(?=</?think>)|\s*[A-Za-z0-9_]+|\s*[^\sA-Za-z0-9_]|\s+"
 )
 
 
