@@ -298,9 +298,13 @@ def store_page_bytes(kind: str, page_size: int) -> int:
     return 132 * page_size
 
 
-def check_store(tree: Path, build_root: Path, standalone: bool) -> list[dict]:
+STORE_KERNELS = {"flashmla": (256, 512), "indexer": (64, 128)}  # page size, row width
+
+
+def check_store(tree: Path, build_root: Path, standalone: bool, kinds: list[str]) -> list[dict]:
     results = []
-    for kind, page_size, dim in (("flashmla", 256, 512), ("indexer", 64, 128)):
+    for kind in kinds:
+        page_size, dim = STORE_KERNELS[kind]
         module = store_module(tree, build_root, kind, page_size)
         page_bytes = store_page_bytes(kind, page_size)
         pages, guard_pages = 8, 2
@@ -393,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launches", type=int, default=200)
     parser.add_argument("--standalone", action="store_true",
                         help="store: the cache in its own allocation (for memcheck)")
+    parser.add_argument("--kernel", choices=[*STORE_KERNELS, "all"], default="all",
+                        help="store: which kernel (one per memcheck run: the first "
+                        "out-of-bounds write ends the process)")
     parser.add_argument("inputs", nargs="*", type=Path, help="report: JSON files")
     args = parser.parse_args(argv)
     if args.command == "report":
@@ -415,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
             run_plan(module, batch, 4, SPEC_RING[4], on_gpu=True)
         result["race_launches"] = 2
     else:
-        result["store"] = check_store(tree, args.build, args.standalone)
+        kinds = list(STORE_KERNELS) if args.kernel == "all" else [args.kernel]
+        result["store"] = check_store(tree, args.build, args.standalone, kinds)
     text = json.dumps(result, indent=1)
     if args.json:
         args.json.write_text(text + "\n")

@@ -76,12 +76,15 @@ say "compute-sanitizer (racecheck: plan kernel0; memcheck: store kernels, index 
 for name in "${trees[@]}"; do
   (
     timeout 300 compute-sanitizer --tool racecheck "$only" kns=plan_compress_prefill_kernel0 \
-      $check race --tree "$work/$name" --build "$work/build-$name" \
+      $check race --state "${name#*-}" --tree "$work/$name" --build "$work/build-$name" \
       > "$results/racecheck-$name.log" 2>&1
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 300 compute-sanitizer --tool memcheck \
-      "${padding[@]}" "$only" kns=fused_store \
-      $check store --standalone --tree "$work/$name" --build "$work/build-$name" \
-      > "$results/memcheck-$name.log" 2>&1
+    # One kernel per run: the first out-of-bounds write ends the process.
+    for kernel in flashmla indexer; do
+      PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 300 compute-sanitizer --tool memcheck \
+        "${padding[@]}" "$only" kns=fused_store_$kernel \
+        $check store --standalone --kernel "$kernel" --state "${name#*-}" --tree "$work/$name" \
+        --build "$work/build-$name" > "$results/memcheck-$kernel-$name.log" 2>&1
+    done
   ) &
 done
 wait
@@ -93,12 +96,13 @@ wait
   echo
   echo "### compute-sanitizer"
   echo
-  echo "| tree | racecheck (plan_compress_prefill_kernel0) | memcheck (fused_store_*, index -1) |"
-  echo "|---|---|---|"
+  echo "| tree | racecheck (plan_compress_prefill_kernel0) | memcheck, fused_store_flashmla_cache (index -1) | memcheck, fused_store_indexer_cache (index -1) |"
+  echo "|---|---|---|---|"
   for name in "${trees[@]}"; do
     race=$(grep -h "SUMMARY" "$results/racecheck-$name.log" | tr '\n' ' ')
-    mem=$(grep -h "ERROR SUMMARY" "$results/memcheck-$name.log" | tr '\n' ' ')
-    echo "| $name | ${race:-no summary (see log)} | ${mem:-no summary (see log)} |"
+    flashmla=$(grep -h "ERROR SUMMARY" "$results/memcheck-flashmla-$name.log" | head -1)
+    indexer=$(grep -h "ERROR SUMMARY" "$results/memcheck-indexer-$name.log" | head -1)
+    echo "| $name | ${race:-no summary (see log)} | ${flashmla:-no summary (see log)} | ${indexer:-no summary (see log)} |"
   done
 } > "$out/summary.md"
 cat "$out/summary.md"
