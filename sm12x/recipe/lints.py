@@ -13,7 +13,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+from sm12x import patch_series
 from sm12x.recipe.model import Recipe
+from sm12x.versions import load_versions
 
 Level = Literal["error", "warning"]
 
@@ -96,6 +98,47 @@ def _dspark_depth_5(recipe: Recipe) -> Iterator[Finding]:
             f"dspark.acknowledge_block_size_5 has no effect at block size "
             f"{recipe.dspark.block_size}: remove it",
         )
+
+
+def _rows_fix_elsewhere() -> str:
+    """Where a patch that widens the verify rows exists, for the message."""
+    found: dict[str, list[str]] = {}
+    for patch in patch_series.load_patches():
+        if patch.get("verify_rows", 0) > patch_series.UNPATCHED_VERIFY_ROWS:
+            found.setdefault(patch["file"], []).extend(patch["sglang"])
+    return "; ".join(f"{name} exists for sglang {', '.join(sorted(versions))}"
+                     for name, versions in sorted(found.items()))
+
+
+@lint("dspark-verify-rows")
+def _dspark_verify_rows(recipe: Recipe) -> Iterator[Finding]:
+    # DSPARK at depth d verifies d + 1 rows per step; DeepSeek-V4's compressor must keep
+    # every one of them in its state ring, and how many it keeps depends on the
+    # image's sglang and its patch series (patches/sglang/patches.toml).
+    depth = recipe.dspark.block_size
+    version = load_versions()["SGLANG_VERSION"]
+    allowed = patch_series.verify_rows(version)
+    if depth + 1 <= allowed.rows:
+        return
+    if allowed.patch is None:
+        elsewhere = _rows_fix_elsewhere()
+        message = (
+            f"dspark.block_size {depth} verifies {depth + 1} rows per step, but the image's "
+            f"sglang {version} with its patch series keeps at most {allowed.rows} verify rows "
+            "in DeepSeek-V4's compressed-KV state (kMaxMTPDraftTokens in c_plan.cuh, upstream "
+            "#32183): the rest read stale compressed KV and outputs drift under load. Use "
+            f"block_size {allowed.rows - 1}, or give patches/sglang/{version}/ the verify-row "
+            "fix (a patches.toml entry with verify_rows)"
+            + (f" ({elsewhere})" if elsewhere else "")
+        )
+    else:
+        message = (
+            f"dspark.block_size {depth} verifies {depth + 1} rows per step; even with "
+            f"{allowed.patch} DeepSeek-V4's compressor state ring keeps at most "
+            f"{allowed.rows} verify rows (depth {allowed.rows - 1}) for sglang {version}: "
+            f"use block_size {allowed.rows - 1} or less"
+        )
+    yield Finding("dspark-verify-rows", "error", message)
 
 
 @lint("kv-cache-dtype")

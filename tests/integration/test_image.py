@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from sm12x import patch_series
 from sm12x.recipe import load_all
 from sm12x.versions import load_versions
 from support import containers, flashinfer_index, golden, standin, trees, wheels
@@ -169,7 +170,8 @@ def test_labels_say_what_is_inside(image):
     assert labels["sm12x.sglang.version"] == PINS["SGLANG_VERSION"]
     assert labels["sm12x.flashinfer.version"] == PINS["FLASHINFER_VERSION"]
     assert labels["sm12x.flashinfer.prebuilt"] == "0"
-    assert labels["sm12x.patches"] == "0001-sm120-sparse-mla-topk-dispatch.patch"
+    assert labels["sm12x.patches"] == ",".join(
+        p["file"] for p in patch_series.series(PINS["SGLANG_VERSION"]))
 
 
 def test_entrypoint_healthcheck_user_and_cache_environment(image):

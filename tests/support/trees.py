@@ -22,8 +22,10 @@ APPLY = REPO / "scripts" / "apply-patches"
 
 
 def unpack_sglang(version: str, dest: Path, full: bool = True) -> Path:
-    """full=False keeps only what apply-patches needs (fast, for the patch tests)."""
-    members = () if full else ("sglang/__init__.py", "sglang/kernels/")
+    """full=False keeps only what apply-patches needs: the targets of the version's
+    patch series (fast, for the patch tests)."""
+    targets = tuple(p["target"] for p in wheels.patch_series()["patch"] if version in p["sglang"])
+    members = () if full else ("sglang/__init__.py", "sglang/kernels/", *targets)
     return wheels.unpack("sglang", version, dest, members)
 
 

@@ -37,7 +37,7 @@ def wanted() -> list[tuple[str, str]]:
     flashinfer = {pins["FLASHINFER_VERSION"], pins["FLASHINFER_CANARY_VERSION"]}
     for patch in series["patch"]:
         sglang.update(patch["sglang"])
-        flashinfer.update(patch["flashinfer_verified"])
+        flashinfer.update(patch.get("flashinfer_verified", []))
     return sorted(("sglang", v) for v in sglang) + sorted(
         ("flashinfer-python", v) for v in flashinfer
     )

@@ -68,6 +68,14 @@ CASES = [
         ["no effect", "remove it"],
     ),
     (
+        "dspark-verify-rows",
+        "error",
+        depth(10),
+        "rtx-pro-6000-tp4",
+        ["block_size 10 verifies 11 rows", "0020-dsv4-compress-plan-verify-rows.patch",
+         "at most 10 verify rows", "use block_size 9 or less"],
+    ),
+    (
         "kv-cache-dtype",
         "error",
         set_flag("--kv-cache-dtype", "bf16"),
@@ -217,3 +225,89 @@ def test_load_refuses_a_recipe_with_lint_errors(tmp_path):
     with pytest.raises(RecipeError, match=r"error\[dspark-depth-5\]"):
         load_recipe(path)
     assert load_recipe(path, lint=False).dspark.block_size == 5
+
+
+# --- dspark-verify-rows: the depth a recipe may use is what the image's series makes clean
+
+
+def verify_row_findings(recipe):
+    return [f for f in lint_recipe(recipe) if f.code == "dspark-verify-rows"]
+
+
+@pytest.fixture
+def image_sglang(monkeypatch):
+    """image_sglang(version): the lint sees versions.env pinning that sglang."""
+    from sm12x.recipe import lints
+
+    def pin(version: str) -> None:
+        monkeypatch.setattr(lints, "load_versions", lambda: {"SGLANG_VERSION": version})
+
+    return pin
+
+
+@pytest.fixture
+def series_file(monkeypatch, tmp_path):
+    """series_file(text): the lint reads this patches.toml instead of the project's."""
+    from sm12x import patch_series
+
+    def use(text: str) -> None:
+        path = tmp_path / "patches.toml"
+        path.write_text(text)
+        monkeypatch.setattr(patch_series, "patches_toml", lambda: path)
+        patch_series.load_patches.cache_clear()
+
+    yield use
+    patch_series.load_patches.cache_clear()
+
+
+@pytest.mark.parametrize("version", ["0.5.16", "0.5.17"])
+def test_the_series_with_the_row_fix_allows_depth_4_to_9(image_sglang, version):
+    image_sglang(version)
+    for size in (4, 6, 7, 9):
+        assert verify_row_findings(build(depth(size))) == [], size
+
+
+def test_a_series_without_the_row_fix_refuses_depth_4_and_says_why(image_sglang):
+    # 0.5.18's series (the dispatch patch alone) has no verify-row fix: a real series.
+    image_sglang("0.5.18")
+    (finding,) = verify_row_findings(build(depth(4)))
+    assert finding.level == "error"
+    for words in ("block_size 4 verifies 5 rows", "sglang 0.5.18", "at most 4 verify rows",
+                  "kMaxMTPDraftTokens", "#32183", "stale compressed KV", "Use block_size 3",
+                  "patches/sglang/0.5.18/",
+                  "0020-dsv4-compress-plan-verify-rows.patch exists for sglang 0.5.16, 0.5.17"):
+        assert words in finding.message, (words, finding.message)
+    assert verify_row_findings(build(depth(3))) == []
+
+
+def test_the_lint_reads_the_rows_from_patches_toml(image_sglang, series_file):
+    image_sglang("0.5.17")
+    entry = """[[patch]]
+file = "0020-x.patch"
+sglang = ["0.5.17"]
+{rows}
+"""
+    series_file(entry.format(rows=""))
+    assert verify_row_findings(build(depth(4)))
+    series_file(entry.format(rows="verify_rows = 6"))
+    assert verify_row_findings(build(depth(5))) == []
+    (finding,) = verify_row_findings(build(depth(6)))
+    assert "even with 0020-x.patch" in finding.message and "use block_size 5" in finding.message
+    series_file(entry.replace('"0.5.17"', '"0.5.16"').format(rows="verify_rows = 10"))
+    assert verify_row_findings(build(depth(4))), "a fix for another sglang must not count"
+
+
+def test_depth_5_stays_refused_with_the_row_fix(image_sglang):
+    image_sglang("0.5.17")
+    findings = lint_recipe(build(depth(5)))
+    assert [f.code for f in findings if f.level == "error"] == ["dspark-depth-5"]
+
+
+def test_load_refuses_depth_4_on_a_series_without_the_fix(image_sglang, tmp_path):
+    from sm12x.recipe import load_recipe
+    from support.cli import write_recipe
+
+    image_sglang("0.5.18")
+    path = write_recipe(tmp_path, raw_recipe("rtx-pro-6000-tp4"))
+    with pytest.raises(RecipeError, match=r"error\[dspark-verify-rows\]"):
+        load_recipe(path)

@@ -1,0 +1,439 @@
+"""DeepSeek-V4 compress-plan and KV-store kernels of a sglang tree, run on a CUDA GPU.
+
+What patches 0020-0022 change, checked on the kernels themselves (docs/benchmarks.md
+has the figures and the commands; benchmarks/dsv4_kernel_check.sh runs it all):
+
+- `plan`: sglang's `plan_compress_prefill` (c_plan.cuh) for speculative verify
+  batches of 4..8 rows per request, through the GPU planner (kernel0 + kernel_1,
+  what sglang uses under CUDA graphs) and the host loop (CPU lengths). For every
+  row it reads the write plan back and asks: is the row in the state ring, at the
+  slot sglang's own slot formula gives? A row is *needed* when some acceptance
+  outcome keeps it and the next compression reads it back (every row for c4; all
+  but a 128-block's last row for c128). It also compares the two planners' plans
+  row by row (ragged batches too) and hashes every plan, so a report across trees
+  can show the patch leaves non-speculative plans alone.
+- `race`: one GPU-planner launch on a uniform and on a ragged batch, to run
+  under `compute-sanitizer --tool racecheck`.
+- `store`: the fused FlashMLA and indexer KV-store kernels (store.cuh) with an
+  index of -1 among valid ones, as the full -> SWA lookup yields for a token
+  without an SWA page. The cache sits right after a guard region of the same
+  allocation: a write before the cache base shows up as changed guard bytes.
+  `--standalone` gives the cache an allocation of its own instead, for
+  `compute-sanitizer --tool memcheck`.
+- `report`: Markdown tables from the JSON files of several trees.
+
+The kernels are compiled from the tree's own sources the way sglang's
+`load_jit` does (the same `#include` + TVM_FFI_DLL_EXPORT_TYPED_FUNC wrapper,
+include path and flags, via tvm-ffi's `load_inline`), without importing sglang:
+its package imports the whole serving stack, which the kernels do not use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import sys
+from pathlib import Path
+
+import torch
+
+# DeepSeek-V4's SWA page is its window, 128 (pool_configurator: window_size). The
+# planner requires swa_page_size % ring_size == 0, which the speculative c128 ring
+# (256) does not meet at 128; c128's slots are request-scoped and never read the SWA
+# page, so c128 runs with a 256-token page here.
+SWA_PAGE = {4: 128, 128: 256}
+SPEC_RING = {4: 16, 128: 256}  # get_compress_state_ring_size(ratio, is_speculative=True)
+PLAIN_RING = {4: 8, 128: 128}  # ... and without speculative decoding
+VERIFY_ROWS = range(4, 9)  # DSPARK depth 3..7 verifies depth + 1 rows
+MAX_TOKENS = 8192  # req_to_token row length (a multiple of every SWA page)
+
+
+# --- building the kernels the way sglang's load_jit does ----------------------------
+
+def kernel_root(tree: Path) -> Path:
+    """sglang 0.5.17 keeps JIT sources under sglang/kernels/jit, 0.5.16 under jit_kernel."""
+    for rel in ("sglang/kernels/jit", "sglang/jit_kernel"):
+        if (tree / rel / "csrc" / "deepseek_v4" / "c_plan.cuh").is_file():
+            return tree / rel
+    sys.exit(f"{tree}: no sglang JIT sources (csrc/deepseek_v4/c_plan.cuh) found")
+
+
+def sglang_version(tree: Path) -> str:
+    infos = sorted(tree.glob("sglang-*.dist-info"))
+    return infos[0].name.removeprefix("sglang-").removesuffix(".dist-info") if infos else "?"
+
+
+def load_kernel(tree: Path, name: str, source: str, wrappers: list[tuple[str, str]],
+                build_root: Path):
+    """Compile (once per tree and build root) and load one JIT module."""
+    from tvm_ffi import load_module
+    from tvm_ffi.cpp import load_inline
+
+    root = kernel_root(tree)
+    major, minor = torch.cuda.get_device_capability()
+    suffix = "a" if major >= 9 else ""
+    build = build_root / f"{name}-{major}{minor}"
+    built = build / f"{name}.so"
+    if built.is_file():
+        return load_module(str(built))
+    os.environ["TVM_FFI_CUDA_ARCH_LIST"] = f"{major}.{minor}{suffix}"
+    sources = [f'#include "{root / "csrc" / source}"']
+    sources += [f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({export}, ({kernel}));"
+                for export, kernel in wrappers]
+    return load_inline(
+        name,
+        cpp_sources=[],
+        cuda_sources=sources,
+        extra_cflags=["-std=c++20", "-O3"],
+        extra_cuda_cflags=[f"-DSGL_CUDA_ARCH={major * 100 + minor * 10}", "-std=c++20", "-O3",
+                           "--expt-relaxed-constexpr"],
+        extra_include_paths=[str(root / "include")],
+        build_directory=str(build),
+    )
+
+
+def plan_module(tree: Path, build_root: Path):
+    return load_kernel(tree, "compress_plan", "deepseek_v4/c_plan.cuh",
+                       [("plan_prefill", "plan_compress_prefill")], build_root)
+
+
+def store_module(tree: Path, build_root: Path, kind: str, page_size: int):
+    cls = "FlashMLA" if kind == "flashmla" else "Indexer"
+    # make_cpp_args(bf16, int64, page_size, is_arch_support_pdl()): PDL on sm_90+
+    pdl = "true" if torch.cuda.get_device_capability()[0] >= 9 else "false"
+    return load_kernel(tree, f"store_{kind}_{page_size}", "deepseek_v4/store.cuh",
+                       [("run", f"FusedStoreCache{cls}Kernel<bf16_t, int64_t, {page_size}, {pdl}>::run")],
+                       build_root)
+
+
+# --- the plan -------------------------------------------------------------------------
+
+class Batch:
+    """A batch of requests: request i owns req_pool row i and a private SWA range."""
+
+    def __init__(self, seq_lens: list[int], extend_lens: list[int]):
+        assert all(0 < e <= s < MAX_TOKENS for s, e in zip(seq_lens, extend_lens))
+        self.seq_lens, self.extend_lens = seq_lens, extend_lens
+        self.starts = [0]
+        for e in extend_lens:
+            self.starts.append(self.starts[-1] + e)
+        self.num_q = self.starts[-1]
+
+    def rows(self):
+        """(ragged_id, request, row index j, position) of every extend row."""
+        for i, (s, e) in enumerate(zip(self.seq_lens, self.extend_lens)):
+            for j in range(e):
+                yield self.starts[i] + j, i, j, s - e + j
+
+
+_TABLES: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def tables(reqs: int):
+    """req_to_token and full -> SWA on the GPU, page-aligned as sglang's allocators keep
+    them: request i's token at position p has full loc i * MAX_TOKENS + p + 1 (0 is
+    the padding sink) and SWA loc i * MAX_TOKENS + p."""
+    if reqs not in _TABLES:
+        pos = torch.arange(MAX_TOKENS, dtype=torch.int64)
+        full = torch.arange(reqs, dtype=torch.int64)[:, None] * MAX_TOKENS + pos + 1
+        swa = torch.arange(reqs * MAX_TOKENS + 1, dtype=torch.int64) - 1
+        swa[0] = 0
+        _TABLES[reqs] = (full.to(torch.int32).cuda(), swa.cuda())
+    return _TABLES[reqs]
+
+
+def expected_slot(ratio: int, ring: int, request: int, position: int) -> int:
+    """sglang's own slot formulas (c_plan.cuh compute_loc / compute_c128_loc)."""
+    if ratio == 128:
+        return request * ring + position % ring
+    swa_loc = request * MAX_TOKENS + position
+    return (swa_loc // SWA_PAGE[4]) * ring + swa_loc % ring
+
+
+def needed(ratio: int, position: int) -> bool:
+    """Some acceptance keeps the row and the next compression reads it from the ring.
+
+    Kept with L tokens in all (L > position), the next compression reads back to
+    last boundary(L) - ratio for the overlapping c4, to boundary(L) for c128; the
+    least L (= position + 1) reads furthest back.
+    """
+    boundary = (position + 1) // ratio * ratio
+    return position >= boundary - (ratio if ratio == 4 else 0)
+
+
+def run_plan(module, batch: Batch, ratio: int, ring: int, on_gpu: bool):
+    """The plan as two lists of tuples (compress rows, write rows), invalid ones dropped."""
+    dev = "cuda"
+    r2t, f2s = tables(len(batch.seq_lens))
+    rids = torch.arange(len(batch.seq_lens), dtype=torch.int64, device=dev)
+    seq = torch.tensor(batch.seq_lens, dtype=torch.int64)
+    ext = torch.tensor(batch.extend_lens, dtype=torch.int64)
+    if on_gpu:
+        seq, ext = seq.to(dev), ext.to(dev)
+        pin = torch.empty(0, dtype=torch.uint8)
+    else:
+        pin = torch.empty(batch.num_q * 24, dtype=torch.uint8, pin_memory=True)
+    plan_c, plan_w = module.plan_prefill(rids, r2t, f2s, seq, ext, pin, batch.num_q, ratio,
+                                         SWA_PAGE[ratio], ring, False)
+    plan_c = torch.from_dlpack(plan_c).cpu().view(torch.int32).reshape(-1, 4)
+    plan_w = torch.from_dlpack(plan_w).cpu().view(torch.int32).reshape(-1, 2)
+    torch.cuda.synchronize()
+    compress = []
+    for seq_len, packed, page0, page1 in plan_c.tolist():
+        if seq_len == -1:
+            continue
+        compress.append((seq_len, packed & 0xFFFF, (packed >> 16) & 0xFFFF, page0, page1))
+    writes = [(rid, loc) for rid, loc in plan_w.tolist() if rid != -1]
+    return sorted(compress), sorted(writes)
+
+
+def digest(plan) -> str:
+    return hashlib.sha256(json.dumps(plan).encode()).hexdigest()[:16]
+
+
+def coverage(batch: Batch, writes, ratio: int, ring: int) -> dict:
+    """Which verify rows the write plan puts in the ring, by row index."""
+    rows = max(batch.extend_lens)
+    written = dict(writes)
+    planned = [0] * rows
+    missing = [0] * rows
+    wrong_slot = 0
+    need_total = 0
+    for rid, req, j, position in batch.rows():
+        if rid in written:
+            planned[j] += 1
+            wrong_slot += written[rid] != expected_slot(ratio, ring, req, position)
+        if needed(ratio, position):
+            need_total += 1
+            missing[j] += rid not in written
+    return {"planned_by_row": planned, "missing_needed_by_row": missing,
+            "needed": need_total, "missing_needed": sum(missing), "wrong_slot": wrong_slot,
+            "rows_total": batch.num_q, "rows_planned": sum(planned)}
+
+
+def verify_batch(ratio: int, rows: int) -> Batch:
+    """Every alignment to the ratio and to the SWA page, twice over (256 requests)."""
+    base = 4 * SWA_PAGE[4] if ratio == 4 else 16 * 128
+    seq = [base + k for k in range(256)]
+    return Batch(seq, [rows] * len(seq))
+
+
+def ragged_batch(seed: int, lo: int, hi: int, count: int = 100) -> Batch:
+    rnd = random.Random(seed)
+    seq = [rnd.randrange(2 * 128 * 8, MAX_TOKENS - 1) for _ in range(count)]
+    ext = [rnd.randint(lo, min(hi, s)) for s in seq]
+    return Batch(seq, ext)
+
+
+def check_plan(module) -> dict:
+    out: dict = {"coverage": [], "agreement": [], "plans": {}}
+    for ratio in (4, 128):
+        ring = SPEC_RING[ratio]
+        for rows in VERIFY_ROWS:
+            batch = verify_batch(ratio, rows)
+            gpu = run_plan(module, batch, ratio, ring, on_gpu=True)
+            host = run_plan(module, batch, ratio, ring, on_gpu=False)
+            for path, plan in (("gpu", gpu), ("host", host)):
+                out["coverage"].append({"ratio": ratio, "ring": ring, "rows": rows, "path": path,
+                                        "requests": len(batch.seq_lens),
+                                        **coverage(batch, plan[1], ratio, ring)})
+            out["agreement"].append(agreement(f"verify-{rows}", ratio, ring, host, gpu))
+            out["plans"][f"verify-{rows}-r{ratio}-ring{ring}"] = digest(gpu)
+        # Ragged verify (per-request widths 4..8: the GPU planner's general path),
+        # and prefill-like extends with and without speculative rings.
+        cases = [("ragged-verify", SPEC_RING[ratio], 4, 8),
+                 ("prefill-spec-ring", SPEC_RING[ratio], 1, 400),
+                 ("prefill-plain-ring", PLAIN_RING[ratio], 1, 400),
+                 ("verify-plain-ring", PLAIN_RING[ratio], 4, 4)]
+        for name, ring, lo, hi in cases:
+            batch = ragged_batch(ratio * 1000 + len(name), lo, hi)
+            gpu = run_plan(module, batch, ratio, ring, on_gpu=True)
+            host = run_plan(module, batch, ratio, ring, on_gpu=False)
+            out["agreement"].append(agreement(name, ratio, ring, host, gpu))
+            out["plans"][f"{name}-r{ratio}-ring{ring}-host"] = digest(host)
+            out["plans"][f"{name}-r{ratio}-ring{ring}-gpu"] = digest(gpu)
+            if name == "ragged-verify":
+                out["coverage"].append({"ratio": ratio, "ring": ring, "rows": "4..8",
+                                        "path": "gpu (ragged)", "requests": len(batch.seq_lens),
+                                        **coverage(batch, gpu[1], ratio, ring)})
+    return out
+
+
+def agreement(case: str, ratio: int, ring: int, host, gpu) -> dict:
+    return {"case": case, "ratio": ratio, "ring": ring,
+            "compress_equal": host[0] == gpu[0], "write_equal": host[1] == gpu[1],
+            "host_writes": len(host[1]), "gpu_writes": len(gpu[1]),
+            "host_compress": len(host[0]), "gpu_compress": len(gpu[0])}
+
+
+def race_batches() -> list[Batch]:
+    """A uniform verify batch and a ragged one, over many warps (kernel0's reduction)."""
+    uniform = Batch([4096 + k for k in range(1000)], [5] * 1000)
+    ext = [5] * 1000
+    ext[700] = 3  # one short request in warp 21: only its warp's min sees it
+    ragged = Batch([4096 + k for k in range(1000)], ext)
+    return [uniform, ragged]
+
+
+def check_race(module, launches: int) -> dict:
+    """GPU planner vs host loop on the ragged batch, many times: a lost warp result
+    would pass the batch for uniform and plan a different (overrunning) layout."""
+    uniform, ragged = race_batches()
+    run_plan(module, uniform, 4, SPEC_RING[4], on_gpu=True)
+    host = run_plan(module, ragged, 4, SPEC_RING[4], on_gpu=False)
+    mismatches = 0
+    for _ in range(launches):
+        mismatches += run_plan(module, ragged, 4, SPEC_RING[4], on_gpu=True) != host
+    return {"launches": launches, "mismatches": mismatches}
+
+
+# --- the KV-store kernels --------------------------------------------------------------
+
+def store_page_bytes(kind: str, page_size: int) -> int:
+    if kind == "flashmla":
+        return -(-584 * page_size // 576) * 576
+    return 132 * page_size
+
+
+STORE_KERNELS = {"flashmla": (256, 512), "indexer": (64, 128)}  # page size, row width
+
+
+def check_store(tree: Path, build_root: Path, standalone: bool, kinds: list[str]) -> list[dict]:
+    results = []
+    for kind in kinds:
+        page_size, dim = STORE_KERNELS[kind]
+        module = store_module(tree, build_root, kind, page_size)
+        page_bytes = store_page_bytes(kind, page_size)
+        pages, guard_pages = 8, 2
+        tokens = 64
+        gen = torch.Generator(device="cuda").manual_seed(7)
+        values = torch.randn(tokens, dim, generator=gen, device="cuda").to(torch.bfloat16)
+        # sglang's full -> SWA lookup ends with -1 ("no page"); full loc -1 maps to it.
+        lookup = torch.cat([torch.arange(pages * page_size, device="cuda"),
+                            torch.tensor([-1], device="cuda")])
+        full_locs = torch.arange(tokens, device="cuda") * 5 % (pages * page_size)
+        invalid = torch.tensor([3, 17, 40, 63], device="cuda")
+        full_locs[invalid] = -1
+        index = lookup[full_locs].to(torch.int64)
+        if standalone:
+            cache = torch.full((pages, page_bytes), 0xA5, dtype=torch.uint8, device="cuda")
+            guard = None
+        else:
+            arena = torch.full((guard_pages + pages, page_bytes), 0xA5, dtype=torch.uint8,
+                               device="cuda")
+            guard, cache = arena[:guard_pages], arena[guard_pages:]
+        module.run(values, cache, index)
+        torch.cuda.synchronize()
+        entry = {"kernel": kind, "page_size": page_size, "tokens": tokens,
+                 "invalid_rows": int(invalid.numel()), "index_of_invalid": -1,
+                 "cache_digest": hashlib.sha256(cache.cpu().numpy().tobytes()).hexdigest()[:16]}
+        if guard is not None:
+            changed = (guard != 0xA5).sum().item()
+            entry["guard_bytes_changed"] = int(changed)
+        results.append(entry)
+    return results
+
+
+# --- report ------------------------------------------------------------------------------
+
+def report(paths: list[Path]) -> str:
+    runs = [json.loads(p.read_text()) for p in paths]
+    lines = ["### Verify rows in the state ring (write plan)", "",
+             "| sglang | tree | ratio | rows per request | planner | requests | rows planned / all | "
+             "rows needed | needed rows missing | missing by row (0 = first) | rows at a wrong slot |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        for c in run.get("plan", {}).get("coverage", []):
+            lines.append(f"| {run['sglang']} | {run['state']} | c{c['ratio']} | {c['rows']} | "
+                         f"{c['path']} | {c['requests']} | {c['rows_planned']} / {c['rows_total']} | "
+                         f"{c['needed']} | {c['missing_needed']} | "
+                         f"{c['missing_needed_by_row']} | {c['wrong_slot']} |")
+    lines += ["", "### Host loop vs GPU planner", "",
+              "| sglang | tree | case | ratio | ring | compress plans equal | write plans equal | "
+              "writes host / GPU |", "|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        for a in run.get("plan", {}).get("agreement", []):
+            lines.append(f"| {run['sglang']} | {run['state']} | {a['case']} | c{a['ratio']} | "
+                         f"{a['ring']} | {a['compress_equal']} | {a['write_equal']} | "
+                         f"{a['host_writes']} / {a['gpu_writes']} |")
+    by_state: dict = {}
+    for run in runs:
+        if "plan" in run:
+            by_state.setdefault(run["sglang"], {})[run["state"]] = run["plan"]["plans"]
+    lines += ["", "### Plans the patch must not change (pristine vs patched digest)", ""]
+    for version, states in sorted(by_state.items()):
+        if {"pristine", "patched"} <= set(states):
+            a, b = states["pristine"], states["patched"]
+            same = sorted(k for k in a if a[k] == b.get(k))
+            differ = sorted(k for k in a if a[k] != b.get(k))
+            lines.append(f"- sglang {version}: same: {', '.join(same) or 'none'}; "
+                         f"changed: {', '.join(differ) or 'none'}")
+    lines += ["", "### Race stress (ragged batch, GPU planner vs host loop)", ""]
+    for run in runs:
+        if "race" in run:
+            lines.append(f"- sglang {run['sglang']} {run['state']}: {run['race']['mismatches']} "
+                         f"mismatches in {run['race']['launches']} launches")
+    lines += ["", "### KV-store kernels with an index of -1", "",
+              "| sglang | tree | kernel | page size | rows (-1) | guard bytes changed | cache digest |",
+              "|---|---|---|---|---|---|---|"]
+    for run in runs:
+        for s in run.get("store", []):
+            lines.append(f"| {run['sglang']} | {run['state']} | {s['kernel']} | {s['page_size']} | "
+                         f"{s['tokens']} ({s['invalid_rows']}) | {s.get('guard_bytes_changed', '-')} | "
+                         f"{s['cache_digest']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["plan", "race", "store", "report"])
+    parser.add_argument("--tree", type=Path, help="a site-packages folder holding sglang/")
+    parser.add_argument("--state", default="?", help="label: pristine or patched")
+    parser.add_argument("--build", type=Path, help="where compiled modules go (per tree)")
+    parser.add_argument("--json", type=Path, help="write results here")
+    parser.add_argument("--launches", type=int, default=200)
+    parser.add_argument("--standalone", action="store_true",
+                        help="store: the cache in its own allocation (for memcheck)")
+    parser.add_argument("--kernel", choices=[*STORE_KERNELS, "all"], default="all",
+                        help="store: which kernel (one per memcheck run: the first "
+                        "out-of-bounds write ends the process)")
+    parser.add_argument("inputs", nargs="*", type=Path, help="report: JSON files")
+    args = parser.parse_args(argv)
+    if args.command == "report":
+        print(report(args.inputs), end="")
+        return 0
+    if args.tree is None or args.build is None:
+        parser.error("--tree and --build are required")
+    if not torch.cuda.is_available():
+        sys.exit("needs a CUDA GPU")
+    tree = args.tree.resolve()
+    result = {"sglang": sglang_version(tree), "state": args.state, "tree": str(tree),
+              "device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    if args.command == "plan":
+        module = plan_module(tree, args.build)
+        result["plan"] = check_plan(module)
+        result["race"] = check_race(module, args.launches)
+    elif args.command == "race":
+        module = plan_module(tree, args.build)
+        for batch in race_batches():
+            run_plan(module, batch, 4, SPEC_RING[4], on_gpu=True)
+        result["race_launches"] = 2
+    else:
+        kinds = list(STORE_KERNELS) if args.kernel == "all" else [args.kernel]
+        result["store"] = check_store(tree, args.build, args.standalone, kinds)
+    text = json.dumps(result, indent=1)
+    if args.json:
+        args.json.write_text(text + "\n")
+    summary = {k: v for k, v in result.items() if k not in ("plan",)}
+    print(json.dumps(summary))
+    if "plan" in result:
+        bad = [c for c in result["plan"]["coverage"] if c["missing_needed"] or c["wrong_slot"]]
+        print(f"plan: {len(bad)} of {len(result['plan']['coverage'])} coverage cases miss rows")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
