@@ -17,7 +17,7 @@ import pytest
 from support.cli import assert_one_clear_error, run_sm12x
 from support.compose import compose, config
 
-from sm12x.router import RouterSettings, command
+from sm12x.router import RouterSettings, command, router_argv
 from sm12x.versions import load_versions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,7 +115,9 @@ def test_env_values_become_the_routers_arguments(env_file, tmp_path, workers):
     )
     env = router_service(custom)["environment"]
     settings = RouterSettings.from_environ(env)
-    parsed = parse_with_sglang_router(command(settings, environ=env)[3:])
+    # The key is not on the command line; sm12x.keyed adds it in memory.
+    assert "sk-shared" not in " ".join(command(settings, environ=env))
+    parsed = parse_with_sglang_router(router_argv(settings, env))
     assert parsed.worker_urls == ["http://192.168.1.10:30000", "http://192.168.1.11:30000"]
     assert (parsed.host, parsed.port) == ("0.0.0.0", 8080)
     assert (parsed.prometheus_host, parsed.prometheus_port) == ("127.0.0.1", 29100)
