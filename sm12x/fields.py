@@ -34,6 +34,7 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 NodeRank = Annotated[int, Field(ge=0, le=255)]
 FiniteFloat = Annotated[float, AfterValidator(_finite)]
 PositiveFloat = Annotated[float, AfterValidator(_finite), Field(gt=0)]
+NonNegativeFloat = Annotated[float, AfterValidator(_finite), Field(ge=0)]
 
 # RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens.
 # A leading '-' is never valid, which is what keeps a value like
