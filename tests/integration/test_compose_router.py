@@ -48,7 +48,7 @@ def with_values(env_file: Path, tmp_path: Path, **values: str) -> Path:
 
 def router_service(env_file: Path) -> dict:
     services = config("router", env_file=env_file)["services"]
-    assert list(services) == ["router"]
+    assert sorted(services) == ["gate", "router"]
     return services["router"]
 
 
@@ -83,6 +83,7 @@ def test_router_defaults_from_env_example(env_file):
         "SM12X_ROUTER_METRICS_HOST": "127.0.0.1",
         "SM12X_ROUTER_METRICS_PORT": "29000",
         "SM12X_API_KEY": "",
+        "SM12X_INSECURE_NO_API_KEY": "",
     }
 
 
@@ -159,7 +160,7 @@ def test_router_starts_beside_a_rig_when_both_profiles_are_named(env_file):
         "--profile", "router", "--profile", "auto", "config", "--services", env_file=env_file
     )
     assert result.returncode == 0, result.stderr
-    assert sorted(result.stdout.split()) == ["auto", "router"]
+    assert sorted(result.stdout.split()) == ["auto", "gate", "router"]
 
 
 def test_bare_up_does_not_start_the_router(env_file):
