@@ -27,8 +27,8 @@ the manifest):
     SM12X_API_KEY                clients must send it; the rigs run with the same key
     SM12X_API_KEY_FILE           or: a file holding it (the Kubernetes Secret)
     SM12X_INSECURE_NO_API_KEY=1  serve beyond loopback without a key anyway
-Arguments after `--` are appended; one that repeats a flag rendered here is
-refused (the router would keep the last, silently).
+Arguments after `--` are appended (the router keeps the last of a repeated
+flag); one that sets what a variable above sets is refused.
 """
 
 from __future__ import annotations
@@ -276,17 +276,34 @@ def router_argv(settings: RouterSettings, environ: Mapping[str, str]) -> list[st
     return with_key(args, environ) if settings.api_key else args
 
 
+# Flags after `--` that would bypass a setting (and its checks: the key never
+# in argv, no open API beyond loopback): each has its variable. The tuned
+# health-check flags may be overridden after `--` (the router keeps the last).
+ENV_FLAGS = {
+    "--host": "SM12X_HOST",
+    "--port": "SM12X_PORT",
+    "--worker-urls": "SM12X_ROUTER_WORKERS",
+    "--service-discovery": "SM12X_ROUTER_SELECTOR",
+    "--selector": "SM12X_ROUTER_SELECTOR",
+    "--service-discovery-namespace": "SM12X_ROUTER_NAMESPACE",
+    "--service-discovery-port": "SM12X_ROUTER_DISCOVERY_PORT",
+    "--policy": "SM12X_ROUTER_POLICY",
+    "--prometheus-host": "SM12X_ROUTER_METRICS_HOST",
+    "--prometheus-port": "SM12X_ROUTER_METRICS_PORT",
+}
+
+
 def check_extra(settings: RouterSettings) -> None:
-    """Flags after `--` may not repeat one rendered here (or the key)."""
-    owned = owned_router_flags({a.flag: a.why for a in build_router(settings)})
+    """Flags after `--` may not set what a variable sets (the key above all)."""
+    owned = owned_router_flags(ENV_FLAGS)
     for flag in parse_extra(settings.extra):
         check_values(flag)
         mine = owner(flag.name, owned)
         if mine is not None:
             raise UserError(
-                f"after --, {flag.name} is refused: sm12x router renders {mine} "
-                f"({owned[mine]}); set that instead (the router keeps the last of a repeated "
-                "flag, so a second copy would silently win)"
+                f"after --, {flag.name} is refused: sm12x router sets {mine} from "
+                f"{owned[mine]}; set that instead (it is checked there, and a key on the "
+                "command line is readable by every user of the host)"
             )
 
 

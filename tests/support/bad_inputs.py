@@ -146,7 +146,7 @@ CASES: list[Case] = [
     Case("api-key-file-missing", ("launch", "--dry-run"), ("cannot read the key",),
          {"RECIPE": "rtx-pro-6000-tp4", "SM12X_API_KEY_FILE": "{tmp}/no-such-file"}),
     Case("router-extra-api-key", ("router", "--dry-run", "--", "--api-key", "sk-x"),
-         ("sm12x router renders --api-key",), {"SM12X_ROUTER_WORKERS": "http://127.0.0.1:30000"}),
+         ("sm12x router sets --api-key",), {"SM12X_ROUTER_WORKERS": "http://127.0.0.1:30000"}),
 ]
 
 

@@ -95,18 +95,18 @@ def test_every_flag_has_a_reason():
             assert len(arg.why) >= 4, arg.flag
 
 
-def test_extra_flags_are_appended():
-    settings = RouterSettings(workers=WORKERS, extra=("--max-payload-size", "1048576"))
-    assert parse(command(settings)).max_payload_size == 1048576
+def test_extra_flags_are_appended_and_win():
+    settings = RouterSettings(workers=WORKERS, extra=("--health-check-interval-secs", "1"))
+    assert parse(command(settings)).health_check_interval_secs == 1
 
 
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
-        (("--health-check-interval-secs", "1"), "sm12x router renders --health-check-interval-secs"),
-        (("--api-key", "sk-x"), "renders --api-key"),
-        (("--api-key=sk-x",), "renders --api-key"),
-        (("--polic", "random"), "renders --policy"),
+        (("--api-key", "sk-x"), "sets --api-key from SM12X_API_KEY"),
+        (("--api-key=sk-x",), "sets --api-key"),
+        (("--host", "0.0.0.0"), "sets --host from SM12X_HOST"),
+        (("--polic", "random"), "sets --policy from SM12X_ROUTER_POLICY"),
         (("--max-payload-size", "inf"), "not a finite number"),
     ],
 )
