@@ -104,7 +104,9 @@ ImageRef = Annotated[str, Field(max_length=255, pattern=_IMAGE.pattern)]
 
 def _abs_path(value: str) -> str:
     if not value.startswith("/") or ".." in value.split("/") or re.search(r"[\x00-\x1f]", value):
-        raise ValueError("must be an absolute path (starting with /, no '..', no control characters)")
+        raise ValueError(
+            "must be an absolute path (starting with /, no '..', no control characters)"
+        )
     return value
 
 
@@ -140,7 +142,9 @@ def parse(kind: Any, value: Any, where: str, hint: str = "") -> Any:
         return TypeAdapter(kind).validate_python(_int(value) if isinstance(value, str) else value)
     except ValidationError as exc:
         problem = describe(exc.errors()[0])
-        raise UserError(f"{where}={_shown(value)}: {problem}" + (f"; {hint}" if hint else "")) from None
+        raise UserError(
+            f"{where}={_shown(value)}: {problem}" + (f"; {hint}" if hint else "")
+        ) from None
 
 
 def describe(error: Any) -> str:

@@ -44,8 +44,9 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     found = problems(os.environ if environ is None else environ)
     if found:
         raise UserError("; ".join(found))
-    print("sm12x gate: ok: nothing is published beyond loopback without an API key",
-          file=sys.stderr)
+    print(
+        "sm12x gate: ok: nothing is published beyond loopback without an API key", file=sys.stderr
+    )
     return 0
 
 

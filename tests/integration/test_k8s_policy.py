@@ -20,10 +20,10 @@ from collections.abc import Callable
 
 import pytest
 import yaml
+from support.policy import EXCEPTIONS, GLOBAL_SKIPS, excused, policy_objects, run_checkov
 
 from sm12x import k8s
 from sm12x.recipe import load_recipe
-from support.policy import EXCEPTIONS, GLOBAL_SKIPS, excused, policy_objects, run_checkov
 
 OPTS = k8s.K8sOptions()
 TREE = k8s.tree(OPTS)
@@ -71,7 +71,11 @@ def key_from_optional_env(objects):
                 {
                     "name": "SM12X_API_KEY",
                     "valueFrom": {
-                        "secretKeyRef": {"name": "sm12x-api-key", "key": "api-key", "optional": True}
+                        "secretKeyRef": {
+                            "name": "sm12x-api-key",
+                            "key": "api-key",
+                            "optional": True,
+                        }
                     },
                 }
             )
@@ -229,8 +233,16 @@ WEAKNESSES: list[tuple[str, str, Callable[[list[dict]], None], set[str]]] = [
         "no-security-context",
         RTX,
         no_security_context,
-        {"CKV_K8S_20", "CKV_K8S_23", "CKV_K8S_28", "CKV_K8S_29", "CKV_K8S_30", "CKV_K8S_31",
-         "CKV_K8S_37", "CKV_K8S_40"},
+        {
+            "CKV_K8S_20",
+            "CKV_K8S_23",
+            "CKV_K8S_28",
+            "CKV_K8S_29",
+            "CKV_K8S_30",
+            "CKV_K8S_31",
+            "CKV_K8S_37",
+            "CKV_K8S_40",
+        },
     ),
     ("router-no-security-context", "router", no_security_context, {"CKV_K8S_20", "CKV_K8S_23"}),
     ("privilege-escalation", RTX, escalation_allowed, {"CKV_K8S_20"}),
@@ -317,7 +329,9 @@ def test_the_loud_options_render_what_they_say(findings):
 )
 def test_the_policy_fails_on_each_weakness(case, want, findings):
     failed = {check for check, _ in findings[f"weak-{case}"]}
-    assert want <= failed, f"{case}: {sorted(want - failed)} did not fail (failed: {sorted(failed)})"
+    assert want <= failed, (
+        f"{case}: {sorted(want - failed)} did not fail (failed: {sorted(failed)})"
+    )
 
 
 def test_every_exception_has_a_reason():

@@ -114,8 +114,13 @@ def cmdline(pid: int) -> str:
 def run_until_reported(argv: list[str], env: dict[str, str], report: Path) -> dict:
     """Start argv, wait for the stand-in's report, return it with every process's cmdline."""
     proc = subprocess.Popen(
-        argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True, text=True,
+        argv,
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 60
@@ -241,6 +246,10 @@ def test_the_standin_refuses_what_sglang_refuses(tmp_path):
     for argv in (["--no-such-flag"], ["--api-key"]):
         done = subprocess.run(
             [sys.executable, "-m", "sglang.launch_server", *argv],
-            env=env, capture_output=True, text=True, timeout=60, check=False,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
         assert done.returncode == 2, done.stderr

@@ -34,7 +34,11 @@ def pod_spec(conf: dict[str, Any], entity: str) -> dict[str, Any] | None:
         return (conf.get("template") or {}).get("spec")
     if entity == "CronJob":
         return (
-            conf.get("spec", {}).get("jobTemplate", {}).get("spec", {}).get("template", {}).get("spec")
+            conf.get("spec", {})
+            .get("jobTemplate", {})
+            .get("spec", {})
+            .get("template", {})
+            .get("spec")
         )
     return ((conf.get("spec") or {}).get("template") or {}).get("spec")
 
@@ -71,8 +75,9 @@ class ApiKeySecretRequired(_PodCheck):
     required Secret volume (SM12X_API_KEY_FILE) or says it is open."""
 
     def __init__(self) -> None:
-        super().__init__("sm12x: the API key Secret is required (or the pod is loudly open)",
-                         "SM12X_K8S_1")
+        super().__init__(
+            "sm12x: the API key Secret is required (or the pod is loudly open)", "SM12X_K8S_1"
+        )
 
     def pod_ok(self, spec: dict[str, Any]) -> bool:
         required_dirs = {}
@@ -99,8 +104,10 @@ class ApiKeySecretRequired(_PodCheck):
                 continue
             path = (env.get(KEY_FILE_ENV) or {}).get("value")
             mounts = [
-                m for m in container.get("volumeMounts") or []
-                if m.get("name") in required_dirs and path
+                m
+                for m in container.get("volumeMounts") or []
+                if m.get("name") in required_dirs
+                and path
                 and path.startswith(m.get("mountPath", "").rstrip("/") + "/")
             ]
             if not mounts:
@@ -184,7 +191,8 @@ class OnlyNeededCapabilities(BaseK8sContainerCheck):
         limits = (conf.get("resources") or {}).get("limits") or {}
         # checkov adds __startline__/__endline__ keys to every mapping it parses.
         devices = [
-            r for r in limits
+            r
+            for r in limits
             if r not in PLAIN_RESOURCES and not str(r).startswith(("hugepages-", "__"))
         ]
         return CheckResult.PASSED if devices else CheckResult.FAILED

@@ -98,12 +98,17 @@ def run_checkov(files: Mapping[str, list[dict]], tmp: Path) -> dict[str, set[tup
     done = subprocess.run(
         [
             str(checkov_binary()),
-            "--directory", str(folder),
-            "--framework", "kubernetes",
-            "--external-checks-dir", str(CUSTOM_CHECKS),
-            "--skip-check", ",".join(GLOBAL_SKIPS),
+            "--directory",
+            str(folder),
+            "--framework",
+            "kubernetes",
+            "--external-checks-dir",
+            str(CUSTOM_CHECKS),
+            "--skip-check",
+            ",".join(GLOBAL_SKIPS),
             "--skip-download",
-            "--output", "json",
+            "--output",
+            "json",
             "--quiet",
         ],
         capture_output=True,
@@ -130,8 +135,7 @@ def excused(check_id: str, resource: str) -> bool:
     kind, _, rest = resource.partition(".")
     name = rest.partition(".")[2]
     return any(
-        check_id == c and kind == k and name.endswith(suffix)
-        for (c, k, suffix) in EXCEPTIONS
+        check_id == c and kind == k and name.endswith(suffix) for (c, k, suffix) in EXCEPTIONS
     )
 
 
@@ -154,7 +158,7 @@ def table() -> str:
 
 def block_in_doc() -> str:
     text = DOC.read_text()
-    return text[text.index(BEGIN) + len(BEGIN): text.index(END)].strip("\n")
+    return text[text.index(BEGIN) + len(BEGIN) : text.index(END)].strip("\n")
 
 
 def write() -> None:
