@@ -6,6 +6,9 @@
 - The router: sglang-router finding the rigs by label (Kubernetes service
   discovery), its ServiceAccount and namespaced Role, a Deployment and a
   Service, the one endpoint clients use.
+- A NetworkPolicy per file: the pods take connections only from pods in
+  their own namespace (the router, the namespace's clients, a Spark group's
+  other node).
 
 Launch arguments are not written here. Like every compose service, each pod
 runs the image's `sm12x launch` with RECIPE=<name>, which renders the sglang
@@ -13,25 +16,39 @@ command from the recipe inside the container (sm12x.launch.render.build_launch).
 So a manifest cannot drift from the recipe the image carries, and a recipe
 change needs a new image, not new manifests. What Kubernetes itself must know
 is taken from the recipe here: GPUs per node, node count, CPU architecture,
-host networking, devices, capabilities, the port, the site variables; the
-tests prove each equal to the recipe. The router pod runs `sm12x router`, the
-compose router's entrypoint (sm12x.router).
+capabilities, the port, the site variables; the tests prove each equal to the
+recipe. The router pod runs `sm12x router`, the compose router's entrypoint
+(sm12x.router).
 
-Probes are compose's healthcheck (`sm12x healthcheck`: one generated token),
-with its timings: the startupProbe allows the same 2 h start period, the
-livenessProbe the same interval, timeout and retries.
+Closed by default (docs/security.md): the API key Secret is required (a pod
+does not start without it) unless --insecure-no-api-key renders an open
+deployment; every pod runs as the image's non-root user with no privilege
+escalation, all capabilities dropped (the Spark pods keep IPC_LOCK, the one
+the recipe asks for RDMA), the runtime's default seccomp profile, and CPU
+and memory requests and limits. The Spark pods get /dev/infiniband from an
+RDMA device plugin and the RoCE link from a Multus network: never privileged,
+never host devices; host networking only with --host-network.
+
+Probes: readiness is compose's healthcheck (`sm12x healthcheck`: one
+generated token, with its timings); liveness and startup ask sglang's
+/health, which answers 200 as soon as the server produced any output, so a
+saturated but healthy pod is never restarted for being slow to serve one more
+token.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sm12x.apikey import FILE_ENV, OPEN_ENV
 from sm12x.errors import UserError
+from sm12x.fields import AbsPath, ImageRef, K8sName, K8sNetworkName, K8sResourceName
 from sm12x.recipe import Recipe, load_all, load_recipe
 from sm12x.router import DEFAULT_METRICS_PORT, DEFAULT_PORT
 from sm12x.versions import load_versions
@@ -78,28 +95,63 @@ ROUTER_STOP_GRACE_S = 180
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 
 
-@dataclass(frozen=True)
-class K8sOptions:
-    namespace: str = "sm12x"
-    image: str = field(default_factory=lambda: load_versions()["SM12X_IMAGE"])
+class K8sOptions(BaseModel):
+    """What `sm12x render --k8s` takes besides the recipe, each value typed
+    (sm12x.fields): a bad namespace or image is refused before anything renders."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespace: K8sName = "sm12x"
+    image: ImageRef = Field(default_factory=lambda: load_versions()["SM12X_IMAGE"])
     # The checkpoint on each GPU node (as SM12X_MODEL_DIR in .env.example), or
     # a PersistentVolumeClaim holding it; mounted read-only either way.
-    model_host_path: str = "/srv/models/DeepSeek-V4-Flash-0731"
-    model_pvc: str | None = None
-    # JIT/compile caches survive pod restarts on the node.
-    cache_host_path: str = "/var/cache/sm12x"
-    # An RDMA device plugin's resource (e.g. rdma/rdma_shared_device_a): it
-    # then provides /dev/infiniband, and the pod needs no privileges. Without
-    # one the pod mounts the host's /dev/infiniband and runs privileged, which
-    # is what opening those devices takes without a plugin.
-    rdma_resource: str | None = None
-    # Secret (key `api-key`) with the API key; optional: no Secret, no key.
-    api_key_secret: str = "sm12x-api-key"
+    model_host_path: AbsPath = "/srv/models/DeepSeek-V4-Flash-0731"
+    model_pvc: K8sName | None = None
+    # JIT/compile caches. Default: an emptyDir (the pod's user can write it;
+    # kernels recompile after a pod is replaced). A PVC keeps them across pods;
+    # fsGroup makes it writable for the pod's user.
+    cache_pvc: K8sName | None = None
+    # The RDMA device plugin resource that gives a multi-node pod /dev/infiniband
+    # (e.g. the k8s-rdma-shared-dev-plugin's rdma/rdma_shared_device_a).
+    rdma_resource: K8sResourceName = "rdma/rdma_shared_device_a"
+    # The Multus network (NetworkAttachmentDefinition, e.g. macvlan on the
+    # ConnectX-7 port) that puts the RoCE link in a multi-node pod.
+    roce_network: K8sNetworkName = "sm12x-roce"
+    # Instead of roce_network: the node's own network (NetworkPolicy does not
+    # apply to host-network pods, so these then rely on the API key alone).
+    host_network: bool = False
+    # Secret (key `api-key`) with the API key: required unless insecure_no_api_key.
+    api_key_secret: K8sName = "sm12x-api-key"
+    insecure_no_api_key: bool = False
     # ConfigMap with the site values a recipe takes from the host (RoCE NIC names).
-    site_configmap: str = "sm12x-site"
+    site_configmap: K8sName = "sm12x-site"
+
+    @model_validator(mode="after")
+    def _open_only_off_host_network(self) -> K8sOptions:
+        if self.host_network and self.insecure_no_api_key:
+            raise ValueError(
+                "--insecure-no-api-key does not go with --host-network: a host-network pod "
+                "serves on the node's own address, where no NetworkPolicy applies, so the "
+                "key is all that stands between the API and the network"
+            )
+        return self
 
 
-def _probe(health: Health, failure_threshold: int) -> dict:
+# The image's user (Dockerfile: useradd --uid 10001, USER 10001:0).
+RUN_AS_USER = 10001
+# Where the Secret's key is mounted; SM12X_API_KEY_FILE points at it.
+API_KEY_DIR = "/run/secrets/sm12x"
+API_KEY_FILE = f"{API_KEY_DIR}/api-key"
+# The JIT cache emptyDir's cap: flashinfer/Triton/DeepGEMM/CUDA caches (not
+# measured; doctor's disk check keeps a 50 GiB margin for image plus caches).
+CACHE_SIZE_LIMIT = "50Gi"
+# sglang's /health waits up to SGLANG_HEALTH_CHECK_TIMEOUT (20 s) for the
+# scheduler before answering 503; the probe waits longer than that.
+HEALTH_PROBE_TIMEOUT_S = 30
+MULTUS_NETWORKS = "k8s.v1.cni.cncf.io/networks"
+
+
+def _exec_probe(health: Health, failure_threshold: int) -> dict:
     return {
         "exec": {"command": ["sm12x", "healthcheck"]},
         "periodSeconds": health.interval,
@@ -108,18 +160,94 @@ def _probe(health: Health, failure_threshold: int) -> dict:
     }
 
 
-def rig_probes(health: Health = RIG_HEALTH) -> dict:
-    """compose's healthcheck as Kubernetes probes.
+def _health_probe(health: Health, failure_threshold: int) -> dict:
+    return {
+        "httpGet": {"path": "/health", "port": "http"},
+        "periodSeconds": health.interval,
+        "timeoutSeconds": HEALTH_PROBE_TIMEOUT_S,
+        "failureThreshold": failure_threshold,
+    }
 
-    startupProbe: the start period (no restart while weights load and graphs
-    capture, up to 2 h); livenessProbe: interval/timeout/retries after that;
-    readinessProbe: the same probe, one miss marks the pod not ready (the
-    router's own health checks decide about traffic).
+
+def rig_probes(health: Health = RIG_HEALTH) -> dict:
+    """Probes of a pod that serves HTTP.
+
+    startupProbe: sglang's /health through the start period (no restart while
+    weights load and graphs capture, up to 2 h); livenessProbe: /health with
+    compose's interval and retries: it fails only when the scheduler produced
+    nothing for 20 s, never because a busy server queues a probe; readinessProbe:
+    compose's healthcheck, one generated token (generation works end to end),
+    with its interval, timeout and retries.
     """
     return {
-        "startupProbe": _probe(health, math.ceil(health.start_period / health.interval)),
-        "livenessProbe": _probe(health, health.retries),
-        "readinessProbe": _probe(health, 1),
+        "startupProbe": _health_probe(health, math.ceil(health.start_period / health.interval)),
+        "livenessProbe": _health_probe(health, health.retries),
+        "readinessProbe": _exec_probe(health, health.retries),
+    }
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpu_request: str
+    cpu_limit: str
+    memory_request: str
+    memory_limit: str
+
+    def as_dict(self, extra_limits: dict) -> dict:
+        return {
+            "requests": {"cpu": self.cpu_request, "memory": self.memory_request},
+            "limits": {"cpu": self.cpu_limit, "memory": self.memory_limit, **extra_limits},
+        }
+
+
+def rig_resources(recipe: Recipe) -> Resources:
+    """CPU and memory for one node of a recipe. NOT measured on the hardware.
+
+    CPU: sglang runs a busy scheduler per GPU plus the tokenizer and
+    detokenizer: one core per GPU and two more requested, twice that as the
+    limit. Memory: the processes' own memory (CUDA contexts, torch, the
+    tokenizer), about 6 GiB per GPU plus 8 GiB, requested, twice that as the
+    limit; the checkpoint's page cache is charged to the pod but reclaimable.
+    Unified memory (DGX Spark): the GPU's memory is the node's memory, so the
+    limit is the whole node (recipe's memory_gib_per_gpu) and cannot bite
+    before the node itself runs out.
+    """
+    gpus = recipe.gpu_count_per_node
+    cpu = 2 + gpus
+    memory_gib = 8 + 6 * gpus
+    limit_gib = (
+        recipe.hardware.memory_gib_per_gpu if recipe.hardware.unified_memory else 2 * memory_gib
+    )
+    return Resources(str(cpu), str(2 * cpu), f"{memory_gib}Gi", f"{limit_gib}Gi")
+
+
+ROUTER_RESOURCES = Resources("1", "4", "2Gi", "8Gi")
+
+
+def pod_security_context() -> dict:
+    """The pod's user: the image's non-root UID; volumes group-owned by it."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_USER,
+        "fsGroup": RUN_AS_USER,
+        # Change a volume's group only when its top folder is not already ours:
+        # a persistent cache is not re-chowned file by file on every start.
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security_context(cap_add: Sequence[str] = ()) -> dict:
+    capabilities: dict = {"drop": ["ALL"]}
+    if cap_add:
+        capabilities["add"] = list(cap_add)
+    return {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_USER,
+        "capabilities": capabilities,
+        "seccompProfile": {"type": "RuntimeDefault"},
     }
 
 
@@ -131,13 +259,32 @@ def _meta(name: str, opts: K8sOptions, labels: dict) -> dict:
     return {"name": name, "namespace": opts.namespace, "labels": labels}
 
 
-def _api_key_env(opts: K8sOptions) -> dict:
-    return {
-        "name": "SM12X_API_KEY",
-        "valueFrom": {
-            "secretKeyRef": {"name": opts.api_key_secret, "key": "api-key", "optional": True}
+def _api_key_env(opts: K8sOptions) -> list[dict]:
+    if opts.insecure_no_api_key:
+        # Loudly named at every level: the flag, this variable, the launcher's check.
+        return [{"name": OPEN_ENV, "value": "1"}]
+    return [{"name": FILE_ENV, "value": API_KEY_FILE}]
+
+
+def _api_key_volume(opts: K8sOptions) -> tuple[list[dict], list[dict]]:
+    """(mounts, volumes) for the key Secret: required, read-only, mode 0440.
+
+    Not `optional`: without the Secret the pod does not start (the kubelet
+    reports the missing Secret) instead of serving an open API.
+    """
+    if opts.insecure_no_api_key:
+        return [], []
+    mount = {"name": "api-key", "mountPath": API_KEY_DIR, "readOnly": True}
+    volume = {
+        "name": "api-key",
+        "secret": {
+            "secretName": opts.api_key_secret,
+            "items": [{"key": "api-key", "path": "api-key"}],
+            "defaultMode": 0o440,
+            "optional": False,
         },
     }
+    return [mount], [volume]
 
 
 def _env(recipe: Recipe, opts: K8sOptions) -> list[dict]:
@@ -147,7 +294,7 @@ def _env(recipe: Recipe, opts: K8sOptions) -> list[dict]:
         {"name": "SM12X_CACHE_DIR", "value": "/cache"},
         {"name": "HF_HUB_OFFLINE", "value": "1"},
     ]
-    if recipe.container.host_network:
+    if _host_network(recipe, opts):
         # Host networking: the pod's IP is the node's; sglang binds it (not
         # 0.0.0.0, which would be every interface of the node).
         env.append({"name": "SM12X_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
@@ -179,8 +326,13 @@ def _env(recipe: Recipe, opts: K8sOptions) -> list[dict]:
                     },
                 }
             )
-    env.append(_api_key_env(opts))
-    return env
+    return env + _api_key_env(opts)
+
+
+def _host_network(recipe: Recipe, opts: K8sOptions) -> bool:
+    """Only a multi-node recipe that needs the host network in compose, and only
+    when asked: by default its RoCE link comes from a Multus network."""
+    return recipe.container.host_network and opts.host_network
 
 
 def _model_volume(opts: K8sOptions) -> dict:
@@ -193,6 +345,12 @@ def _model_volume(opts: K8sOptions) -> dict:
     return {"name": "model", "hostPath": {"path": opts.model_host_path, "type": "Directory"}}
 
 
+def _cache_volume(opts: K8sOptions) -> dict:
+    if opts.cache_pvc:
+        return {"name": "cache", "persistentVolumeClaim": {"claimName": opts.cache_pvc}}
+    return {"name": "cache", "emptyDir": {"sizeLimit": CACHE_SIZE_LIMIT}}
+
+
 def _pod_spec(recipe: Recipe, opts: K8sOptions, serves_http: bool) -> dict:
     container: dict = {
         "name": "sglang",
@@ -203,47 +361,53 @@ def _pod_spec(recipe: Recipe, opts: K8sOptions, serves_http: bool) -> dict:
     if serves_http:
         container["ports"] = [{"name": "http", "containerPort": recipe.serve.port}]
     limits: dict = {"nvidia.com/gpu": recipe.gpu_count_per_node}
+    key_mounts, key_volumes = _api_key_volume(opts)
     mounts = [
         {"name": "model", "mountPath": "/model", "readOnly": True},
         {"name": "cache", "mountPath": "/cache"},
         {"name": "dshm", "mountPath": "/dev/shm"},
+        *key_mounts,
     ]
     volumes = [
         _model_volume(opts),
-        {"name": "cache", "hostPath": {"path": opts.cache_host_path, "type": "DirectoryOrCreate"}},
+        _cache_volume(opts),
         # sglang's processes share tensors through /dev/shm (compose: ipc: host).
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        *key_volumes,
     ]
-    security: dict = {}
-    if recipe.container.cap_add:
-        security["capabilities"] = {"add": list(recipe.container.cap_add)}
     if recipe.container.devices:
-        if opts.rdma_resource:
-            limits[opts.rdma_resource] = 1
-        else:
-            security["privileged"] = True
-            for i, path in enumerate(recipe.container.devices):
-                name = f"device{i}"
-                mounts.append({"name": name, "mountPath": path})
-                volumes.append({"name": name, "hostPath": {"path": path}})
-    container["resources"] = {"limits": limits}
+        # The device plugin puts /dev/infiniband in the container and allows it
+        # in the device cgroup: no host path, no privileged.
+        limits[opts.rdma_resource] = 1
+    container["resources"] = rig_resources(recipe).as_dict(limits)
     container["volumeMounts"] = mounts
-    if security:
-        container["securityContext"] = security
+    container["securityContext"] = container_security_context(recipe.container.cap_add)
     if serves_http:
         container.update(rig_probes())
     spec: dict = {
         "terminationGracePeriodSeconds": RIG_STOP_GRACE_S,
         "nodeSelector": {"kubernetes.io/arch": ARCH[recipe.hardware.cpu_arch]},
+        # sglang never talks to the Kubernetes API: no token in the pod.
+        "automountServiceAccountToken": False,
+        "securityContext": pod_security_context(),
         "containers": [container],
         "volumes": volumes,
     }
-    if recipe.container.host_network:
+    if _host_network(recipe, opts):
         # ClusterFirstWithHostNet: a host-network pod still resolves cluster
         # names (the leader's address).
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     return spec
+
+
+def _template_metadata(recipe: Recipe, opts: K8sOptions, role: str) -> dict:
+    meta: dict = {"labels": _labels(recipe, role)}
+    if recipe.container.host_network and not opts.host_network:
+        # The RoCE link as a second interface (Multus): NCCL_SOCKET_IFNAME and
+        # NCCL_IB_HCA in the site ConfigMap name it inside the pod.
+        meta["annotations"] = {MULTUS_NETWORKS: opts.roce_network}
+    return meta
 
 
 def rig_name(recipe: Recipe) -> str:
@@ -265,7 +429,7 @@ def deployment(recipe: Recipe, opts: K8sOptions) -> dict:
             "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": selector},
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": _template_metadata(recipe, opts, "server"),
                 "spec": _pod_spec(recipe, opts, serves_http=True),
             },
         },
@@ -289,13 +453,13 @@ def leader_worker_set(recipe: Recipe, opts: K8sOptions) -> dict:
                 # One node lost breaks the NCCL group: restart the whole group.
                 "restartPolicy": "RecreateGroupOnPodRestart",
                 "leaderTemplate": {
-                    "metadata": {"labels": _labels(recipe, "server")},
+                    "metadata": _template_metadata(recipe, opts, "server"),
                     "spec": _pod_spec(recipe, opts, serves_http=True),
                 },
                 # Ranks 1..N-1 have no HTTP server (sglang serves from rank 0):
                 # no probes, as compose disables node1's healthcheck.
                 "workerTemplate": {
-                    "metadata": {"labels": _labels(recipe, "worker")},
+                    "metadata": _template_metadata(recipe, opts, "worker"),
                     "spec": _pod_spec(recipe, opts, serves_http=False),
                 },
             },
@@ -303,8 +467,27 @@ def leader_worker_set(recipe: Recipe, opts: K8sOptions) -> dict:
     }
 
 
+def network_policy(name: str, pods: dict, opts: K8sOptions, labels: dict) -> dict:
+    """Ingress to `pods` only from pods in the same namespace: the router, the
+    namespace's clients and a Spark group's other node. Nothing from other
+    namespaces or outside the cluster (add a policy for an ingress controller).
+    Host-network pods are outside any NetworkPolicy (--host-network)."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(name, opts, labels),
+        "spec": {
+            "podSelector": {"matchLabels": pods},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": {}}]}],
+        },
+    }
+
+
 def rig_manifests(recipe: Recipe, opts: K8sOptions) -> list[dict]:
-    return [leader_worker_set(recipe, opts) if recipe.is_multinode else deployment(recipe, opts)]
+    workload = leader_worker_set(recipe, opts) if recipe.is_multinode else deployment(recipe, opts)
+    pods = {NAME: APP, INSTANCE: recipe.name}
+    return [workload, network_policy(rig_name(recipe), pods, opts, pods)]
 
 
 def _serve_port(recipes: Sequence[Recipe]) -> int:
@@ -337,7 +520,7 @@ def router_manifests(recipes: Sequence[Recipe], opts: K8sOptions) -> list[dict]:
             {"name": "SM12X_ROUTER_POLICY", "value": "cache_aware"},
             {"name": "SM12X_ROUTER_METRICS_HOST", "value": "0.0.0.0"},
             {"name": "SM12X_ROUTER_METRICS_PORT", "value": str(DEFAULT_METRICS_PORT)},
-            _api_key_env(opts),
+            *_api_key_env(opts),
         ],
         "ports": [
             {"name": "http", "containerPort": DEFAULT_PORT},
@@ -345,7 +528,7 @@ def router_manifests(recipes: Sequence[Recipe], opts: K8sOptions) -> list[dict]:
         ],
         # Ready (in the Service) once one generated token comes back through it,
         # compose's router healthcheck; no startupProbe: readiness never restarts.
-        "readinessProbe": _probe(ROUTER_HEALTH, ROUTER_HEALTH.retries),
+        "readinessProbe": _exec_probe(ROUTER_HEALTH, ROUTER_HEALTH.retries),
         # Restart only if the router process itself stops answering: rigs being
         # down is not fixed by restarting the router.
         "livenessProbe": {
@@ -354,8 +537,23 @@ def router_manifests(recipes: Sequence[Recipe], opts: K8sOptions) -> list[dict]:
             "timeoutSeconds": 10,
             "failureThreshold": ROUTER_HEALTH.retries,
         },
-        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+        "resources": ROUTER_RESOURCES.as_dict({}),
+        "securityContext": container_security_context(),
     }
+    key_mounts, key_volumes = _api_key_volume(opts)
+    if key_mounts:
+        container["volumeMounts"] = key_mounts
+    pod_spec: dict = {
+        # The one pod that talks to the Kubernetes API: its token is how
+        # service discovery watches the rig pods (the Role below).
+        "serviceAccountName": name,
+        "automountServiceAccountToken": True,
+        "terminationGracePeriodSeconds": ROUTER_STOP_GRACE_S,
+        "securityContext": pod_security_context(),
+        "containers": [container],
+    }
+    if key_volumes:
+        pod_spec["volumes"] = key_volumes
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, opts, labels)},
         {
@@ -382,14 +580,7 @@ def router_manifests(recipes: Sequence[Recipe], opts: K8sOptions) -> list[dict]:
                 # One router: its cache-aware prefix tree is per process.
                 "replicas": 1,
                 "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "serviceAccountName": name,
-                        "terminationGracePeriodSeconds": ROUTER_STOP_GRACE_S,
-                        "containers": [container],
-                    },
-                },
+                "template": {"metadata": {"labels": labels}, "spec": pod_spec},
             },
         },
         {
@@ -404,6 +595,7 @@ def router_manifests(recipes: Sequence[Recipe], opts: K8sOptions) -> list[dict]:
                 ],
             },
         },
+        network_policy(name, labels, opts, labels),
     ]
 
 
@@ -448,14 +640,40 @@ def render(name: str, opts: K8sOptions) -> str:
                 "sglang-router in front of the rig pods labelled "
                 + " ".join(f"{k}={v}" for k, v in SERVER_LABELS.items()),
                 "sm12x render --k8s router",
+            )
+            + (
+                "# OPEN: rendered with --insecure-no-api-key.\n"
+                if opts.insecure_no_api_key
+                else f"# Needs the Secret {opts.api_key_secret} (key api-key).\n"
             ),
         )
     recipe = load_recipe(name)
     kind = "LeaderWorkerSet (needs the LWS controller)" if recipe.is_multinode else "Deployment"
     return dump(
         rig_manifests(recipe, opts),
-        _header(f"recipes/{recipe.name}.yaml as a {kind}.", f"sm12x render --k8s {recipe.name}"),
+        _header(
+            f"recipes/{recipe.name}.yaml as a {kind} and its NetworkPolicy.",
+            f"sm12x render --k8s {recipe.name}",
+        )
+        + _needs(recipe, opts),
     )
+
+
+def _needs(recipe: Recipe, opts: K8sOptions) -> str:
+    """What the pods need before they start, said at the top of the file."""
+    lines = []
+    if opts.insecure_no_api_key:
+        lines.append("# OPEN: rendered with --insecure-no-api-key; anyone in the namespace can use it.")
+    else:
+        lines.append(
+            f"# Needs the Secret {opts.api_key_secret} (key api-key): without it the pods do "
+            "not start."
+        )
+    if recipe.container.devices:
+        lines.append(f"# Needs the RDMA device plugin resource {opts.rdma_resource}.")
+    if recipe.container.host_network and not opts.host_network:
+        lines.append(f"# Needs the Multus network {opts.roce_network} on the RoCE link.")
+    return "".join(line + "\n" for line in lines)
 
 
 def tree(opts: K8sOptions) -> dict[str, str]:

@@ -10,8 +10,10 @@ Why a wrapper and not `python -m sglang_router.launch_router` as the
 entrypoint with the flags written in compose.yaml: the API key. The router
 given `--api-key ""` (what compose renders from an empty SM12X_API_KEY)
 answers every request 401, so the flag must be left out when no key is set,
-and compose cannot leave out an argument. The health-check settings below
-also need to be the same in compose and Kubernetes, which one function gives.
+and compose cannot leave out an argument; and a key on the command line is
+readable by every user of the host, so it goes through sm12x.keyed instead
+(in memory, never in argv). The health-check settings below also need to be
+the same in compose and Kubernetes, which one function gives.
 
 Inputs, from the environment (compose passes them from .env, Kubernetes from
 the manifest):
@@ -23,7 +25,10 @@ the manifest):
     SM12X_ROUTER_POLICY          cache_aware (default), power_of_two, round_robin, random
     SM12X_ROUTER_METRICS_HOST, SM12X_ROUTER_METRICS_PORT  Prometheus (127.0.0.1:29000)
     SM12X_API_KEY                clients must send it; the rigs run with the same key
-Arguments after `--` are appended (the router keeps the last of a repeated flag).
+    SM12X_API_KEY_FILE           or: a file holding it (the Kubernetes Secret)
+    SM12X_INSECURE_NO_API_KEY=1  serve beyond loopback without a key anyway
+Arguments after `--` are appended (the router keeps the last of a repeated
+flag); one that sets what a variable above sets is refused.
 """
 
 from __future__ import annotations
@@ -36,11 +41,15 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from sm12x.apikey import exposure_problem, read_api_key
 from sm12x.cli import Command
 from sm12x.errors import UserError
-from sm12x.launch.render import EnvRef
+from sm12x.fields import HostName, Port, parse
+from sm12x.keyed import with_key
+from sm12x.recipe.extra import check_values, owned_router_flags, owner, parse_extra
 
 ROUTER_MODULE = "sglang_router.launch_router"
+KEYED_MODULE = "sm12x.keyed"
 POLICIES = ("cache_aware", "power_of_two", "round_robin", "random")
 
 DEFAULT_PORT = 8000
@@ -66,7 +75,7 @@ _LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?=[A-Za-z0-9._-]*
 @dataclass(frozen=True)
 class RouterArg:
     flag: str
-    values: tuple[str | EnvRef, ...]
+    values: tuple[str, ...]
     why: str
 
 
@@ -100,22 +109,22 @@ class RouterSettings:
             namespace=get("SM12X_ROUTER_NAMESPACE"),
             discovery_port=_port("SM12X_ROUTER_DISCOVERY_PORT", get("SM12X_ROUTER_DISCOVERY_PORT"))
             or DEFAULT_DISCOVERY_PORT,
-            host=get("SM12X_HOST") or "127.0.0.1",
+            host=_host("SM12X_HOST", get("SM12X_HOST")),
             port=_port("SM12X_PORT", get("SM12X_PORT")) or DEFAULT_PORT,
             policy=get("SM12X_ROUTER_POLICY") or "cache_aware",
-            metrics_host=get("SM12X_ROUTER_METRICS_HOST") or "127.0.0.1",
+            metrics_host=_host("SM12X_ROUTER_METRICS_HOST", get("SM12X_ROUTER_METRICS_HOST")),
             metrics_port=_port("SM12X_ROUTER_METRICS_PORT", get("SM12X_ROUTER_METRICS_PORT"))
             or DEFAULT_METRICS_PORT,
-            api_key=get("SM12X_API_KEY") is not None,
+            api_key=read_api_key(environ) is not None,
         )
 
 
 def _port(name: str, value: str | None) -> int | None:
-    if value is None:
-        return None
-    if not value.isdigit() or not 1 <= int(value) <= 65535:
-        raise UserError(f"{name}={value!r} is not a port number (1-65535): fix it in .env")
-    return int(value)
+    return None if value is None else parse(Port, value, name, "fix it in .env")
+
+
+def _host(name: str, value: str | None) -> str:
+    return "127.0.0.1" if value is None else parse(HostName, value, name, "fix it in .env")
 
 
 def _check(settings: RouterSettings) -> None:
@@ -233,49 +242,76 @@ def build_router(settings: RouterSettings) -> list[RouterArg]:
         ),
         RouterArg("--prometheus-port", (str(settings.metrics_port),), "SM12X_ROUTER_METRICS_PORT"),
     ]
-    if settings.api_key:
-        args.append(
-            RouterArg(
-                "--api-key",
-                (EnvRef("SM12X_API_KEY"),),
-                "SM12X_API_KEY: clients must send it; the rigs run with the same key",
-            )
-        )
     return args
 
 
+# Why --api-key is not among the arguments: see program().
+API_KEY_WHY = (
+    "SM12X_API_KEY: clients must send it, and the router sends it to the rigs (same key); "
+    "sm12x.keyed hands it over in memory, never on the command line"
+)
+
+
 def argv(args: Sequence[RouterArg], environ: Mapping[str, str] | None = None) -> list[str]:
-    """Flat arguments; without environ the key prints as "$SM12X_API_KEY"."""
-    out: list[str] = []
-    for arg in args:
-        out.append(arg.flag)
-        for value in arg.values:
-            if isinstance(value, EnvRef):
-                if environ is None:
-                    out.append(value.shell().strip('"'))
-                else:
-                    resolved = value.resolve(environ)
-                    if resolved is None:
-                        raise UserError(f"{value.name} is not set")
-                    out.append(resolved)
-            else:
-                out.append(value)
-    return out
+    """Flat arguments (never the key: sm12x.keyed adds it in memory)."""
+    return [token for arg in args for token in (arg.flag, *arg.values)]
+
+
+def program(settings: RouterSettings) -> list[str]:
+    """What follows the interpreter: the router, through sm12x.keyed with a key."""
+    if settings.api_key:
+        return ["-m", KEYED_MODULE, ROUTER_MODULE]
+    return ["-m", ROUTER_MODULE]
 
 
 def command(
     settings: RouterSettings, python: str = "python3", environ: Mapping[str, str] | None = None
 ) -> list[str]:
-    return [python, "-m", ROUTER_MODULE, *argv(build_router(settings), environ), *settings.extra]
+    return [python, *program(settings), *argv(build_router(settings)), *settings.extra]
+
+
+def router_argv(settings: RouterSettings, environ: Mapping[str, str]) -> list[str]:
+    """The arguments sglang-router's parser sees (the key added as sm12x.keyed does)."""
+    args = [*argv(build_router(settings)), *settings.extra]
+    return with_key(args, environ) if settings.api_key else args
+
+
+# Flags after `--` that would bypass a setting (and its checks: the key never
+# in argv, no open API beyond loopback): each has its variable. The tuned
+# health-check flags may be overridden after `--` (the router keeps the last).
+ENV_FLAGS = {
+    "--host": "SM12X_HOST",
+    "--port": "SM12X_PORT",
+    "--worker-urls": "SM12X_ROUTER_WORKERS",
+    "--service-discovery": "SM12X_ROUTER_SELECTOR",
+    "--selector": "SM12X_ROUTER_SELECTOR",
+    "--service-discovery-namespace": "SM12X_ROUTER_NAMESPACE",
+    "--service-discovery-port": "SM12X_ROUTER_DISCOVERY_PORT",
+    "--policy": "SM12X_ROUTER_POLICY",
+    "--prometheus-host": "SM12X_ROUTER_METRICS_HOST",
+    "--prometheus-port": "SM12X_ROUTER_METRICS_PORT",
+}
+
+
+def check_extra(settings: RouterSettings) -> None:
+    """Flags after `--` may not set what a variable sets (the key above all)."""
+    owned = owned_router_flags(ENV_FLAGS)
+    for flag in parse_extra(settings.extra):
+        check_values(flag)
+        mine = owner(flag.name, owned)
+        if mine is not None:
+            raise UserError(
+                f"after --, {flag.name} is refused: sm12x router sets {mine} from "
+                f"{owned[mine]}; set that instead (it is checked there, and a key on the "
+                "command line is readable by every user of the host)"
+            )
 
 
 def shell(settings: RouterSettings, python: str = "python3") -> str:
     args = build_router(settings)
-    lines = [f"{python} -m {ROUTER_MODULE}"]
+    lines = [" ".join([python, *program(settings)])]
     for arg in args:
-        values = " ".join(
-            v.shell() if isinstance(v, EnvRef) else shlex.quote(v) for v in arg.values
-        )
+        values = " ".join(shlex.quote(v) for v in arg.values)
         lines.append(f"  {arg.flag} {values}".rstrip())
     if settings.extra:
         lines.append("  " + " ".join(shlex.quote(e) for e in settings.extra))
@@ -283,7 +319,8 @@ def shell(settings: RouterSettings, python: str = "python3") -> str:
 
 
 def explain(settings: RouterSettings) -> str:
-    return "".join(f"# {a.flag}: {a.why}\n" for a in build_router(settings))
+    rows = "".join(f"# {a.flag}: {a.why}\n" for a in build_router(settings))
+    return rows + (f"# --api-key: {API_KEY_WHY}\n" if settings.api_key else "")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -291,6 +328,10 @@ def run(args: argparse.Namespace) -> int:
     if extra and extra[0] == "--":
         extra = extra[1:]
     settings = replace(RouterSettings.from_environ(os.environ), extra=tuple(extra))
+    check_extra(settings)
+    problem = exposure_problem(settings.host, os.environ, "the router")
+    if problem and not (args.explain or args.dry_run):
+        raise UserError(problem)
     if args.explain or args.dry_run:
         if args.explain:
             sys.stdout.write(explain(settings))

@@ -30,6 +30,8 @@ from typing import Any
 from sm12x.doctor import model_dir as model_checks
 from sm12x.doctor import rdma
 from sm12x.doctor.host import Host
+from sm12x.errors import UserError
+from sm12x.fields import HostName, parse
 from sm12x.launch import gpus as gpu_query
 from sm12x.recipe import Recipe, RecipeError, load_all, load_recipe
 from sm12x.versions import load_versions
@@ -502,9 +504,13 @@ class Doctor:
                 self.add(id, name, "ok", f"{first} is up")
 
     def peer_address(self) -> tuple[str | None, str]:
+        """The other node, validated as a host name or address: it goes to ssh
+        and ping as an argument, where '-oProxyCommand=...' would be an option."""
         if self.options.peer:
-            return self.options.peer, "--peer"
+            return parse(HostName, self.options.peer, "--peer"), "--peer"
         head = self.setting("SM12X_HEAD_ADDR")
+        if head:
+            head = parse(HostName, head, "SM12X_HEAD_ADDR", f"fix it in {self.options.env_file}")
         if head and head not in self.local_addresses():
             return head, "SM12X_HEAD_ADDR (this is the second node)"
         return None, ("this is the head node (SM12X_HEAD_ADDR is one of its addresses)"
@@ -515,13 +521,19 @@ class Doctor:
         return set(re.findall(r"\binet6? ([0-9a-fA-F.:]+)/", out.stdout)) if out.ok else set()
 
     def check_peer(self) -> None:
-        peer, how = self.peer_address()
+        try:
+            peer, how = self.peer_address()
+        except UserError as exc:
+            self.add("peer", "peer reachable", "fail", exc.message,
+                     "set a host name or IP address (the other node on the RoCE link)")
+            return
         if peer is None:
             self.add("peer", "peer reachable", "skip", how,
                      "pass --peer ADDR (the other Spark's address on the RoCE link)",
                      required=False)
             return
-        ping = self.host.run(["ping", "-c", "2", "-W", "2", peer], timeout=15)
+        # `--`: whatever peer is, ping reads it as the host, never as an option.
+        ping = self.host.run(["ping", "-c", "2", "-W", "2", "--", peer], timeout=15)
         if ping.error and "not installed" in ping.error:
             reachable, detail = _tcp_reachable(peer, 22, 3.0)
         else:
@@ -573,10 +585,14 @@ class Doctor:
                 return None, f"{self.options.peer_report} has no image id"
             except (OSError, ValueError, AttributeError) as exc:
                 return None, f"{self.options.peer_report}: {exc}"
-        peer, _ = self.peer_address()
+        try:
+            peer, _ = self.peer_address()
+        except UserError as exc:
+            return None, exc.message
         if peer is None or not self.options.ssh:
             return None, "no peer address" if peer is None else "--no-ssh"
-        out = self.host.run(["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", peer,
+        # `--` ends ssh's options: the peer is the destination whatever it says.
+        out = self.host.run(["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "--", peer,
                              "docker", "image", "inspect", "--format", "{{.Id}}",
                              self.image_ref()], timeout=20)
         if out.ok and out.stdout.strip().startswith("sha256:"):

@@ -25,6 +25,7 @@ from sm12x import __version__
 from sm12x.cli import Command
 from sm12x.doctor.checks import Check, Doctor, Options
 from sm12x.doctor.host import Host
+from sm12x.fields import HostName, NonNegativeFloat, PositiveFloat, option_type
 
 SCHEMA_ID = "sm12x-doctor/1"
 STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
@@ -113,7 +114,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compose's .env to read settings from (default ./.env)")
     parser.add_argument("--image", help="image to look for (default SM12X_IMAGE from .env, else "
                         "the pinned one)")
-    parser.add_argument("--peer", help="DGX Spark pair: the other node's address on the RoCE link "
+    parser.add_argument("--peer", type=option_type(HostName), help="DGX Spark pair: the other node's address on the RoCE link "
                         "(default SM12X_HEAD_ADDR on the second node)")
     parser.add_argument("--peer-report", type=Path, metavar="JSON",
                         help="the other node's `sm12x doctor --json`, to compare images")
@@ -121,9 +122,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="do not ask the peer for its image over ssh")
     parser.add_argument("--hash", action="store_true",
                         help="also sha256 every shard against the download's metadata (slow)")
-    parser.add_argument("--min-free-gib", type=float, default=10.0,
+    parser.add_argument("--min-free-gib", type=option_type(NonNegativeFloat), default=10.0,
                         help="free disk under Docker's data root below which the check fails")
-    parser.add_argument("--timeout", type=float, default=20.0,
+    parser.add_argument("--timeout", type=option_type(PositiveFloat), default=20.0,
                         help="seconds each command may take (default 20)")
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
 

@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 
+from sm12x.apikey import read_api_key
 from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.recipe.model import Serve
@@ -76,7 +77,7 @@ def check(url: str, api_key: str | None, timeout: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     url = (args.url or default_url(os.environ)).rstrip("/")
-    api_key = os.environ.get("SM12X_API_KEY", "").strip() or None
+    api_key = read_api_key(os.environ)
     print(check(url, api_key, args.timeout))
     return 0
 

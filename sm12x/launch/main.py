@@ -14,11 +14,14 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from sm12x.apikey import BIND_ENV, exposure_problem
 from sm12x.cli import Command
 from sm12x.errors import UserError
+from sm12x.fields import HostName, parse
 from sm12x.launch import gpus
 from sm12x.launch.render import LaunchContext, LaunchPlan, build_launch
 from sm12x.recipe import Recipe, load_all, load_recipe, warnings_for
+from sm12x.recipe.extra import check_extra
 
 AUTO = "auto"
 
@@ -102,6 +105,19 @@ def check_model_path(plan: LaunchPlan) -> None:
         )
 
 
+def check_exposure(plan: LaunchPlan, environ: Mapping[str, str]) -> None:
+    """Refuse to serve beyond loopback without a key (sm12x.apikey).
+
+    Where clients reach the server: compose's published address (SM12X_BIND,
+    passed into the container) when there is one, else the address sglang binds.
+    """
+    published = environ.get(BIND_ENV, "").strip()
+    address = parse(HostName, published, BIND_ENV, "fix it in .env") if published else None
+    problem = exposure_problem(address or plan.context.host, environ, plan.recipe.name)
+    if problem:
+        raise UserError(problem)
+
+
 def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> int:
     environ = os.environ if environ is None else environ
     choice = args.recipe or environ.get("RECIPE", "").strip() or AUTO
@@ -116,8 +132,17 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
 
     ctx = LaunchContext.from_environ(environ)
     plan = build_launch(recipe, ctx)
+    # Flags after --: the same lints as the recipe (sm12x.recipe.extra).
+    extra = list(args.extra)
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    check_extra(recipe, extra)
     # A dry run shows what is missing as "$NAME" placeholders; a launch refuses.
-    for check in (lambda: check_multinode(recipe, ctx), lambda: check_env(plan, environ)):
+    for check in (
+        lambda: check_multinode(recipe, ctx),
+        lambda: check_env(plan, environ),
+        lambda: check_exposure(plan, environ),
+    ):
         try:
             check()
         except UserError as exc:
@@ -127,7 +152,6 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     exec_env, notes = plan.exec_env(environ)
     for note in notes:
         _say(note)
-    extra = list(args.extra)
     if extra:
         _say(f"appending flags not in the recipe: {' '.join(extra)}")
 

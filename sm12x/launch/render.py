@@ -17,10 +17,15 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from sm12x.apikey import read_api_key
 from sm12x.errors import UserError
+from sm12x.fields import HostName, HostPort, NodeRank, Port, parse
 from sm12x.recipe.model import Recipe
 
 SGLANG_MODULE = "sglang.launch_server"
+# With an API key, sglang is started through sm12x.keyed, which hands it the
+# key in memory: never on a command line (sm12x/keyed.py says why).
+KEYED_MODULE = "sm12x.keyed"
 
 
 @dataclass(frozen=True)
@@ -83,26 +88,21 @@ class LaunchContext:
 
         node_rank = get("NODE_RANK")
         port = get("SM12X_PORT")
+        head = get("HEAD_ADDR")
+        host = get("SM12X_HOST")
         return cls(
-            node_rank=_int_env("NODE_RANK", node_rank, minimum=0) if node_rank else None,
-            head_addr=get("HEAD_ADDR"),
+            node_rank=parse(NodeRank, node_rank, "NODE_RANK", ENV_HINT) if node_rank else None,
+            head_addr=parse(HostPort, head, "HEAD_ADDR", ENV_HINT) if head else None,
             model_path=get("SM12X_MODEL_PATH"),
-            host=get("SM12X_HOST") or "127.0.0.1",
-            port=_int_env("SM12X_PORT", port, minimum=1) if port else None,
-            api_key=get("SM12X_API_KEY") is not None,
+            host=parse(HostName, host, "SM12X_HOST", ENV_HINT) if host else "127.0.0.1",
+            port=parse(Port, port, "SM12X_PORT", ENV_HINT) if port else None,
+            api_key=read_api_key(environ) is not None,
             cache_dir=get("SM12X_CACHE_DIR"),
             host_env={k: v for k, v in environ.items() if v},
         )
 
 
-def _int_env(name: str, value: str, minimum: int) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = minimum - 1
-    if number < minimum:
-        raise UserError(f"{name}={value!r} is not a whole number >= {minimum}: fix it in .env")
-    return number
+ENV_HINT = "fix it in .env"
 
 
 # Where JIT and compile caches go when SM12X_CACHE_DIR names a persistent
@@ -142,10 +142,17 @@ class LaunchPlan:
                 out.append(_value(arg.value, environ))
         return out
 
+    def program(self) -> list[str]:
+        """What follows the interpreter: `-m sglang.launch_server`, through
+        sm12x.keyed when clients must send a key."""
+        if self.context.api_key:
+            return ["-m", KEYED_MODULE, SGLANG_MODULE]
+        return ["-m", SGLANG_MODULE]
+
     def command(
         self, python: str = "python3", environ: Mapping[str, str] | None = None
     ) -> list[str]:
-        return [python, "-m", SGLANG_MODULE, *self.argv(environ)]
+        return [python, *self.program(), *self.argv(environ)]
 
     def env_dict(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
         return {e.name: _value(e.value, environ) for e in self.env}
@@ -177,7 +184,7 @@ class LaunchPlan:
     def shell(self, python: str = "python3") -> str:
         """The command as a shell snippet, ready to paste (secrets stay "$NAME")."""
         lines = [f"{e.name}={_shell(e.value)}" for e in self.env]
-        lines.append(f"{python} -m {SGLANG_MODULE}")
+        lines.append(" ".join([python, *self.program()]))
         for arg in self.args:
             piece = arg.flag if arg.value is None else f"{arg.flag} {_shell(arg.value)}"
             lines.append(f"  {piece}")
@@ -187,6 +194,11 @@ class LaunchPlan:
         """Each flag and variable with the reason it is there."""
         rows = [f"# {e.name}: {e.why}" for e in self.env]
         rows += [f"# {a.flag}: {a.why}" for a in self.args]
+        if self.context.api_key:
+            rows.append(
+                f"# --api-key: clients must send SM12X_API_KEY; {KEYED_MODULE} hands it to "
+                "sglang in memory, never on the command line"
+            )
         return "\n".join(rows) + "\n"
 
 
@@ -296,12 +308,6 @@ def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> Launch
         )
     )
     args.append(RenderedArg("--port", str(ctx.port or recipe.serve.port), "serve.port"))
-    if ctx.api_key:
-        args.append(
-            RenderedArg(
-                "--api-key", EnvRef("SM12X_API_KEY"), "clients must send this key (SM12X_API_KEY)"
-            )
-        )
 
     env: list[RenderedEnv] = []
     for name, var in recipe.env.items():

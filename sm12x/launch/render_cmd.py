@@ -13,10 +13,22 @@ from pathlib import Path
 
 from sm12x.cli import Command
 from sm12x.errors import UserError
+from sm12x.fields import HostName, HostPort, NodeRank, Port, build_model, option_type
 from sm12x.launch.render import LaunchContext, build_launch
 from sm12x.recipe import load_recipe, warnings_for
 
-K8S_ONLY = ("namespace", "image", "model_host_path", "model_pvc", "rdma_resource", "out")
+K8S_VALUES = (
+    "namespace",
+    "image",
+    "model_host_path",
+    "model_pvc",
+    "cache_pvc",
+    "rdma_resource",
+    "roce_network",
+    "api_key_secret",
+)
+K8S_SWITCHES = ("host_network", "insecure_no_api_key")
+K8S_ONLY = (*K8S_VALUES, *K8S_SWITCHES, "out")
 LAUNCH_ONLY = ("node_rank", "head_addr", "model_path", "host", "port")
 
 
@@ -35,8 +47,9 @@ def run_k8s(args: argparse.Namespace) -> int:
         )
     if args.model_pvc and args.model_host_path:
         raise UserError("--model-pvc or --model-host-path, not both")
-    fields = {n: getattr(args, n) for n in K8S_ONLY[:-1] if getattr(args, n) is not None}
-    opts = k8s.K8sOptions(**fields)
+    fields = {n: getattr(args, n) for n in K8S_VALUES if getattr(args, n) is not None}
+    fields.update({n: True for n in K8S_SWITCHES if getattr(args, n)})
+    opts = build_model(k8s.K8sOptions, fields, _flag)
     if args.recipe == k8s.ALL:
         if args.out is None:
             raise UserError("--k8s all writes a folder: add --out DIR (e.g. deploy/k8s)")
@@ -52,7 +65,7 @@ def run_k8s(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.k8s:
         return run_k8s(args)
-    given = [_flag(n) for n in K8S_ONLY if getattr(args, n) is not None]
+    given = [_flag(n) for n in K8S_ONLY if getattr(args, n) not in (None, False)]
     if given:
         raise UserError(f"{', '.join(given)} only goes with --k8s")
     recipe = load_recipe(args.recipe)
@@ -82,18 +95,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="recipe name (see recipes/) or file; with --k8s also `router` or `all`",
     )
     parser.add_argument(
-        "--node-rank", type=int, help="multi-node: this node's rank (default $NODE_RANK)"
+        "--node-rank",
+        type=option_type(NodeRank),
+        help="multi-node: this node's rank (default $NODE_RANK)",
     )
     parser.add_argument(
-        "--head-addr", help="multi-node: the head node's address (default $HEAD_ADDR)"
+        "--head-addr",
+        type=option_type(HostPort),
+        help="multi-node: the head node's address (default $HEAD_ADDR)",
     )
     parser.add_argument(
         "--model-path",
         help="a local checkpoint folder (default: the Hub id at the recipe's revision)",
     )
-    parser.add_argument("--host", help="address to serve on (default $SM12X_HOST or 127.0.0.1)")
     parser.add_argument(
-        "--port", type=int, help="port to serve on (default $SM12X_PORT or the recipe's)"
+        "--host",
+        type=option_type(HostName),
+        help="address to serve on (default $SM12X_HOST or 127.0.0.1)",
+    )
+    parser.add_argument(
+        "--port",
+        type=option_type(Port),
+        help="port to serve on, 1-65535 (default $SM12X_PORT or the recipe's)",
     )
     parser.add_argument(
         "--explain",
@@ -118,9 +141,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model-pvc", help="a PersistentVolumeClaim with the checkpoint instead, read-only"
     )
     k8s.add_argument(
+        "--cache-pvc",
+        help="a PersistentVolumeClaim for the JIT caches, kept across pods "
+        "(default: an emptyDir, recompiled when a pod is replaced)",
+    )
+    k8s.add_argument(
         "--rdma-resource",
-        help="an RDMA device plugin resource (e.g. rdma/rdma_shared_device_a) for multi-node "
-        "pods instead of the host's /dev/infiniband and privileged mode",
+        help="the RDMA device plugin resource that gives multi-node pods /dev/infiniband "
+        "(default rdma/rdma_shared_device_a)",
+    )
+    k8s.add_argument(
+        "--roce-network",
+        help="the Multus network (NetworkAttachmentDefinition) on the RoCE link for "
+        "multi-node pods (default sm12x-roce)",
+    )
+    k8s.add_argument(
+        "--host-network",
+        action="store_true",
+        help="multi-node pods use the node's network instead of --roce-network "
+        "(no NetworkPolicy applies to them: the API key is all that protects them)",
+    )
+    k8s.add_argument(
+        "--api-key-secret",
+        help="the Secret (key api-key) with the API key (default sm12x-api-key)",
+    )
+    k8s.add_argument(
+        "--insecure-no-api-key",
+        action="store_true",
+        help="render an OPEN deployment: no API key, anyone in the namespace can use it",
     )
     k8s.add_argument("--out", type=Path, help="with `all`: the folder to write")
 

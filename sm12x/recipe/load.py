@@ -7,6 +7,7 @@ naming the file, the key and what to do.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from sm12x.errors import UserError
 from sm12x.paths import data_path
-from sm12x.recipe.model import Recipe
+from sm12x.recipe.model import RECIPE_NAME_MAX, RECIPE_NAME_PATTERN, Recipe
 
 SUFFIX = ".yaml"
 
@@ -33,21 +34,51 @@ def list_recipes() -> list[str]:
     return sorted(p.stem for p in recipes_dir().glob(f"*{SUFFIX}"))
 
 
+def _shown(text: str) -> str:
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+
+
+def _is_file(path: Path, text: str) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte
+        reason = getattr(exc, "strerror", None) or exc
+        raise RecipeError(f"recipe {_shown(text)!r} cannot be opened: {reason}") from None
+
+
 def recipe_path(name_or_path: str | Path) -> Path:
     """A shipped recipe by name, or any recipe file by path."""
     text = str(name_or_path)
     if text.endswith((".yaml", ".yml")) or "/" in text:
         path = Path(text)
-        if not path.is_file():
-            raise RecipeError(f"recipe file {text} does not exist")
+        if not _is_file(path, text):
+            raise RecipeError(f"recipe file {_shown(text)} does not exist")
         return path
+    if not re.fullmatch(RECIPE_NAME_PATTERN, text) or len(text) > RECIPE_NAME_MAX:
+        raise RecipeError(
+            f"no recipe named {_shown(text)!r}: a recipe name is lowercase letters, digits and "
+            f"'-', at most {RECIPE_NAME_MAX} characters; choose one of "
+            f"{', '.join(list_recipes())} or give a path to a .yaml file"
+        )
     path = recipes_dir() / f"{text}{SUFFIX}"
-    if not path.is_file():
+    if not _is_file(path, text):
         raise RecipeError(
             f"no recipe named {text!r}: choose one of {', '.join(list_recipes())} "
             "or give a path to a .yaml file"
         )
     return path
+
+
+def read_text(path: Path, source: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecipeError(
+            f"{source}: not UTF-8 text (byte {exc.start} is 0x{exc.object[exc.start]:02x}): "
+            "save the recipe as UTF-8"
+        ) from None
+    except OSError as exc:
+        raise RecipeError(f"{source}: cannot be read ({exc.strerror or exc})") from None
 
 
 # --- YAML -----------------------------------------------------------------
@@ -159,7 +190,7 @@ def load_recipe(name_or_path: str | Path, *, lint: bool = True) -> Recipe:
     """
     path = recipe_path(name_or_path)
     source = _display(path)
-    recipe = validate_recipe(parse_yaml(path.read_text(encoding="utf-8"), source), source)
+    recipe = validate_recipe(parse_yaml(read_text(path, source), source), source)
     if (
         path.suffix in (".yaml", ".yml")
         and path.parent == recipes_dir()

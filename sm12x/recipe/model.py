@@ -37,11 +37,17 @@ CpuArch = Literal["x86_64", "aarch64"]
 Why = Annotated[str, StringConstraints(strip_whitespace=True, min_length=12)]
 FlagName = Annotated[str, StringConstraints(pattern=r"^--[a-z0-9][a-z0-9-]*$")]
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Z_][A-Z0-9_]*$")]
-RecipeName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]*$")]
+# Recipe names become Kubernetes names (sm12x-<name>, a 63-character DNS label).
+RECIPE_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
+RECIPE_NAME_MAX = 57
+RecipeName = Annotated[
+    str, StringConstraints(pattern=RECIPE_NAME_PATTERN, max_length=RECIPE_NAME_MAX)
+]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: no recipe number means nan or inf (YAML's .nan/.inf).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Status(_Strict):

@@ -20,7 +20,7 @@ TRITON_CACHE_DIR=/cache/triton \
 TORCHINDUCTOR_CACHE_DIR=/cache/torchinductor \
 SGLANG_DG_CACHE_DIR=/cache/deep_gemm \
 CUDA_CACHE_PATH=/cache/nv \
-python3 -m sglang.launch_server \
+python3 -m sm12x.keyed sglang.launch_server \
   --model-path /model \
   --served-model-name deepseek-ai/DeepSeek-V4-Flash-0731 \
   --tp-size 2 \
@@ -43,5 +43,4 @@ python3 -m sglang.launch_server \
   --node-rank 1 \
   --dist-init-addr 192.168.100.1:5000 \
   --host 127.0.0.1 \
-  --port 30000 \
-  --api-key "$SM12X_API_KEY"
+  --port 30000

@@ -32,6 +32,8 @@ def profiles_of(recipe: Recipe) -> list[str]:
 ALL_PROFILES = ["auto"] + [p for r in RECIPES for p in profiles_of(r)]
 # Services that are not a rig (tests/integration/test_compose_router.py).
 OTHER_PROFILES = ["router"]
+# Runs with every profile, before any server (sm12x/gate.py).
+GATE = "gate"
 
 
 @pytest.fixture(scope="module")
@@ -58,18 +60,18 @@ def gpu_count(service: dict) -> int:
 @pytest.mark.parametrize("profile", ALL_PROFILES)
 def test_compose_config_validates_each_profile(profile, env_file):
     services = config(profile, env_file=env_file)["services"]
-    assert list(services) == [profile]
+    assert sorted(services) == sorted([GATE, profile])
 
 
 def test_all_profiles_together_validate(env_file):
     assert sorted(config("*", env_file=env_file)["services"]) == sorted(
-        ALL_PROFILES + OTHER_PROFILES
+        [GATE, *ALL_PROFILES, *OTHER_PROFILES]
     )
 
 
 def test_bare_up_starts_only_the_auto_service(env_file):
     # COMPOSE_PROFILES=auto in .env: `docker compose up` with no --profile.
-    assert list(config(env_file=env_file)["services"]) == ["auto"]
+    assert sorted(config(env_file=env_file)["services"]) == ["auto", GATE]
 
 
 @pytest.mark.parametrize("profile", [p for p in ALL_PROFILES if p != "auto"])
@@ -77,14 +79,14 @@ def test_a_named_profile_replaces_the_default(profile, env_file):
     # The auto service would fight the named one for the GPUs and the port.
     result = compose("--profile", profile, "config", "--services", env_file=env_file)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [profile]
+    assert sorted(result.stdout.split()) == sorted([GATE, profile])
 
 
 def test_compose_profiles_from_the_shell_also_replace_the_default(env_file):
     result = compose(
         "config", "--services", env_file=env_file, env={"COMPOSE_PROFILES": "rtx-pro-6000-tp4"}
     )
-    assert result.stdout.split() == ["rtx-pro-6000-tp4"]
+    assert sorted(result.stdout.split()) == [GATE, "rtx-pro-6000-tp4"]
 
 
 def test_without_env_the_model_dir_is_asked_for(tmp_path):
@@ -195,6 +197,7 @@ def test_shared_settings(profile, env_file):
     env = service["environment"]
     assert env["SM12X_MODEL_PATH"] == "/model" and env["SM12X_CACHE_DIR"] == "/cache"
     assert env["SM12X_API_KEY"] == "" and env["HF_HUB_OFFLINE"] == "1"
+    assert env["SM12X_INSECURE_NO_API_KEY"] == ""
     health = service["healthcheck"]
     if profile.endswith(tuple(f"-node{r}" for r in range(1, 8))):
         assert health == {"disable": True}  # no HTTP server on the other nodes
@@ -222,6 +225,8 @@ def test_api_key_from_env_reaches_every_server(env_file, tmp_path):
     custom.write_text(env_file.read_text().replace("SM12X_API_KEY=\n", "SM12X_API_KEY=sk-test\n"))
     for name, service in config("*", env_file=custom)["services"].items():
         assert service["environment"]["SM12X_API_KEY"] == "sk-test", name
+        argv = (service.get("entrypoint") or []) + (service.get("command") or [])
+        assert "sk-test" not in " ".join(argv), name
 
 
 def test_image_can_be_overridden(env_file, tmp_path):
@@ -253,4 +258,91 @@ def test_env_example_documents_every_variable_compose_reads():
 def test_compose_file_parses_as_plain_yaml():
     # YAML merge keys and anchors only; no compose-specific syntax the tests skip.
     data = yaml.safe_load(COMPOSE_TEXT)
-    assert set(data["services"]) == set(ALL_PROFILES + OTHER_PROFILES)
+    assert set(data["services"]) == {GATE, *ALL_PROFILES, *OTHER_PROFILES}
+
+
+# --- closed by default ------------------------------------------------------------------
+
+SERVERS = [p for p in ALL_PROFILES + OTHER_PROFILES]
+
+
+def with_values(env_file: Path, tmp_path: Path, **values: str) -> Path:
+    text = env_file.read_text()
+    for key, value in values.items():
+        text, n = re.subn(rf"(?m)^{key}=.*$", f"{key}={value}", text)
+        assert n == 1, key
+    path = tmp_path / ".env"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("profile", SERVERS)
+def test_every_server_waits_for_the_gate(profile, env_file):
+    service = config(profile, env_file=env_file)["services"][profile]
+    assert service["depends_on"] == {
+        GATE: {"condition": "service_completed_successfully", "required": True}
+    }
+
+
+@pytest.mark.parametrize("profile", [GATE, *SERVERS])
+def test_no_privileges_beyond_what_the_recipe_asks(profile, env_file):
+    service = config(profile, env_file=env_file)["services"][profile]
+    assert service["cap_drop"] == ["ALL"]
+    assert service["security_opt"] == ["no-new-privileges:true"]
+    assert "privileged" not in service
+    recipe = next((r for r in RECIPES if profile in profiles_of(r)), None)
+    assert service.get("cap_add", []) == (recipe.container.cap_add if recipe else [])
+
+
+def gate_env(env_file: Path) -> dict[str, str]:
+    service = config(GATE, env_file=env_file)["services"][GATE]
+    assert service["entrypoint"] == ["sm12x", "gate"]
+    assert service["network_mode"] == "none" and service["read_only"] is True
+    return {k: v for k, v in service["environment"].items() if v}
+
+
+# (.env values, refused?) : the gate run on the environment compose gives it.
+GATE_CASES = [
+    ({}, False),
+    ({"SM12X_BIND": "127.0.0.1"}, False),
+    ({"SM12X_BIND": "::1"}, False),
+    ({"SM12X_BIND": "0.0.0.0"}, True),
+    ({"SM12X_BIND": "192.168.1.20"}, True),
+    ({"SM12X_BIND": "0.0.0.0", "SM12X_API_KEY": "sk-gate"}, False),
+    ({"SM12X_BIND": "0.0.0.0", "SM12X_INSECURE_NO_API_KEY": "1"}, False),
+    ({"SM12X_ROUTER_BIND": "0.0.0.0"}, True),
+    ({"SM12X_ROUTER_BIND": "0.0.0.0", "SM12X_API_KEY": "sk-gate"}, False),
+    ({"SM12X_ROUTER_BIND": "-oProxyCommand=x"}, True),
+]
+
+
+@pytest.mark.parametrize(("values", "refused"), GATE_CASES, ids=[str(v) for v, _ in GATE_CASES])
+def test_the_gate_refuses_an_open_api_beyond_loopback(values, refused, env_file, tmp_path):
+    from support.cli import assert_one_clear_error, run_sm12x
+
+    env = gate_env(with_values(env_file, tmp_path, **values))
+    result = run_sm12x("gate", env=env)
+    if refused:
+        assert_one_clear_error(result, "sm12x gate: error:")
+    else:
+        assert result.returncode == 0, result.stderr
+
+
+def test_the_launcher_refuses_it_again_inside_the_container(env_file, tmp_path):
+    """Without compose's gate (a service started by hand), `sm12x launch` itself refuses."""
+    from support.cli import assert_one_clear_error, run_sm12x
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    custom = with_values(env_file, tmp_path, SM12X_BIND="0.0.0.0")
+    env = config("rtx-pro-6000-tp4", env_file=custom)["services"]["rtx-pro-6000-tp4"]["environment"]
+    env = {**{k: v for k, v in env.items() if v}, "SM12X_MODEL_PATH": str(tmp_path / "model")}
+    assert_one_clear_error(
+        run_sm12x("launch", env=env), "would listen on 0.0.0.0 with no API key", "SM12X_API_KEY"
+    )
+
+
+def test_compose_itself_refuses_a_bind_that_is_not_an_address(env_file, tmp_path):
+    custom = with_values(env_file, tmp_path, SM12X_BIND="-oProxyCommand=x")
+    result = compose("--profile", "auto", "config", env_file=custom)
+    assert result.returncode != 0 and "invalid IP address" in result.stderr

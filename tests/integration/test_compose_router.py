@@ -17,7 +17,7 @@ import pytest
 from support.cli import assert_one_clear_error, run_sm12x
 from support.compose import compose, config
 
-from sm12x.router import RouterSettings, command
+from sm12x.router import RouterSettings, command, router_argv
 from sm12x.versions import load_versions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ def with_values(env_file: Path, tmp_path: Path, **values: str) -> Path:
 
 def router_service(env_file: Path) -> dict:
     services = config("router", env_file=env_file)["services"]
-    assert list(services) == ["router"]
+    assert sorted(services) == ["gate", "router"]
     return services["router"]
 
 
@@ -83,6 +83,7 @@ def test_router_defaults_from_env_example(env_file):
         "SM12X_ROUTER_METRICS_HOST": "127.0.0.1",
         "SM12X_ROUTER_METRICS_PORT": "29000",
         "SM12X_API_KEY": "",
+        "SM12X_INSECURE_NO_API_KEY": "",
     }
 
 
@@ -115,7 +116,9 @@ def test_env_values_become_the_routers_arguments(env_file, tmp_path, workers):
     )
     env = router_service(custom)["environment"]
     settings = RouterSettings.from_environ(env)
-    parsed = parse_with_sglang_router(command(settings, environ=env)[3:])
+    # The key is not on the command line; sm12x.keyed adds it in memory.
+    assert "sk-shared" not in " ".join(command(settings, environ=env))
+    parsed = parse_with_sglang_router(router_argv(settings, env))
     assert parsed.worker_urls == ["http://192.168.1.10:30000", "http://192.168.1.11:30000"]
     assert (parsed.host, parsed.port) == ("0.0.0.0", 8080)
     assert (parsed.prometheus_host, parsed.prometheus_port) == ("127.0.0.1", 29100)
@@ -157,7 +160,7 @@ def test_router_starts_beside_a_rig_when_both_profiles_are_named(env_file):
         "--profile", "router", "--profile", "auto", "config", "--services", env_file=env_file
     )
     assert result.returncode == 0, result.stderr
-    assert sorted(result.stdout.split()) == ["auto", "router"]
+    assert sorted(result.stdout.split()) == ["auto", "gate", "router"]
 
 
 def test_bare_up_does_not_start_the_router(env_file):

@@ -237,7 +237,8 @@ def test_launch_dry_run_in_the_image_is_the_golden_command(image, recipe, rank, 
     assert result.code == 0, result.explain()
     lines = result.stdout.splitlines()
     # The launcher execs sys.executable: sglang's own Python in the image.
-    launch = next(i for i, line in enumerate(lines) if " -m sglang.launch_server" in line)
+    # With a key: `python -m sm12x.keyed sglang.launch_server` (the key stays off argv).
+    launch = next(i for i, line in enumerate(lines) if " sglang.launch_server" in line)
     python = lines[launch].split(" ", 1)[0]
     assert python.startswith("/") and Path(python).name.startswith("python3"), python
     lines[launch] = "python3" + lines[launch][len(python):]

@@ -28,6 +28,7 @@ from support.cli import assert_one_clear_error, run_sm12x
 from support.compose import config
 
 from sm12x import k8s
+from sm12x.keyed import with_key
 from sm12x.launch.render import LaunchContext, build_launch
 from sm12x.recipe import load_all
 from sm12x.router import RouterSettings, command
@@ -52,8 +53,9 @@ def doc_id(item) -> str:
 
 
 def workload(recipe) -> dict:
-    (doc,) = docs_of(TREE[f"{recipe.name}.yaml"])
-    return doc
+    workload, policy = docs_of(TREE[f"{recipe.name}.yaml"])
+    assert policy["kind"] == "NetworkPolicy"
+    return workload
 
 
 def pod_templates(recipe) -> dict[str, dict]:
@@ -243,42 +245,56 @@ def test_pods_get_the_recipes_hardware(recipe):
         arch = {"x86_64": "amd64", "aarch64": "arm64"}[recipe.hardware.cpu_arch]
         assert spec["nodeSelector"] == {"kubernetes.io/arch": arch}
         want = recipe.container
-        assert spec.get("hostNetwork", False) == want.host_network
+        # The RoCE link comes from a Multus network, not the host's (--host-network).
+        assert "hostNetwork" not in spec
         if want.host_network:
-            assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
-        caps = container.get("securityContext", {}).get("capabilities", {}).get("add", [])
-        assert caps == want.cap_add
-        host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
-        device_mounts = [
-            m["mountPath"] for m in container["volumeMounts"] if m["name"].startswith("device")
-        ]
-        assert device_mounts == want.devices
-        assert all(
-            host_paths[m["name"]] == m["mountPath"]
-            for m in container["volumeMounts"]
-            if m["name"].startswith("device")
+            networks = template["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
+            assert networks == OPTS.roce_network
+        else:
+            assert "annotations" not in template["metadata"]
+        security = container["securityContext"]
+        assert security["capabilities"] == (
+            {"drop": ["ALL"], "add": want.cap_add} if want.cap_add else {"drop": ["ALL"]}
         )
-        assert container.get("securityContext", {}).get("privileged", False) == bool(want.devices)
+        assert security["privileged"] is False and security["allowPrivilegeEscalation"] is False
+        # Devices come from the RDMA device plugin: no host path under /dev.
+        assert not [v for v in spec["volumes"] if "hostPath" in v and v["name"] != "model"]
+        limits = container["resources"]["limits"]
+        assert (OPTS.rdma_resource in limits) == bool(want.devices)
 
 
 @pytest.mark.parametrize("recipe", LWS_MULTINODE, ids=lambda r: r.name)
-def test_an_rdma_device_plugin_replaces_host_devices_and_privileges(recipe):
-    opts = k8s.K8sOptions(rdma_resource="rdma/rdma_shared_device_a")
-    (lws,) = k8s.rig_manifests(recipe, opts)
+def test_rdma_resource_and_roce_network_can_be_named(recipe):
+    opts = k8s.K8sOptions(rdma_resource="nvidia.com/hostdev", roce_network="infra/roce-a")
+    lws, _ = k8s.rig_manifests(recipe, opts)
     for key in ("leaderTemplate", "workerTemplate"):
         template = lws["spec"]["leaderWorkerTemplate"][key]
         (container,) = template["spec"]["containers"]
-        assert container["resources"]["limits"]["rdma/rdma_shared_device_a"] == 1
-        assert "privileged" not in container["securityContext"]
-        assert container["securityContext"]["capabilities"]["add"] == recipe.container.cap_add
-        assert not [m for m in container["volumeMounts"] if m["name"].startswith("device")]
+        assert container["resources"]["limits"]["nvidia.com/hostdev"] == 1
+        assert template["metadata"]["annotations"] == {"k8s.v1.cni.cncf.io/networks": "infra/roce-a"}
+        kubernetes_validate.validate(as_pod_template(template), k8s.K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("recipe", LWS_MULTINODE, ids=lambda r: r.name)
+def test_host_network_only_when_asked(recipe):
+    lws, _ = k8s.rig_manifests(recipe, k8s.K8sOptions(host_network=True))
+    for key in ("leaderTemplate", "workerTemplate"):
+        template = lws["spec"]["leaderWorkerTemplate"][key]
+        spec = template["spec"]
+        assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+        assert "annotations" not in template["metadata"]
+        (container,) = spec["containers"]
+        host = next(e for e in container["env"] if e["name"] == "SM12X_HOST")
+        assert host["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+        # Still not privileged, still no host devices.
+        assert container["securityContext"]["privileged"] is False
         kubernetes_validate.validate(as_pod_template(template), k8s.K8S_VERSION, strict=True)
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
 def test_the_model_is_mounted_read_only(recipe):
     for opts in (OPTS, k8s.K8sOptions(model_pvc="deepseek-v4-flash")):
-        (doc,) = k8s.rig_manifests(recipe, opts)
+        doc, _ = k8s.rig_manifests(recipe, opts)
         templates = (
             [doc["spec"]["template"]]
             if doc["kind"] == "Deployment"
@@ -309,7 +325,7 @@ def test_model_default_is_the_env_example_folder():
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
-def test_site_values_and_the_api_key_come_from_optional_objects(recipe):
+def test_site_values_are_optional_and_the_api_key_secret_is_required(recipe):
     site = [name for name, var in recipe.env.items() if var.from_host]
     for template in pod_templates(recipe).values():
         (container,) = template["spec"]["containers"]
@@ -320,11 +336,24 @@ def test_site_values_and_the_api_key_come_from_optional_objects(recipe):
                 "key": name,
                 "optional": True,
             }
-        assert refs["SM12X_API_KEY"]["secretKeyRef"] == {
-            "name": "sm12x-api-key",
-            "key": "api-key",
-            "optional": True,
-        }
+        # The key is a file from a required Secret, never an environment variable.
+        assert "SM12X_API_KEY" not in {e["name"] for e in container["env"]}
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["SM12X_API_KEY_FILE"] == "/run/secrets/sm12x/api-key"
+        (volume,) = [v for v in template["spec"]["volumes"] if "secret" in v]
+        assert volume["secret"]["secretName"] == "sm12x-api-key"
+        assert volume["secret"]["optional"] is False
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+        assert (mount["mountPath"], mount["readOnly"]) == ("/run/secrets/sm12x", True)
+
+
+def test_an_open_deployment_says_so_everywhere():
+    opts = k8s.K8sOptions(insecure_no_api_key=True)
+    for recipe in RECIPES:
+        text = k8s.render(recipe.name, opts)
+        assert "# OPEN: rendered with --insecure-no-api-key" in text
+        assert "SM12X_INSECURE_NO_API_KEY" in text and "secretName" not in text
+    assert "# OPEN" in k8s.render("router", opts)
 
 
 def test_no_sglang_flag_is_written_in_the_manifests():
@@ -381,9 +410,12 @@ def argv_dict(argv: list[str]) -> dict[str, str | None]:
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
-def test_pods_launch_the_recipe_with_their_rank_and_leader(recipe):
+def test_pods_launch_the_recipe_with_their_rank_and_leader(recipe, tmp_path):
     leader = f"sm12x-{recipe.name}-0.sm12x-{recipe.name}.sm12x"
     site = {name: var.example or "x" for name, var in recipe.env.items() if var.from_host}
+    # The Secret as the kubelet mounts it, at a path this test can write.
+    key_file = tmp_path / "api-key"
+    key_file.write_text("sk-k8s\n")
     for rank, (role, template) in enumerate(pod_templates(recipe).items()):
         (container,) = template["spec"]["containers"]
         # What every LWS release gives a pod: the leader's address and the group
@@ -398,17 +430,21 @@ def test_pods_launch_the_recipe_with_their_rank_and_leader(recipe):
             "metadata.namespace": "sm12x",
             f"metadata.labels['{k8s.WORKER_INDEX_LABEL}']": str(rank),
         }
-        env = kubernetes_env(container, injected, fields, site, {"api-key": "sk-k8s"})
+        env = kubernetes_env(container, injected, fields, site, {})
+        assert env["SM12X_API_KEY_FILE"] == k8s.API_KEY_FILE
+        env["SM12X_API_KEY_FILE"] = str(key_file)
         plan = build_launch(recipe, LaunchContext.from_environ(env))
+        argv = plan.command("python3", env)
         args = argv_dict(plan.argv(env))
+        # The key reaches sglang through sm12x.keyed, in memory: not in argv.
+        assert argv[1:4] == ["-m", "sm12x.keyed", "sglang.launch_server"]
+        assert "sk-k8s" not in " ".join(argv) and "--api-key" not in args
+        assert with_key(plan.argv(env), env)[-1] == "--api-key=sk-k8s"
         assert args["--model-path"] == "/model"
-        assert args["--api-key"] == "sk-k8s"
         assert args["--port"] == str(recipe.serve.port)
         assert args["--tp-size"] == str(recipe.flag_value("--tp-size"))
-        if recipe.container.host_network:
-            assert args["--host"] == f"10.0.0.{rank + 1}"  # the node's address
-        else:
-            assert args["--host"] == "0.0.0.0"
+        # Pod networking (the RoCE link is a second interface): bind every address.
+        assert args["--host"] == "0.0.0.0"
         if recipe.is_multinode:
             assert args["--node-rank"] == str(rank)
             assert args["--dist-init-addr"] == f"{leader}:{recipe.multinode.dist_init_port}"
@@ -455,10 +491,21 @@ def test_rig_probes_are_the_compose_healthcheck(recipe, compose_services):
     health = compose_health(service)
     assert health == k8s.RIG_HEALTH
     (container,) = pod_templates(recipe)["server"]["spec"]["containers"]
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-        assert ["CMD", *container[probe]["exec"]["command"]] == service["healthcheck"]["test"]
-        assert container[probe]["timeoutSeconds"] == health.timeout
+    # Readiness: compose's healthcheck, one generated token, with its timings.
+    ready = container["readinessProbe"]
+    assert ["CMD", *ready["exec"]["command"]] == service["healthcheck"]["test"]
+    assert (ready["periodSeconds"], ready["timeoutSeconds"], ready["failureThreshold"]) == (
+        health.interval,
+        health.timeout,
+        health.retries,
+    )
+    # Startup and liveness: sglang's /health (200 once any output arrived, no
+    # key needed), so a saturated pod is not restarted for a slow token.
+    for probe in ("startupProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}
         assert container[probe]["periodSeconds"] == health.interval
+        # sglang's own wait (SGLANG_HEALTH_CHECK_TIMEOUT, 20 s) fits in the probe's.
+        assert container[probe]["timeoutSeconds"] > 20
     startup = container["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= health.start_period
     assert container["livenessProbe"]["failureThreshold"] == health.retries
@@ -493,8 +540,11 @@ def test_router_probes_match_the_compose_router(compose_services):
 
 
 def router_env() -> dict[str, str]:
+    """The router's environment, with the key file the Secret would mount left out."""
     (container,) = router_docs()["Deployment"]["spec"]["template"]["spec"]["containers"]
-    return kubernetes_env(container, {}, {"metadata.namespace": "sm12x"}, {}, {})
+    env = kubernetes_env(container, {}, {"metadata.namespace": "sm12x"}, {}, {})
+    assert env.pop("SM12X_API_KEY_FILE") == k8s.API_KEY_FILE
+    return env
 
 
 def test_router_runs_sm12x_router_with_discovery():

@@ -14,7 +14,9 @@ def test_every_registered_module_defines_a_command():
         command = importlib.import_module(module).COMMAND
         assert isinstance(command, cli.Command)
         names.append(command.name)
-    assert names == ["launch", "render", "healthcheck", "router", "verify", "bench", "doctor"]
+    assert names == [
+        "launch", "render", "healthcheck", "router", "verify", "bench", "doctor", "gate"
+    ]
     assert len(set(names)) == len(names)
 
 

@@ -432,3 +432,41 @@ def test_commands_have_timeouts(tmp_path):
     out = hung.run(["sleep", "5"])
     assert not out.ok and "did not answer within" in out.why()
     assert isinstance(out, Output)
+
+
+# --- host names go to ssh and ping only as host names -------------------------------------------
+
+PROXY = "-oProxyCommand=touch /tmp/sm12x-pwned"
+
+
+@pytest.mark.parametrize("where", ["--peer", "SM12X_HEAD_ADDR"])
+def test_an_option_disguised_as_a_peer_never_reaches_ssh_or_ping(tmp_path, where):
+    host = spark_rig(tmp_path)
+    if where == "--peer":
+        result = run(host, peer=PROXY)
+    else:
+        host.environ["SM12X_HEAD_ADDR"] = PROXY
+        result = run(host)
+    peer = result["checks"]["peer"]
+    assert peer.verdict == "fail" and "is not a host name or IP address" in peer.detail
+    assert where in peer.detail
+    ran = [c for c in host.calls if c[0] in ("ssh", "ping")]
+    assert ran == [], ran
+    assert not any(PROXY in " ".join(c) for c in host.calls)
+
+
+def test_ssh_and_ping_end_their_options_before_the_host(tmp_path):
+    host = spark_rig(tmp_path)
+    run(host)
+    ping = next(c for c in host.calls if c[0] == "ping")
+    ssh = next(c for c in host.calls if c[0] == "ssh")
+    assert ping[-2:] == ("--", "192.168.100.1")
+    assert ssh[ssh.index("--") + 1] == "192.168.100.1"
+    assert ssh.index("--") < ssh.index("docker")  # the remote command follows the host
+
+
+def test_the_cli_refuses_a_peer_that_is_not_a_host(tmp_path):
+    from support.cli import assert_one_clear_error, run_sm12x
+
+    result = run_sm12x("doctor", "--peer", PROXY, "--json", cwd=tmp_path)
+    assert_one_clear_error(result, "--peer", "not a host name or IP address")

@@ -55,10 +55,12 @@ def test_launch_execs_sglang_with_the_recipe(monkeypatch, tmp_path):
     }
     [(file, args, env)] = launch(monkeypatch, environ)
     assert file == sys.executable
-    assert args[:3] == [sys.executable, "-m", "sglang.launch_server"]
+    # With a key, sglang starts through sm12x.keyed: the key stays off argv.
+    assert args[:4] == [sys.executable, "-m", "sm12x.keyed", "sglang.launch_server"]
     plan = build_launch(load_recipe("rtx-pro-6000-tp4"), LaunchContext.from_environ(environ))
-    assert args[3:] == plan.argv(environ)
-    assert args[args.index("--api-key") + 1] == "s3cret"
+    assert args[4:] == plan.argv(environ)
+    assert "s3cret" not in args and "--api-key" not in args
+    assert env["SM12X_API_KEY"] == "s3cret"
     assert args[args.index("--model-path") + 1] == environ["SM12X_MODEL_PATH"]
     assert "--revision" not in args  # a local folder has no revision
     assert env["SGLANG_DEFAULT_THINKING"] == "1"
@@ -130,7 +132,7 @@ def test_node_rank_must_fit_the_recipe():
 
 def test_bad_node_rank_in_the_environment():
     result = run_sm12x("launch", "--dry-run", env={"RECIPE": "dgx-spark-tp2", "NODE_RANK": "head"})
-    assert_one_clear_error(result, "NODE_RANK='head' is not a whole number")
+    assert_one_clear_error(result, "NODE_RANK='head'", "valid integer", "fix it in .env")
 
 
 def test_dry_run_is_ready_to_paste(tmp_path):
@@ -150,14 +152,14 @@ def test_dry_run_is_ready_to_paste(tmp_path):
     environ = {
         "NODE_RANK": "0",
         "HEAD_ADDR": "10.0.0.1",
-        "SM12X_API_KEY": "it's $ecret",
+        "SM12X_API_KEY": "it's$ecret\"`!",
         "SM12X_MODEL_PATH": "/model",
         "SM12X_CACHE_DIR": "/cache",
         **SPARK_SITE,
     }
     plan = build_launch(recipe, LaunchContext.from_environ(environ))
     snippet = plan.shell(python="python3")
-    assert "it's $ecret" not in snippet  # secrets stay "$SM12X_API_KEY"
+    assert "it's$ecret" not in snippet  # secrets stay "$SM12X_API_KEY"
     capture = tmp_path / "capture.json"
     subprocess.run(
         ["bash", "-c", snippet],
@@ -165,7 +167,8 @@ def test_dry_run_is_ready_to_paste(tmp_path):
         env={**environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "CAPTURE": str(capture)},
     )
     got = json.loads(capture.read_text())
-    assert got["argv"] == ["-m", "sglang.launch_server", *plan.argv(environ)]
+    assert got["argv"] == ["-m", "sm12x.keyed", "sglang.launch_server", *plan.argv(environ)]
+    assert not [a for a in got["argv"] if "ecret" in a]
     for name, value in plan.env_dict(environ).items():
         assert got["env"][name] == value
 
@@ -180,8 +183,8 @@ def test_launch_dry_run_prints_what_it_would_exec():
         env={"RECIPE": "rtx-pro-6000-tp4", "SM12X_API_KEY": "k"},
     )
     assert result.returncode == 0, result.stderr
-    assert "-m sglang.launch_server" in result.stdout
-    assert '--api-key "$SM12X_API_KEY"' in result.stdout
+    assert "-m sm12x.keyed sglang.launch_server" in result.stdout
+    assert "--api-key" not in result.stdout
     assert result.stdout.rstrip().endswith("--log-level \\\n  debug")
 
 

@@ -18,6 +18,7 @@ from sm12x.router import (
     RouterSettings,
     build_router,
     command,
+    router_argv,
 )
 from sm12x.versions import load_versions
 
@@ -69,12 +70,20 @@ def test_kubernetes_discovery():
     assert parsed.worker_urls == []
 
 
-def test_api_key_only_when_set_and_never_printed():
+def test_api_key_only_when_set_and_never_in_argv():
+    from sglang_router.launch_router import parse_router_args
+
     assert "--api-key" not in command(RouterSettings(workers=WORKERS))
     settings = RouterSettings(workers=WORKERS, api_key=True)
-    assert command(settings)[-2:] == ["--api-key", "$SM12X_API_KEY"]
-    parsed = parse(command(settings, environ={"SM12X_API_KEY": "sk-1"}))
+    argv = command(settings, environ={"SM12X_API_KEY": "sk-1"})
+    # The router starts through sm12x.keyed, which adds the key in memory.
+    assert argv[:4] == ["python3", "-m", "sm12x.keyed", "sglang_router.launch_router"]
+    assert "sk-1" not in " ".join(argv) and "--api-key" not in argv
+    parsed = parse_router_args(router_argv(settings, {"SM12X_API_KEY": "sk-1"}))
     assert parsed.api_key == "sk-1"
+    # A key that starts with '-' is still one value (--api-key=KEY).
+    parsed = parse_router_args(router_argv(settings, {"SM12X_API_KEY": "-k3y"}))
+    assert parsed.api_key == "-k3y"
 
 
 def test_every_flag_has_a_reason():
@@ -89,6 +98,23 @@ def test_every_flag_has_a_reason():
 def test_extra_flags_are_appended_and_win():
     settings = RouterSettings(workers=WORKERS, extra=("--health-check-interval-secs", "1"))
     assert parse(command(settings)).health_check_interval_secs == 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (("--api-key", "sk-x"), "sets --api-key from SM12X_API_KEY"),
+        (("--api-key=sk-x",), "sets --api-key"),
+        (("--host", "0.0.0.0"), "sets --host from SM12X_HOST"),
+        (("--polic", "random"), "sets --policy from SM12X_ROUTER_POLICY"),
+        (("--max-payload-size", "inf"), "not a finite number"),
+    ],
+)
+def test_extra_flags_that_repeat_a_rendered_one_are_refused(extra, needle):
+    from sm12x.router import check_extra
+
+    with pytest.raises(UserError, match=needle):
+        check_extra(RouterSettings(workers=WORKERS, extra=extra))
 
 
 def test_from_environ():
@@ -138,8 +164,8 @@ def test_cli_dry_run_prints_the_command_without_the_secret():
         env={"SM12X_ROUTER_WORKERS": " ".join(WORKERS), "SM12X_API_KEY": "sk-secret"},
     )
     assert result.returncode == 0, result.stderr
-    assert "sglang_router.launch_router" in result.stdout
-    assert '--api-key "$SM12X_API_KEY"' in result.stdout
+    assert "-m sm12x.keyed sglang_router.launch_router" in result.stdout
+    assert "--api-key" not in result.stdout
     assert "sk-secret" not in result.stdout
 
 

@@ -1,0 +1,39 @@
+"""Every bad input in tests/support/bad_inputs.py gets one clear refusal, and
+docs/security.md's table shows exactly that refusal."""
+
+from __future__ import annotations
+
+import pytest
+from support.bad_inputs import CASES, error_line, normalise, prepare, row, rows_in_doc, run_case
+from support.cli import assert_one_clear_error
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bad-inputs")
+    prepare(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def documented() -> dict[str, str]:
+    return rows_in_doc()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_is_refused_and_documented(case, tmp, documented):
+    result = run_case(case, tmp)
+    assert_one_clear_error(result, *case.needles)
+    line = normalise(error_line(result.stderr), tmp)
+    assert documented.get(case.id) == row(case, result.returncode, line), (
+        f"docs/security.md does not show what {case.id} gets now: "
+        "run `python tests/support/bad_inputs.py --write` (scripts/regen)"
+    )
+
+
+def test_the_table_has_no_stale_rows(documented):
+    assert sorted(documented) == sorted(c.id for c in CASES)
+
+
+def test_case_ids_are_unique():
+    assert len({c.id for c in CASES}) == len(CASES)
