@@ -28,6 +28,7 @@ def run_k8s(args: argparse.Namespace) -> int:
     from sm12x import k8s
 
     given = [_flag(n) for n in LAUNCH_ONLY if getattr(args, n) is not None]
+    given += ["--no-spec"] if args.no_spec else []
     if given or args.explain:
         raise UserError(
             f"{', '.join(given) or '--explain'} does not go with --k8s: the pods take rank, "
@@ -68,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
         "port": args.port,
     }
     ctx = replace(ctx, **{k: v for k, v in overrides.items() if v is not None})
+    if args.no_spec:
+        ctx = replace(ctx, speculative=False)
     plan = build_launch(recipe, ctx)
     if args.explain:
         sys.stdout.write(plan.explain())
@@ -94,6 +97,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", help="address to serve on (default $SM12X_HOST or 127.0.0.1)")
     parser.add_argument(
         "--port", type=int, help="port to serve on (default $SM12X_PORT or the recipe's)"
+    )
+    parser.add_argument(
+        "--no-spec",
+        action="store_true",
+        help="without speculative decoding (the reference for `sm12x verify --compare-url`)",
     )
     parser.add_argument(
         "--explain",
