@@ -125,7 +125,10 @@ def evaluate(base_url: str, model: str, api_key: str | None, options: AccuracyOp
     }
     if api_key:
         model_args["header"] = {"Authorization": f"Bearer {api_key}"}
-    manager = TaskManager(include_path=[str(TASKS_DIR), *extra], verbosity="WARNING")
+    # lm-eval's own thousands of task files take seconds to index: only when
+    # the task is one of them.
+    ours = name == DEFAULT_TASK or bool(extra)
+    manager = TaskManager(include_path=[str(TASKS_DIR), *extra], include_defaults=not ours)
     if name not in manager.all_tasks:
         raise ValueError(f"lm-eval knows no task {name!r} (sm12x's own: {DEFAULT_TASK}; "
                          "or pass a task YAML file)")
