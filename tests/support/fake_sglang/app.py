@@ -175,6 +175,7 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
         if not authorised(request):
             return _error("Unauthorized", 401, "AuthenticationError")
         state.requests += 1
+        number = state.requests  # this request's; state.requests moves on at every await
         if F.die_after and state.requests > F.die_after:
             os._exit(3)  # the server dies mid-run
         if "http-500" in F:
@@ -205,7 +206,7 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
             if corruption.FAULTS.keys() & F.active:
                 gen = corruption.apply(gen, F.active, seed=seed,
                                        loaded=state.in_flight >= F.min_concurrency,
-                                       nth=state.requests % F.every == 0)
+                                       nth=number % F.every == 0)
             if "think-leak" in F:
                 gen = model.leak_think(gen)
             tokens = model.tokenize(gen.raw(broken_json="bad-tool-json" in F), seed)
