@@ -6,7 +6,7 @@ can: each has exactly one correct output, a healthy DeepSeek-V4-Flash gives
 it at temperature 0 every time, and any wrong token shows. They are chosen to
 stress the draft:
 
-- copy: a ~1 KB passage copied verbatim (the draft accepts long runs there,
+- copy: an 859-character passage copied verbatim (the draft accepts long runs there,
   so a stale row shows as a changed word);
 - arithmetic and counting, thinking on, answered as one pinned line;
 - a deterministic JSON transformation (filter, join, upper-case), thinking off;

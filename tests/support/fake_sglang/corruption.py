@@ -37,7 +37,7 @@ SYLLABLES = ["bra", "nto", "vel", "qua", "xor", "zun", "dle", "tri", "mop", "fen
 FAULTS = {
     "substitute": "under load, ~4% of words swapped for other plausible words (a wrong verify row)",
     "nonword": "under load, every 8th request turns partly into salad of non-words",
-    "drift": "half of the free-form answers take another path late in the text (spec on/off numerics)",
+    "drift": "half of the free-form answers part late in the text (spec on/off numerics)",
 }
 _WORD = re.compile(r"[A-Za-z]{3,}|\d+")
 DRIFT_TAIL = ("That said, the details depend on the deployment, so measure before you tune "
