@@ -7,6 +7,7 @@ run; 2 bad input or no server at --base-url; 3 boot mode could not start it.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import httpx
 from rich.console import Console
 
-from verify import report
+from verify import accuracy, compare, report
 from verify.client import DEFAULT_BASE_URL, Endpoint
 from verify.context import Context, Options
 from verify.runner import NAMES, run_checks
@@ -49,6 +50,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, default=Path("verify-report/report.json"))
     p.add_argument("--junit", type=Path, default=Path("verify-report/junit.xml"))
     p.add_argument("--no-files", action="store_true", help="write no JSON/JUnit report")
+    cmp = p.add_argument_group(
+        "speculative on/off comparison",
+        "the same temperature-0 prompts to a second server: the same recipe booted without "
+        "speculative decoding (`sm12x launch --no-spec`)")
+    cmp.add_argument("--compare-url", metavar="URL", help="the reference server's root")
+    cmp.add_argument("--compare-api-key", help="its API key (default: the same as --api-key)")
+    cmp.add_argument("--compare-min-agreement", type=float, default=compare.MIN_AGREEMENT,
+                     help="fail below this token agreement (default %(default)s; "
+                     "docs/verify.md)")
+    acc = p.add_argument_group(
+        "accuracy gate", "a public benchmark through lm-eval (pip install 'sm12x[accuracy]')")
+    acc.add_argument("--accuracy", action="store_true", help="run the accuracy gate")
+    acc.add_argument("--accuracy-task", default=accuracy.DEFAULT_TASK,
+                     help="an lm-eval task name or task YAML file (default %(default)s: GSM8K)")
+    acc.add_argument("--accuracy-limit", type=int, metavar="N",
+                     help="ask only the first N questions (default: all)")
+    acc.add_argument("--accuracy-floor", type=float,
+                     help="fail below this accuracy, 0-1 (default: the recipe's)")
+    acc.add_argument("--accuracy-concurrency", type=int, default=16)
     boot = p.add_argument_group("boot mode")
     boot.add_argument("--boot", action="store_true", help="start the server, then verify it")
     boot.add_argument("--boot-command", help="any command that starts the server (its output is "
@@ -69,16 +89,23 @@ def _names(values: list[str]) -> set[str]:
     return names
 
 
-def _recipe_floor(name: str) -> float | None:
-    """The recipe's acceptance floor, if sm12x.recipe is there and says one."""
+def _recipe(name: str):
+    """The recipe named, or None where sm12x.recipe is not installed."""
     try:
         from sm12x.recipe import load_recipe  # type: ignore[import-not-found]
     except ImportError:
         return None
     try:
-        recipe = load_recipe(name)
+        return load_recipe(name)
     except Exception as exc:  # noqa: BLE001 - any recipe error is a usage error here
         raise UsageError(f"recipe {name!r}: {exc}") from None
+
+
+def _recipe_floor(name: str) -> float | None:
+    """The recipe's acceptance floor, if sm12x.recipe is there and says one."""
+    recipe = _recipe(name)
+    if recipe is None:
+        return None
     for holder in (getattr(recipe, "verify", None), getattr(recipe, "expect", None), recipe):
         for attr in ("min_accept_length", "accept_length_floor"):
             value = getattr(holder, attr, None) if holder is not None else None
@@ -87,20 +114,68 @@ def _recipe_floor(name: str) -> float | None:
     return None
 
 
-def _endpoint(args) -> Endpoint:
+def _base(value: str, flag: str) -> str:
     try:
-        url = httpx.URL(args.base_url)
+        url = httpx.URL(value)
     except Exception:  # noqa: BLE001
-        raise UsageError(f"--base-url {args.base_url!r} is not a URL") from None
+        raise UsageError(f"{flag} {value!r} is not a URL") from None
     if url.scheme not in ("http", "https") or not url.host:
-        raise UsageError(f"--base-url {args.base_url!r}: expected http(s)://HOST:PORT")
+        raise UsageError(f"{flag} {value!r}: expected http(s)://HOST:PORT")
+    return str(url).rstrip("/").removesuffix("/v1")
+
+
+def _compare_endpoint(args, ep: Endpoint) -> Endpoint | None:
+    if not args.compare_url:
+        return None
+    if not 0 <= args.compare_min_agreement <= 1:
+        raise UsageError("--compare-min-agreement must be between 0 and 1")
+    base = _base(args.compare_url, "--compare-url")
+    if base == ep.base_url:
+        raise UsageError("--compare-url is --base-url: point it at the server started with "
+                         "`sm12x launch --no-spec`")
+    return Endpoint(base, args.compare_api_key or ep.api_key, ep.timeout, ep.stall_timeout,
+                    ep.connect_timeout)
+
+
+def _accuracy_options(args) -> accuracy.AccuracyOptions | None:
+    if not args.accuracy:
+        return None
+    if importlib.util.find_spec("lm_eval") is None:
+        raise UsageError("--accuracy runs lm-eval, which is not installed: "
+                         "pip install 'sm12x[accuracy]' (or `pip install lm-eval[api]`)")
+    if args.accuracy_limit is not None and args.accuracy_limit < 1:
+        raise UsageError("--accuracy-limit must be at least 1")
+    if args.accuracy_concurrency < 1:
+        raise UsageError("--accuracy-concurrency must be at least 1")
+    try:
+        name, _ = accuracy.task_name(args.accuracy_task)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    references = list(accuracy.MODEL_REFERENCES.get(name, ()))
+    floor, source = args.accuracy_floor, "--accuracy-floor"
+    recipe = _recipe(args.recipe) if args.recipe else None
+    gate = getattr(getattr(recipe, "verify", None), "accuracy", None)
+    if gate is not None and gate.task == name:
+        references += [accuracy.Reference(r.correct / r.total, r.config, r.source, r.correct,
+                                          r.total, r.url) for r in gate.references]
+        if floor is None:
+            floor, source = gate.floor, f"recipe {args.recipe}"
+    if floor is None:
+        raise UsageError(f"--accuracy needs a floor for {name}: --recipe NAME (its "
+                         "verify.accuracy.floor) or --accuracy-floor 0-1")
+    if not 0 <= floor <= 1:
+        raise UsageError("--accuracy-floor is a fraction: between 0 and 1 (e.g. 0.92)")
+    return accuracy.AccuracyOptions(args.accuracy_task, args.accuracy_limit, floor, source,
+                                    args.accuracy_concurrency, tuple(references))
+
+
+def _endpoint(args) -> Endpoint:
+    base = _base(args.base_url, "--base-url")
     for flag in ("timeout", "stall_timeout", "connect_timeout"):
         if getattr(args, flag) <= 0:
             raise UsageError(f"--{flag.replace('_', '-')} must be positive")
     if args.soak_concurrency < 1 or args.soak_rounds < 1:
         raise UsageError("--soak-concurrency and --soak-rounds must be at least 1")
-    base = str(url).rstrip("/")
-    base = base.removesuffix("/v1")
     return Endpoint(base, args.api_key or Endpoint.api_key_from_env(), args.timeout,
                     args.stall_timeout, args.connect_timeout)
 
@@ -129,7 +204,9 @@ def run(args, console: Console) -> int:
     options = Options(min_accept_length=floor, accept_floor_source=source,
                       metrics_url=args.metrics_url, soak_concurrency=args.soak_concurrency,
                       soak_rounds=args.soak_rounds, soak_max_tokens=args.soak_max_tokens,
-                      skip=skip, only=only)
+                      skip=skip, only=only, compare_endpoint=_compare_endpoint(args, ep),
+                      compare_min_agreement=args.compare_min_agreement,
+                      accuracy=_accuracy_options(args))
     server = None
     meta = {"base_url": ep.base_url, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "accept_floor": floor, "accept_floor_source": source}
@@ -157,7 +234,8 @@ def run(args, console: Console) -> int:
                     args.boot_log.parent.mkdir(parents=True, exist_ok=True)
                     args.boot_log.write_text("\n".join(server.log) + "\n")
         else:
-            problem = _reachable(ep)
+            problem = _reachable(ep) or (_reachable(options.compare_endpoint)
+                                         if options.compare_endpoint else None)
             if problem:
                 console.print(f"verify: {problem}. Is the server running? (start it, or use "
                               "--boot)", markup=False, highlight=False)

@@ -17,6 +17,11 @@ class Options:
     soak_max_tokens: int = 2048
     skip: set[str] = field(default_factory=set)
     only: set[str] = field(default_factory=set)
+    # --compare-url: the same recipe without speculative decoding (verify/compare.py)
+    compare_endpoint: Endpoint | None = None
+    compare_min_agreement: float = 0.8
+    # --accuracy: the lm-eval gate (verify/accuracy.py); None: not asked for
+    accuracy: object | None = None
 
 
 @dataclass

@@ -17,6 +17,21 @@ nature (code, markdown tables, numbered lists, JSON) and on degenerate samples
   on the most compressible 500-character window: on whole texts Whisper's 2.4
   fires on a third of healthy code (docs/verify.md has the figures).
 - duplicate lines: repeated non-trivial lines / non-trivial lines.
+
+Repetition statistics do not see wrong tokens in fluent text. Three more
+detectors look at what the tokens are (docs/verify.md has their calibration):
+
+- broken UTF-8: U+FFFD replacement characters (a multi-byte character cut
+  between tokens and decoded alone), lone surrogates, and mojibake (UTF-8
+  read as Latin-1/cp1252, judged by ftfy's badness heuristic).
+- script switch: letters of a writing system the prompt did not use (a Han
+  or Cyrillic token inside an English answer: a wrong row of DeepSeek's
+  multilingual vocabulary). Greek runs of one or two letters (pi, mu, Delta
+  in maths and units) are allowed.
+- non-words: the share of prose words that no English word list knows
+  (wordfreq), in the worst window of words; code, identifiers, acronyms and
+  anything in backticks are left out, so salad made of non-words fires and
+  technical prose does not.
 """
 
 from __future__ import annotations
@@ -24,6 +39,10 @@ from __future__ import annotations
 import re
 import zlib
 from dataclasses import dataclass
+from functools import lru_cache
+
+import ftfy.badness
+import regex
 
 TAIL_CHARS = 2000
 CLOSERS = " \t\r\n\"'`}])>"
@@ -151,8 +170,111 @@ def duplicate_line_ratio(text: str) -> Finding:
                    MAX_DUPLICATE_LINE_RATIO, f"{len(lines) - len(set(lines))}/{len(lines)} repeated")
 
 
+# --- what the tokens are -------------------------------------------------------
+
+REPLACEMENT = "\ufffd"
+
+
+def broken_utf8(text: str) -> Finding:
+    """U+FFFD, lone surrogates (JSON can carry them; UTF-8 cannot) and mojibake."""
+    bad = text.count(REPLACEMENT)
+    detail = f"{bad} U+FFFD" if bad else ""
+    surrogates = sum(0xD800 <= ord(c) <= 0xDFFF for c in text)
+    if surrogates:
+        bad += surrogates
+        detail = f"{surrogates} lone surrogate(s)"
+    if not bad and ftfy.badness.is_bad(text):
+        bad = ftfy.badness.badness(text)
+        match = _MOJIBAKE.search(text)
+        detail = "mojibake" + (f" near {text[max(0, match.start() - 20):match.end() + 20]!r}"
+                               if match else "")
+    elif bad:
+        at = next(i for i, c in enumerate(text) if c == REPLACEMENT or 0xD800 <= ord(c) <= 0xDFFF)
+        detail += f" at char {at}: {_around(text, at)!r}"
+    return Finding("broken_utf8", bad > 0, float(bad), 0, detail)
+
+
+# UTF-8 lead bytes read as Latin-1/cp1252: only used to point at the spot.
+_MOJIBAKE = re.compile("[\u00c2\u00c3\u00e2][\u0080-\u00bf\u2018-\u203a\u20ac\u0152\u0153]")
+
+# Letters of any script but those every English answer may use.
+_FOREIGN = regex.compile(r"[\p{L}--[\p{Latin}\p{Common}\p{Inherited}]]+", regex.V1)
+_GREEK = regex.compile(r"\p{Script=Greek}+")
+MAX_GREEK_RUN = 2  # pi, mu, Delta x in maths and units
+_SCRIPTS = ("Greek", "Cyrillic", "Han", "Hiragana", "Katakana", "Hangul", "Arabic", "Hebrew",
+            "Thai", "Devanagari", "Armenian", "Georgian")
+_SCRIPT_OF = [(name, regex.compile(rf"\p{{Script={name}}}")) for name in _SCRIPTS]
+
+
+def _script(ch: str) -> str:
+    return next((name for name, pattern in _SCRIPT_OF if pattern.match(ch)), "other")
+
+
+def script_switch(text: str) -> Finding:
+    """Letters of a script an English prompt's answer has no reason to use."""
+    foreign = [m for m in _FOREIGN.finditer(text)
+               if not (_GREEK.fullmatch(m.group()) and len(m.group()) <= MAX_GREEK_RUN)]
+    letters = sum(len(m.group()) for m in foreign)
+    if not foreign:
+        return Finding("script_switch", False, 0.0, 0)
+    first = foreign[0]
+    scripts = sorted({_script(m.group()[0]) for m in foreign})
+    return Finding("script_switch", True, float(letters), 0,
+                   f"{'/'.join(scripts)} letters at char {first.start()}: "
+                   f"{_around(text, first.start())!r}")
+
+
+def _around(text: str, at: int, width: int = 24) -> str:
+    return text[max(0, at - width):at + width]
+
+
+NONWORD_WINDOW = 40        # prose words; the worst window counts
+MIN_PROSE_WORDS = 20       # fewer than this says nothing
+MAX_NONWORD_RATIO = 0.5
+MIN_WORD_LENGTH = 3
+_CODE = re.compile(r"```.*?(?:```|$)|`[^`\n]*`", re.S)
+_URL = re.compile(r"\S+://\S+")
+_PROSE_WORD = regex.compile(r"^\p{L}[\p{Ll}]+(?:['\u2019]\p{Ll}+)?$")
+_STRIP = "\"'()[]{}<>,.;:!?*_~|"
+
+
+def prose_words(text: str) -> list[str]:
+    """The words a word list can judge: lower-case after an optional capital,
+    letters only (code, identifiers, numbers, acronyms, paths and anything in
+    backticks are left out); hyphenated words count part by part."""
+    text = _URL.sub(" ", _CODE.sub(" ", text))
+    words = []
+    for token in text.split():
+        for part in re.split(r"[-\u2013\u2014/]", token.strip(_STRIP)):
+            part = part.strip(_STRIP)
+            if len(part) >= MIN_WORD_LENGTH and _PROSE_WORD.match(part):
+                words.append(part.lower())
+    return words
+
+
+@lru_cache(maxsize=65536)
+def known_word(word: str, lang: str = "en") -> bool:
+    from wordfreq import zipf_frequency  # its list loads on first use (~0.5 s)
+
+    return zipf_frequency(word, lang) > 0
+
+
+def nonwords(text: str) -> Finding:
+    words = prose_words(text)
+    if len(words) < MIN_PROSE_WORDS:
+        return Finding("nonwords", False, None, MAX_NONWORD_RATIO, "too few prose words")
+    unknown = [not known_word(w) for w in words]
+    window = min(NONWORD_WINDOW, len(words))
+    ratio, at = max((sum(unknown[i:i + window]) / window, i)
+                    for i in _window_starts(len(words), window))
+    sample = [w for w, u in zip(words[at:at + window], unknown[at:at + window]) if u][:6]
+    return Finding("nonwords", ratio > MAX_NONWORD_RATIO, ratio, MAX_NONWORD_RATIO,
+                   f"{sum(unknown[at:at + window])}/{window} unknown from word {at}: "
+                   f"{' '.join(sample)}")
+
+
 DETECTORS = (repeating_tail, distinct_trigram_ratio, distinct_words, compression_ratio,
-             duplicate_line_ratio)
+             duplicate_line_ratio, broken_utf8, script_switch, nonwords)
 
 
 def analyse(text: str) -> list[Finding]:

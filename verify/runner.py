@@ -6,8 +6,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from verify import accuracy, compare
 from verify.checks import basic, chat, reasoning, spec, tools
-from verify.context import Context
+from verify.context import Context, Options
 from verify.result import CheckFailure, CheckResult, CheckSkipped, Evidence, Verdict
 from verify.soak import soak
 
@@ -18,6 +19,9 @@ class Check:
     title: str
     run: Callable[[Context, Evidence], None]
     needs: tuple[str, ...] = ("health", "models")
+    # Checks that run only when asked for (a flag); off, they are skipped.
+    enabled: Callable[[Options], bool] = lambda options: True
+    off: str = ""
 
 
 CHECKS = [
@@ -45,6 +49,12 @@ CHECKS = [
           needs=("health", "models", "one-token")),
     Check("spec", "speculative decoding ran: acceptance length above the floor", spec.spec,
           needs=("health", "models", "one-token")),
+    Check("compare", "same temperature-0 outputs as the server without speculative decoding",
+          compare.compare, needs=("health", "models", "one-token"),
+          enabled=lambda o: o.compare_endpoint is not None, off="not asked for (--compare-url)"),
+    Check("accuracy", "benchmark accuracy (lm-eval) above the recipe's floor",
+          accuracy.accuracy, needs=("health", "models", "one-token"),
+          enabled=lambda o: o.accuracy is not None, off="not asked for (--accuracy)"),
 ]
 NAMES = [c.name for c in CHECKS]
 
@@ -58,7 +68,10 @@ def run_checks(ctx: Context, on_result: Callable[[CheckResult], None] | None = N
         wanted = (not opts.only or check.name in opts.only) and check.name not in opts.skip
         failed_needs = [n for n in check.needs if n in results and results[n].verdict
                         is not Verdict.PASS]
-        if not wanted:
+        if wanted and not check.enabled(opts):
+            result.verdict, result.required = Verdict.SKIP, False
+            result.problem = check.off
+        elif not wanted:
             result.verdict, result.required = Verdict.SKIP, False
             result.problem = "skipped by --skip/--only"
         elif failed_needs:

@@ -1,7 +1,9 @@
 """Soak: N concurrent streamed requests (chat and tool calls mixed) for M
 rounds. Every request must complete with `[DONE]` and one finish_reason, and
 every output must pass the degeneration detectors, run separately on
-content, reasoning and tool arguments; tool arguments must validate.
+content, reasoning and tool arguments; tool arguments must validate. The mix
+holds exact tasks (verify/exact.py) whose one right answer is known: a wrong
+token in fluent text fails them.
 
 Reports pass^k (a case passes only if all k = M of its rounds passed),
 pass@1 over all requests, TTFT and inter-token latency percentiles, and
@@ -20,12 +22,15 @@ from dataclasses import dataclass, field
 import httpx
 import jsonschema
 
-from verify import detectors, scenarios
+from verify import detectors, exact, scenarios
 from verify.context import Context
 from verify.result import Evidence
 from verify.stream import merge
 
 TAGS = ("</think>", "<think>")
+MIX = scenarios.SOAK_MIX + exact.SOAK_MIX
+# Problems that mean wrong tokens in otherwise fluent text (not loops).
+CORRUPTION = ("exact ", "broken_utf8", "script_switch", "nonwords")
 
 
 @dataclass
@@ -38,6 +43,7 @@ class Outcome:
     itl: list[float] = field(default_factory=list)
     tokens: int = 0
     sample: str = ""
+    mismatch: exact.Mismatch | None = None
 
     @property
     def ok(self) -> bool:
@@ -96,7 +102,7 @@ def judge(kind: str, merged, done: bool, *, tool: bool) -> list[str]:
 
 async def _one(client: httpx.AsyncClient, ctx: Context, case: int, round_: int,
                stall: float, limit: float) -> Outcome:
-    kind, extra = scenarios.SOAK_MIX[case % len(scenarios.SOAK_MIX)]
+    kind, extra = MIX[case % len(MIX)]
     outcome = Outcome(case, round_, kind)
     body = {"model": ctx.model, "stream": True, "stream_options": {"include_usage": True},
             "max_tokens": ctx.options.soak_max_tokens, **extra}
@@ -142,7 +148,12 @@ async def _one(client: httpx.AsyncClient, ctx: Context, case: int, round_: int,
     if merged.usage:
         outcome.tokens = merged.usage[-1][1].get("completion_tokens") or 0
     if not outcome.problems:
-        outcome.problems = judge(kind, merged, done, tool=kind.startswith("tool"))
+        outcome.problems = judge(kind, merged, done,
+                                 tool=kind.startswith("tool") or kind in exact.TASKS
+                                 and exact.TASKS[kind].tool)
+        outcome.mismatch = exact.score(kind, merged)
+        if outcome.mismatch is not None:
+            outcome.problems.append(f"exact {kind}: {outcome.mismatch}")
     if outcome.problems:
         text = merged.content or merged.reasoning or next(
             (c.arguments for c in merged.calls.values()), "")
@@ -191,6 +202,7 @@ def soak(ctx: Context, ev: Evidence) -> None:
            f"pass^{k} {pass_k:.3f}, pass@1 {pass_1:.3f}")
     ev.saw(f"output {tokens} tokens, {tokens / wall if wall else 0:.0f} tok/s; TTFT {fmt(ttft)}; "
            f"ITL {fmt(itl)}")
+    exact.report(outcomes, ev)
     failed = [o for o in outcomes if not o.ok]
     if not failed:
         return
@@ -205,7 +217,16 @@ def soak(ctx: Context, ev: Evidence) -> None:
                for p in o.problems)
     degenerate = any(d in problems for d in ("repeating_tail", "distinct_", "compression_ratio",
                                              "duplicate_lines", "length", "leaked"))
-    if degenerate:
+    corrupt = any(p.startswith(CORRUPTION) or any(f": {c}=" in p for c in CORRUPTION)
+                  for o in failed for p in o.problems)
+    if corrupt and not degenerate:
+        cause = ("wrong tokens in otherwise fluent output under load (a wrong answer to an "
+                 "exact task, broken UTF-8, a script switch or non-words): the symptom of a "
+                 "stale or wrong DSPARK verify row, which repetition statistics do not see")
+        fix = ("compare against the same recipe booted without speculative decoding "
+               "(`sm12x launch --no-spec`, then verify --compare-url); check the image's "
+               "patch is applied and the recipe's --speculative-dspark-block-size (4)")
+    elif degenerate:
         cause = ("degenerate output under concurrent load (repetition loops / word salad / "
                  "</think> leaks): the DSPARK draft-depth 5 corruption, which single requests "
                  "do not show")

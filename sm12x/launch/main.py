@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from sm12x.apikey import BIND_ENV, exposure_problem
@@ -131,6 +132,9 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
         _say(str(finding))
 
     ctx = LaunchContext.from_environ(environ)
+    if args.no_spec:
+        ctx = replace(ctx, speculative=False)
+        _say("--no-spec: speculative decoding off (the reference for verify --compare-url)")
     plan = build_launch(recipe, ctx)
     # Flags after --: the same lints as the recipe (sm12x.recipe.extra).
     extra = list(args.extra)
@@ -177,6 +181,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--dry-run",
         action="store_true",
         help="print the environment and command (shell-quoted, ready to paste) and exit",
+    )
+    parser.add_argument(
+        "--no-spec",
+        action="store_true",
+        help="the recipe without speculative decoding (its dspark flags dropped): the "
+        "reference server for `sm12x verify --compare-url`",
     )
     parser.add_argument(
         "--recipe",

@@ -79,6 +79,9 @@ class LaunchContext:
     api_key: bool = False
     cache_dir: str | None = None
     host_env: Mapping[str, str] = field(default_factory=dict)
+    # False renders the recipe without speculative decoding (`--no-spec`):
+    # the reference `verify --compare-url` holds the speculative server to.
+    speculative: bool = True
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> LaunchContext:
@@ -225,6 +228,29 @@ def _is_local_path(path: str) -> bool:
     return path.startswith(("/", "./", "../", "~"))
 
 
+def speculative_args(recipe: Recipe) -> list[RenderedArg]:
+    """Every flag the recipe's dspark section renders; `--no-spec` drops them all."""
+    args = [
+        RenderedArg(
+            "--speculative-algorithm",
+            "DSPARK",
+            "DSpark speculative decoding, drafted by the module bundled in the checkpoint",
+        ),
+        RenderedArg(
+            "--speculative-dspark-block-size", str(recipe.dspark.block_size), recipe.dspark.why
+        ),
+    ]
+    if recipe.dspark.sps_table_path:
+        args.append(
+            RenderedArg(
+                "--speculative-dspark-sps-table-path",
+                recipe.dspark.sps_table_path,
+                "profiled SPS cost table",
+            )
+        )
+    return args
+
+
 def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> LaunchPlan:
     """The sglang argv and environment for one node of a recipe."""
     ctx = context or LaunchContext()
@@ -260,26 +286,8 @@ def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> Launch
         value = None if flag.value is None else _flag_value(flag.value)
         args.append(RenderedArg(name, value, flag.why))
 
-    args.append(
-        RenderedArg(
-            "--speculative-algorithm",
-            "DSPARK",
-            "DSpark speculative decoding, drafted by the module bundled in the checkpoint",
-        )
-    )
-    args.append(
-        RenderedArg(
-            "--speculative-dspark-block-size", str(recipe.dspark.block_size), recipe.dspark.why
-        )
-    )
-    if recipe.dspark.sps_table_path:
-        args.append(
-            RenderedArg(
-                "--speculative-dspark-sps-table-path",
-                recipe.dspark.sps_table_path,
-                "profiled SPS cost table",
-            )
-        )
+    if ctx.speculative:
+        args += speculative_args(recipe)
 
     if recipe.is_multinode:
         assert recipe.multinode is not None

@@ -40,6 +40,7 @@ def run_k8s(args: argparse.Namespace) -> int:
     from sm12x import k8s
 
     given = [_flag(n) for n in LAUNCH_ONLY if getattr(args, n) is not None]
+    given += ["--no-spec"] if args.no_spec else []
     if given or args.explain:
         raise UserError(
             f"{', '.join(given) or '--explain'} does not go with --k8s: the pods take rank, "
@@ -81,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
         "port": args.port,
     }
     ctx = replace(ctx, **{k: v for k, v in overrides.items() if v is not None})
+    if args.no_spec:
+        ctx = replace(ctx, speculative=False)
     plan = build_launch(recipe, ctx)
     if args.explain:
         sys.stdout.write(plan.explain())
@@ -117,6 +120,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--port",
         type=option_type(Port),
         help="port to serve on, 1-65535 (default $SM12X_PORT or the recipe's)",
+    )
+    parser.add_argument(
+        "--no-spec",
+        action="store_true",
+        help="without speculative decoding (the reference for `sm12x verify --compare-url`)",
     )
     parser.add_argument(
         "--explain",

@@ -224,6 +224,37 @@ class Reference(_Strict):
     url: str | None = None
 
 
+class AccuracyReference(_Strict):
+    """A published benchmark score of this rig, shown beside `verify --accuracy`."""
+
+    correct: Annotated[int, Field(ge=0)]
+    total: Annotated[int, Field(ge=1)]
+    config: str = Field(description="What the source ran, in a few words (rig, engine, protocol).")
+    source: str
+    url: str | None = None
+
+    @model_validator(mode="after")
+    def _at_most_all(self) -> AccuracyReference:
+        if self.correct > self.total:
+            raise ValueError(f"correct ({self.correct}) is more than total ({self.total})")
+        return self
+
+
+class Accuracy(_Strict):
+    """The accuracy gate of `sm12x verify --accuracy` (lm-eval)."""
+
+    task: str = Field(
+        default="sm12x_gsm8k",
+        description="The lm-eval task the floor is for (sm12x_gsm8k: GSM8K's test set, "
+        "zero-shot chat, thinking on, graded on the last number).",
+    )
+    floor: Annotated[float, Field(gt=0, le=1)] = Field(
+        description="Fail below this accuracy (a fraction of the questions)."
+    )
+    why: Why
+    references: list[AccuracyReference] = Field(default_factory=list)
+
+
 class Verify(_Strict):
     """What `sm12x verify` expects from a healthy deployment of this recipe."""
 
@@ -232,6 +263,7 @@ class Verify(_Strict):
         "means no draft token is ever accepted)."
     )
     why: Why
+    accuracy: Accuracy | None = None
 
 
 class Recipe(_Strict):

@@ -24,6 +24,10 @@ CASES = {
     "no-done": ({"raw-stream", "soak"}, "raw-stream", "without 'data: [DONE]'"),
     "no-spec": ({"spec"}, "spec", "--speculative-algorithm DSPARK"),
     "low-accept": ({"spec"}, "spec", "below the floor"),
+    # Wrong tokens in fluent text: no repetition detector fires, ground truth does.
+    "substitute": ({"soak"}, "soak", "differs at char"),
+    "nonword": ({"soak"}, "soak", "nonwords"),
+    "drift": (set(), "soak", ""),  # healthy speculative numerics: see test_compare.py
 }
 
 
@@ -48,10 +52,31 @@ def test_fault_is_caught_by_its_check_only(fault, fake, verify):
     must_fail, reader, text = CASES[fault]
     server = fake(fault)
     code, report = verify("--base-url", server.base_url, *SMALL_SOAK)
-    assert code == 1
+    assert code == (1 if must_fail else 0)
     failed = {n for n, v in verdicts(report).items() if v != "pass"}
     assert failed == must_fail, report
     assert text in _text(check(report, reader))
+
+
+@pytest.mark.parametrize("fault", ["substitute", "nonword"])
+def test_wrong_tokens_are_named_as_such(fault, fake, verify):
+    """The soak says what it saw: wrong tokens (not loops), the first
+    difference with the text around it, the cause and the comparison fix."""
+    server = fake(fault)
+    code, report = verify("--base-url", server.base_url, *SMALL_SOAK, "--only",
+                          "health,models,one-token,soak")
+    soak = check(report, "soak")
+    assert code == 1 and "wrong tokens in otherwise fluent output" in soak["cause"]
+    assert "--no-spec" in soak["fix"]
+    repetition = ("repeating_tail", "distinct_", "compression_ratio", "duplicate_lines")
+    assert not any(r in soak["problem"] for r in repetition), soak["problem"]
+    if fault == "substitute":
+        wrong = {k: v for k, v in soak["metrics"]["exact"].items() if v["wrong"]}
+        assert "exact-copy" in wrong, soak["metrics"]["exact"]
+        first = wrong["exact-copy"]["first"]
+        assert first["expected"] != first["received"] and first["position"] >= 0
+        assert any(line.startswith("exact-copy: ") and "expected '" in line
+                   for line in soak["evidence"])
 
 
 def test_stalled_stream_times_out_and_never_hangs(fake, verify):

@@ -25,12 +25,12 @@ SPARK_SITE = {
 }
 
 
-def launch(monkeypatch, environ: dict[str, str], *extra: str, dry_run=False):
+def launch(monkeypatch, environ: dict[str, str], *extra: str, dry_run=False, no_spec=False):
     """Run launch in-process with os.execvpe captured."""
     calls = []
     monkeypatch.setattr(os, "execvpe", lambda file, args, env: calls.append((file, args, env)))
     monkeypatch.setattr(launch_main.gpus, "query_gpus", _no_nvidia_smi)
-    args = argparse.Namespace(dry_run=dry_run, recipe=None, extra=list(extra))
+    args = argparse.Namespace(dry_run=dry_run, recipe=None, extra=list(extra), no_spec=no_spec)
     assert launch_main.run(args, environ) == 0
     return calls
 
@@ -276,9 +276,48 @@ def test_a_named_recipe_that_does_not_fit_the_gpus_is_warned_about(monkeypatch, 
     calls = []
     monkeypatch.setattr(os, "execvpe", lambda *a: calls.append(a))
     monkeypatch.setattr(launch_main.gpus, "query_gpus", lambda *_: h100)
-    args = argparse.Namespace(dry_run=False, recipe=None, extra=[])
+    args = argparse.Namespace(dry_run=False, recipe=None, extra=[], no_spec=False)
     assert launch_main.run(args, environ) == 0
     assert calls  # a warning, not a refusal: the user named the recipe
     err = capsys.readouterr().err
     assert "warning: rtx-pro-6000-tp4 expects 4x rtx-pro-6000 (sm_120) per node" in err
     assert "1x NVIDIA H100 80GB HBM3 (compute capability 9.0)" in err
+
+
+@pytest.mark.parametrize("name", ["rtx-pro-6000-tp2", "rtx-pro-6000-tp4", "rtx-5090-tp8",
+                                  "dgx-spark-tp2"])
+def test_no_spec_drops_exactly_the_speculative_flags(name):
+    """The reference server for `verify --compare-url`: the same recipe, every
+    flag the dspark section renders dropped, nothing else changed."""
+    recipe = load_recipe(name)
+    on = build_launch(recipe, LaunchContext(node_rank=0, head_addr="10.0.0.1"))
+    off = build_launch(recipe, LaunchContext(node_rank=0, head_addr="10.0.0.1", speculative=False))
+    dropped = [a for a in on.args if a not in off.args]
+    assert [a.flag for a in dropped][:2] == ["--speculative-algorithm",
+                                            "--speculative-dspark-block-size"]
+    assert all(a.flag.startswith("--speculative-") for a in dropped)
+    assert [a for a in on.args if a not in dropped] == list(off.args)
+    assert not any(a.flag.startswith("--speculative") for a in off.args)
+    assert off.env == on.env
+
+
+def test_launch_no_spec_execs_the_recipe_without_speculative_decoding(monkeypatch, tmp_path,
+                                                                       capsys):
+    environ = {"RECIPE": "rtx-pro-6000-tp4", "SM12X_MODEL_PATH": model_dir(tmp_path)}
+    [(_, spec_args, _)] = launch(monkeypatch, environ)
+    [(_, args, env)] = launch(monkeypatch, environ, no_spec=True)
+    assert "--speculative-algorithm" in spec_args and "--speculative-algorithm" not in args
+    assert "--speculative-dspark-block-size" not in args
+    at = spec_args.index("--speculative-algorithm")
+    assert spec_args[at:at + 4] == ["--speculative-algorithm", "DSPARK",
+                                    "--speculative-dspark-block-size", "4"]
+    assert spec_args[:at] + spec_args[at + 4:] == args
+    assert env["SGLANG_DEFAULT_THINKING"] == "1"
+    assert "speculative decoding off" in capsys.readouterr().err
+
+
+def test_render_no_spec():
+    out = run_sm12x("render", "rtx-pro-6000-tp4", "--no-spec").stdout
+    assert "--speculative" not in out and "--tp-size 4" in out
+    result = run_sm12x("render", "--k8s", "rtx-pro-6000-tp4", "--no-spec")
+    assert result.returncode != 0 and "--no-spec" in result.stderr

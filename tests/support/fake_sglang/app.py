@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.support.fake_sglang import model
+from tests.support.fake_sglang import corruption, model
 from tests.support.fake_sglang.sglang_parsers import load
 
 MODEL_ID = "deepseek-ai/DeepSeek-V4-Flash-0731"
@@ -54,6 +54,7 @@ FAULTS = {
     "low-accept": "speculative decoding on but accepting almost nothing (1.1)",
     "router-info": "answers server info like sglang-router: router fields, no /server_info or /metrics",
 }
+FAULTS.update(corruption.FAULTS)  # wrong tokens in fluent text (corruption.py)
 
 
 @dataclass
@@ -174,6 +175,7 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
         if not authorised(request):
             return _error("Unauthorized", 401, "AuthenticationError")
         state.requests += 1
+        number = state.requests  # this request's; state.requests moves on at every await
         if F.die_after and state.requests > F.die_after:
             os._exit(3)  # the server dies mid-run
         if "http-500" in F:
@@ -201,6 +203,10 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
             if ({"loop", "salad"} & F.active and state.in_flight >= F.min_concurrency
                     and state.requests % F.every == 0):
                 gen = model.corrupt(gen, "loop" if "loop" in F else "salad", seed)
+            if corruption.FAULTS.keys() & F.active:
+                gen = corruption.apply(gen, F.active, seed=seed,
+                                       loaded=state.in_flight >= F.min_concurrency,
+                                       nth=number % F.every == 0)
             if "think-leak" in F:
                 gen = model.leak_think(gen)
             tokens = model.tokenize(gen.raw(broken_json="bad-tool-json" in F), seed)

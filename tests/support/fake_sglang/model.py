@@ -28,6 +28,8 @@ import random
 import re
 from dataclasses import dataclass, field
 
+from tests.support.fake_sglang import tasks
+
 THINK_END = "</think>"
 DSML = "｜DSML｜"
 BOT = f"<{DSML}tool_calls>"
@@ -279,6 +281,9 @@ def _tool_calls(messages, tools, tool_choice) -> list[Call]:
 
 
 def _answer(user: str) -> str:
+    exact = tasks.answer(user)
+    if exact is not None:
+        return exact
     low = user.lower()
     if "one word" in low or "just the number" in low or "only the number" in low:
         numbers = re.findall(r"\d+", user)
