@@ -231,18 +231,18 @@ async def one_byte_per_second(server, request, reader, writer) -> None:
         await asyncio.sleep(1.0)
 
 
-_ENDLESS = b'{"id": "x", "filler": "' + b"x" * 65000
+_OPEN = b'{"id": "chatcmpl-hostile", "filler": "'  # a JSON string that never closes
 
 
 async def endless_body(server, request, reader, writer) -> None:
-    writer.write(_head(200, "application/json"))
-    await server.pour(writer, _ENDLESS)
+    writer.write(_head(200, "application/json") + _OPEN)
+    await server.pour(writer, b"x" * 65536)
 
 
 async def two_gib_body(server, request, reader, writer) -> None:
     # Sent as it is generated: the server never holds more than one chunk.
-    writer.write(_head(200, "application/json", 2 * GIB))
-    await server.pour(writer, _ENDLESS, limit=2 * GIB)
+    writer.write(_head(200, "application/json", 2 * GIB) + _OPEN)
+    await server.pour(writer, b"x" * 65536, limit=2 * GIB - len(_OPEN))
 
 
 async def endless_events(server, request, reader, writer) -> None:

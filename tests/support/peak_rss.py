@@ -1,0 +1,36 @@
+"""Run a Python module as `python -m MODULE ARGS` would, then record the
+process's own peak resident memory (getrusage RUSAGE_SELF, the kernel's
+high-water mark) and exit status:
+
+    python -m tests.support.peak_rss OUT.json MODULE [ARGS...]
+
+Measured in the process itself, so commands it starts (docker, ssh) and the
+test runner around it do not count.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import runpy
+import sys
+
+
+def main() -> None:
+    out, module, *args = sys.argv[1:]
+    sys.argv = [module, *args]
+    code: int | str | None = 0
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+        with open(out, "w", encoding="utf-8") as f:
+            json.dump({"peak_rss_mib": peak_kib / 1024, "exit": code,
+                       "python": sys.version.split()[0]}, f)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
