@@ -27,6 +27,12 @@ DEFAULT_BASE_URL = "http://127.0.0.1:30000"
 STALL_CAUSE = ("the server accepted the request and then stopped sending: a stalled or hung "
                "generation (a wedged scheduler, NCCL hang, or a dead worker behind a router)")
 STALL_FIX = "check the server log and GPU state (nvidia-smi); restart the server if it is wedged"
+REPLY_SHAPE_CAUSE = ("most likely the reply lacks what an OpenAI-compatible reply has (choices, "
+                     "message, usage) or carries a value of the wrong type (a `{}` reply): not "
+                     "sglang's API, or a proxy rewriting it (if the reply is sound, this is a "
+                     "verify bug: report it with report.json)")
+REPLY_SHAPE_FIX = ("query the endpoint by hand (curl /v1/chat/completions) and compare with the "
+                   "OpenAI API; check --base-url")
 
 
 @dataclass(frozen=True)
@@ -102,17 +108,17 @@ def explain(exc: BaseException, what: str = "request") -> CheckFailure:
     while isinstance(inner, openai.OpenAIError) and inner.__cause__ is not None:
         inner = inner.__cause__
     if isinstance(inner, KnownStuck):
-        return CheckFailure(f"{what}: {inner}", STALL_CAUSE + "; earlier checks waited out its "
+        return CheckFailure(_join(what, inner), STALL_CAUSE + "; earlier checks waited out its "
                             "limits, so this one was not sent", STALL_FIX)
     if isinstance(inner, DeadlineExceeded):
         return CheckFailure(
-            f"{what}: {inner}",
+            _join(what, inner),
             "the server keeps the request open without finishing it (a stuck generation, "
             "output that never reaches a stop, or a server trickling bytes)",
             "look at the server log for this request; raise --timeout if the output is "
             "really that long")
     if isinstance(inner, TooLarge):
-        return CheckFailure(f"{what}: {inner}",
+        return CheckFailure(_join(what, inner),
                             "the server sent far more than any answer to this request can be: "
                             "a runaway stream that ignores max_tokens, or not an LLM server",
                             "check --base-url points at sglang; read the server log")
@@ -131,20 +137,29 @@ def explain(exc: BaseException, what: str = "request") -> CheckFailure:
                                 "check --base-url and that the server is up")
         detail = str(inner) if isinstance(inner, Stalled) else \
             f"no byte from the server for the stall limit ({type(inner).__name__})"
-        return CheckFailure(f"{what}: {detail}", STALL_CAUSE, STALL_FIX)
+        return CheckFailure(_join(what, detail), STALL_CAUSE, STALL_FIX)
     if isinstance(inner, (httpx.ConnectError, ConnectionRefusedError)) or isinstance(
             exc, openai.APIConnectionError) and not isinstance(
             inner, (httpx.RemoteProtocolError, httpx.ReadError)):
-        return CheckFailure(f"{what}: cannot connect ({inner or type(inner).__name__})",
+        return CheckFailure(f"{what}: cannot connect ({str(inner) or type(inner).__name__})",
                             "the server is not running or not listening there (it may have died "
                             "mid-run)",
                             "check --base-url, the server process/container and its log")
     if isinstance(inner, (httpx.RemoteProtocolError, httpx.ReadError)):
         return CheckFailure(f"{what}: the connection broke mid-response "
-                            f"({inner or type(inner).__name__})",
+                            f"({str(inner) or type(inner).__name__})",
                             "the server closed the connection early: a crash or a killed worker",
                             "check the server log for a traceback or an OOM kill")
+    if isinstance(exc, (TypeError, AttributeError, KeyError, IndexError)):
+        return CheckFailure(f"{what}: the reply cannot be read: {type(exc).__name__}: {exc}",
+                            REPLY_SHAPE_CAUSE, REPLY_SHAPE_FIX)
     return CheckFailure(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _join(what: str, detail: object) -> str:
+    """"what: detail", without saying what twice (transport errors name the request)."""
+    text = str(detail)
+    return text if text.startswith(what) else f"{what}: {text}"
 
 
 def _response_text(response: httpx.Response) -> str:

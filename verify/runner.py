@@ -17,7 +17,7 @@ import openai
 
 from verify import accuracy, compare
 from verify.checks import basic, chat, reasoning, spec, tools
-from verify.client import explain
+from verify.client import REPLY_SHAPE_CAUSE, REPLY_SHAPE_FIX, explain
 from verify.context import Context, Options
 from verify.result import CheckFailure, CheckResult, CheckSkipped, Evidence, Verdict
 from verify.soak import soak
@@ -112,11 +112,7 @@ def unexpected(exc: Exception, name: str) -> CheckFailure:
             return failure
     return CheckFailure(
         f"{name} could not read the server's reply: {type(exc).__name__}: {exc}"[:400],
-        "most likely the reply lacks what an OpenAI-compatible reply has (choices, message, "
-        "usage) or carries a value of the wrong type: not sglang's API, or a proxy rewriting "
-        "it (if the reply is sound, this is a verify bug: report it with report.json)",
-        "query the endpoint by hand (curl /v1/chat/completions) and compare with the OpenAI "
-        "API; check --base-url")
+        REPLY_SHAPE_CAUSE, REPLY_SHAPE_FIX)
 
 
 def run_checks(ctx: Context, on_result: Callable[[CheckResult], None] | None = None

@@ -111,7 +111,7 @@ def request_json(method: str, url: str, api_key: str | None, timeout: float,
             response = http.request(method, url, json=body)
         except httpx.HTTPError as exc:
             return None, str(exc) if str(exc).startswith(where) else \
-                f"{where}: {exc or type(exc).__name__}"
+                f"{where}: {str(exc) or type(exc).__name__}"
     if response.status_code != 200:
         hint = auth_hint(response.status_code, bool(api_key))
         return None, f"{where}: {hint or f'HTTP {response.status_code}'}"

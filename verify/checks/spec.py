@@ -38,7 +38,7 @@ def _server_info(ctx: Context, base: str, ev: Evidence) -> dict | None:
         try:
             r = ctx.http.get(base + path)
         except httpx.HTTPError as exc:
-            ev.saw(f"GET {path}: {exc or type(exc).__name__}")
+            ev.saw(f"GET {path}: {str(exc) or type(exc).__name__}")
             continue
         if r.status_code != 200:
             ev.saw(f"GET {path}: HTTP {r.status_code}")
@@ -71,7 +71,7 @@ def _accept_from_metrics(ctx: Context, urls: list[str], ev: Evidence) -> float |
         try:
             r = ctx.http.get(url)
         except httpx.HTTPError as exc:
-            ev.saw(f"GET {url}: {exc or type(exc).__name__}")
+            ev.saw(f"GET {url}: {str(exc) or type(exc).__name__}")
             continue
         if r.status_code != 200:
             ev.saw(f"GET {url}: HTTP {r.status_code}")
