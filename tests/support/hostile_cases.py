@@ -130,6 +130,7 @@ class Outcome:
     python: str
     wall_s: float
     peak_rss_mib: float
+    children_peak_rss_mib: float
     exit: int | None
     cause: str                  # the report's text for the failure
     reports: list[str] = field(default_factory=list)  # report files written
@@ -180,7 +181,8 @@ def run(case: Case, python: str, workdir: Path) -> Outcome:
     measured = json.loads(rss.read_text()) if rss.exists() else {}
     cause, reports = _read_reports(case, workdir, done.stdout)
     return Outcome(case, measured.get("python", "?"), wall, measured.get("peak_rss_mib", -1.0),
-                   done.returncode, cause, reports, done.stdout[-4000:] + done.stderr[-4000:])
+                   measured.get("children_peak_rss_mib", -1.0), done.returncode, cause, reports,
+                   done.stdout[-4000:] + done.stderr[-4000:])
 
 
 def _read_reports(case: Case, workdir: Path, stdout: str) -> tuple[str, list[str]]:

@@ -4,8 +4,9 @@ high-water mark) and exit status:
 
     python -m tests.support.peak_rss OUT.json MODULE [ARGS...]
 
-Measured in the process itself, so commands it starts (docker, ssh) and the
-test runner around it do not count.
+Measured in the process itself, so commands it starts (docker, the benchmark
+process) and the test runner around it do not count; the largest of those it
+waited for is recorded beside it (RUSAGE_CHILDREN).
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ def main() -> None:
         code = exc.code
     finally:
         peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+        children_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         with open(out, "w", encoding="utf-8") as f:
-            json.dump({"peak_rss_mib": peak_kib / 1024, "exit": code,
-                       "python": sys.version.split()[0]}, f)
+            json.dump({"peak_rss_mib": peak_kib / 1024, "children_peak_rss_mib":
+                       children_kib / 1024, "exit": code, "python": sys.version.split()[0]}, f)
     sys.exit(code)
 
 
