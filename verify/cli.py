@@ -62,7 +62,8 @@ def parser() -> argparse.ArgumentParser:
         "speculative decoding (`sm12x launch --no-spec`)")
     cmp.add_argument("--compare-url", metavar="URL", help="the reference server's root")
     cmp.add_argument("--compare-api-key", help="its API key (default: the same as --api-key)")
-    cmp.add_argument("--compare-min-agreement", type=argtypes.fraction, default=compare.MIN_AGREEMENT,
+    cmp.add_argument("--compare-min-agreement", type=argtypes.fraction,
+                     default=compare.MIN_AGREEMENT,
                      help="fail below this token agreement (default %(default)s; "
                      "docs/verify.md)")
     acc = p.add_argument_group(

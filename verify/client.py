@@ -20,8 +20,16 @@ import openai
 
 from verify import redact
 from verify.result import CheckFailure
-from verify.transport import (BoundedTransport, DeadlineExceeded, KnownStuck, Limits, NotUtf8,
-                              Stalled, TooLarge, auth_hint, iter_lines)
+from verify.transport import (
+    BoundedTransport,
+    DeadlineExceeded,
+    KnownStuck,
+    Limits,
+    NotUtf8,
+    Stalled,
+    TooLarge,
+    iter_lines,
+)
 
 DEFAULT_BASE_URL = "http://127.0.0.1:30000"
 STALL_CAUSE = ("the server accepted the request and then stopped sending: a stalled or hung "
@@ -126,7 +134,8 @@ def explain(exc: BaseException, what: str = "request") -> CheckFailure:
         return CheckFailure(f"{what}: the reply is not UTF-8 text ({inner})",
                             "OpenAI-compatible replies are UTF-8 JSON: a broken server or a "
                             "proxy rewriting the bytes", "query the server directly (curl)")
-    if isinstance(inner, json.JSONDecodeError) or isinstance(exc, openai.APIResponseValidationError):
+    if isinstance(inner, json.JSONDecodeError) or isinstance(
+            exc, openai.APIResponseValidationError):
         return CheckFailure(f"{what}: the reply is not valid JSON ({inner})",
                             "the server (or a proxy) sent a cut or garbled body",
                             "query the server directly (curl) and read its log")

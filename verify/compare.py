@@ -117,8 +117,11 @@ async def _one(client: httpx.AsyncClient, model: str | None, case: int, limit: f
                     events.append(json.loads(data))
 
     try:
-        await asyncio.wait_for(read(), limit)
-    except asyncio.TimeoutError:
+        # The transport bounds each request too; asyncio.timeout, not wait_for:
+        # nested in 3.11, wait_for can lose a cancellation.
+        async with asyncio.timeout(limit):
+            await read()
+    except TimeoutError:
         out.error = f"not finished within {limit:.0f} s"
         return out
     except (httpx.HTTPError, RuntimeError, ValueError, OSError) as exc:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -27,8 +26,7 @@ from verify.client import max_events
 from verify.context import Context
 from verify.result import Evidence
 from verify.stream import merge
-from verify.transport import (KnownStuck, Limits, Stalled, Unfinished, aiter_lines,
-                              async_client)
+from verify.transport import KnownStuck, Limits, Stalled, Unfinished, aiter_lines, async_client
 
 TAGS = ("</think>", "<think>")
 MIX = scenarios.SOAK_MIX + exact.SOAK_MIX

@@ -23,7 +23,9 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Annotated
 
+from pydantic import Field
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -42,11 +44,14 @@ from sm12x.bench.result import (
 )
 from sm12x.cli import Command
 from sm12x.errors import UserError
+from sm12x.fields import PositiveFloat, option_type
 from sm12x.launch import gpus as gpu_query
 from sm12x.launch.health import default_url
 from sm12x.recipe import Recipe, load_all, load_recipe
 from verify import argtypes, redact
 
+Count = Annotated[int, Field(ge=1)]
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 DEFAULT_CONCURRENCY = (16, 32, 64)
 PROMPTS_PER_CONCURRENCY = 10
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -76,11 +81,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     work = parser.add_argument_group("workload (defaults: the seed PR's)")
     work.add_argument("--concurrency", type=_concurrencies, default=list(DEFAULT_CONCURRENCY),
                       metavar="C1,C2,...", help="--max-concurrency of each run (default 16,32,64)")
-    work.add_argument("--num-prompts", type=argtypes.count,
+    work.add_argument("--num-prompts", type=option_type(Count),
                       help=f"requests per run (default {PROMPTS_PER_CONCURRENCY} x concurrency)")
-    work.add_argument("--input-len", type=argtypes.count, default=1024)
-    work.add_argument("--output-len", type=argtypes.count, default=512)
-    work.add_argument("--range-ratio", type=argtypes.fraction, default=1.0)
+    work.add_argument("--input-len", type=option_type(Count), default=1024)
+    work.add_argument("--output-len", type=option_type(Count), default=512)
+    work.add_argument("--range-ratio", type=option_type(Fraction), default=1.0)
     work.add_argument("--dataset-path", help="a ShareGPT-format JSON: runs sglang's `random` "
                       "dataset on it (the seed's exact workload) instead of `random-ids`")
     work.add_argument("--backend", default="sglang",
@@ -92,9 +97,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     proc = parser.add_argument_group("process")
     proc.add_argument("--python", default=sys.executable,
                       help="the Python whose sglang runs the benchmark (default: this one)")
-    proc.add_argument("--run-timeout", type=argtypes.seconds, default=3600.0,
+    proc.add_argument("--run-timeout", type=option_type(PositiveFloat), default=3600.0,
                       help="seconds one run may take before it is killed (default 3600)")
-    proc.add_argument("--request-timeout", type=argtypes.seconds, default=30.0,
+    proc.add_argument("--request-timeout", type=option_type(PositiveFloat), default=30.0,
                       help="seconds for each request bench itself makes, whole request, wall "
                       "clock (default 30)")
     proc.add_argument("--no-reset-accept-stats", action="store_true",

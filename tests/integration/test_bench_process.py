@@ -16,10 +16,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-
-from sm12x.bench import provenance, runner
 from support import bench_cli
 from support.cli import ROOT
+
+from sm12x.bench import provenance, runner
 
 FIXTURES = ROOT / "tests" / "fixtures" / "bench"
 FAKE_BENCH = ROOT / "tests" / "support" / "fake_bench"

@@ -16,8 +16,15 @@ if str(ROOT) not in sys.path:
 
 from verify import argtypes, redact  # noqa: E402
 from verify.runner import needed, plan  # noqa: E402
-from verify.transport import (FailFast, Limits, LineReader, NotUtf8, TooLarge,  # noqa: E402
-                              auth_hint, request_kind)
+from verify.transport import (  # noqa: E402
+    FailFast,
+    Limits,
+    LineReader,
+    NotUtf8,
+    TooLarge,
+    auth_hint,
+    request_kind,
+)
 
 
 @pytest.mark.parametrize("text", ["nan", "inf", "-inf", "0", "-1", "abc", ""])

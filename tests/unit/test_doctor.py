@@ -7,14 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
+from support import checkpoint
+from support.doctor_rigs import GIB, IBV, IMAGE_ID, failing, rig, spark_rig
 
 from sm12x import cli
 from sm12x.doctor import main as doctor_main
 from sm12x.doctor import rdma
 from sm12x.doctor.checks import Doctor, Options
 from sm12x.doctor.host import Output
-from support import checkpoint
-from support.doctor_rigs import GIB, IBV, IMAGE_ID, failing, rig, spark_rig
 
 
 def run(host, **options) -> dict[str, object]:

@@ -6,7 +6,7 @@ from verify import scenarios
 from verify.client import explain, read_stream, stream_chunks
 from verify.context import Context
 from verify.result import Evidence
-from verify.stream import merge, reasoning_of
+from verify.stream import merge
 
 NO_USAGE_FIX = ("sglang always reports usage; a proxy in front may drop it. Query the server "
                 "directly to tell which")
