@@ -4,7 +4,7 @@ tests/integration/test_hostile.py holds them to.
 
 Runs every case of tests/support/hostile_cases.py (the same servers, limits
 and commands as the tests) under each Python given, the command in a process
-of its own that records its own peak RSS (getrusage), and prints one
+of its own that records its own peak RSS (VmHWM), and prints one
 markdown table: wall time, the stated bound, the command's own peak RSS and,
 for doctor, the docker CLI's (the largest process doctor waited for:
 RUSAGE_CHILDREN; for verify and bench that figure is only a fork of

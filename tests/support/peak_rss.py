@@ -1,6 +1,6 @@
 """Run a Python module as `python -m MODULE ARGS` would, then record the
-process's own peak resident memory (getrusage RUSAGE_SELF, the kernel's
-high-water mark) and exit status:
+process's own peak resident memory (VmHWM, the kernel's high-water mark
+for its memory) and exit status:
 
     python -m tests.support.peak_rss OUT.json MODULE [ARGS...]
 
@@ -17,6 +17,17 @@ import runpy
 import sys
 
 
+def _vm_hwm_kib() -> int:
+    """This process's own high-water mark. Not getrusage(RUSAGE_SELF): Linux
+    carries ru_maxrss across fork and exec, so a command started by a big
+    test runner would report the runner's size."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def main() -> None:
     out, module, *args = sys.argv[1:]
     sys.argv = [module, *args]
@@ -26,7 +37,7 @@ def main() -> None:
     except SystemExit as exc:
         code = exc.code
     finally:
-        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+        peak_kib = _vm_hwm_kib()
         children_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         with open(out, "w", encoding="utf-8") as f:
             json.dump({"peak_rss_mib": peak_kib / 1024, "children_peak_rss_mib":
