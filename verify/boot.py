@@ -24,6 +24,11 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from verify import transport
+from verify.transport import Limits, auth_hint
+
+HEALTH_LIMITS = Limits(timeout=5.0, stall=2.0, connect=2.0, max_body=64 * 1024)
+
 PATCH_FIX = ("run an sm12x image (its sglang carries the sm_12x sparse-MLA dispatch patch): "
              "`sm12x launch` / the compose profiles use it; or lower DSPARK to a supported "
              "configuration")
@@ -225,10 +230,22 @@ def boot(server: Server, base_url: str, deadline_s: float, console: Console,
                     server.log[-20:])
             if time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + 1.0
-                try:
-                    if httpx.get(base_url.rstrip("/") + "/health", headers=headers or {},
-                                 timeout=2.0).status_code == 200:
-                        return [f"healthy after {time.monotonic() - start:.1f} s",
-                                f"log lines seen: {len(server.log)}"]
-                except httpx.HTTPError:
-                    pass
+                status = _health(base_url, headers)
+                if status == 200:
+                    return [f"healthy after {time.monotonic() - start:.1f} s",
+                            f"log lines seen: {len(server.log)}"]
+                hint = auth_hint(status or 0, bool(headers))
+                if hint:
+                    raise BootFailure(f"/health answered {hint}", "authentication, not a boot "
+                                      "problem: the server is up", "set SM12X_API_KEY or pass "
+                                      "--api-key", server.log[-20:])
+
+
+def _health(base_url: str, headers: dict | None) -> int | None:
+    """GET /health's status, bounded (a trickling answer cannot hold the boot
+    loop past its deadline), or None when nothing answered."""
+    with transport.client(HEALTH_LIMITS, headers=headers or {}) as http:
+        try:
+            return http.get(base_url.rstrip("/") + "/health").status_code
+        except httpx.HTTPError:
+            return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import socket
 import sys
 import time
 from pathlib import Path
@@ -15,10 +16,12 @@ from pathlib import Path
 import httpx
 from rich.console import Console
 
-from verify import accuracy, compare, report
+from verify import accuracy, argtypes, compare, redact, report
 from verify.client import DEFAULT_BASE_URL, Endpoint
 from verify.context import Context, Options
-from verify.runner import NAMES, run_checks
+from verify.redact import Redactor
+from verify.result import CheckResult, Verdict
+from verify.runner import NAMES, Interrupted, not_run, plan, run_checks
 
 
 class UsageError(Exception):
@@ -31,22 +34,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--base-url", default=DEFAULT_BASE_URL, help="server root (default %(default)s)")
     p.add_argument("--api-key", help="default: $SM12X_API_KEY or $OPENAI_API_KEY")
     p.add_argument("--model", help="default: the first model /v1/models lists")
-    p.add_argument("--timeout", type=float, default=300.0,
-                   help="seconds one whole request may take (default %(default)s)")
-    p.add_argument("--stall-timeout", type=float, default=60.0,
-                   help="seconds without a byte before a request counts as stalled")
-    p.add_argument("--connect-timeout", type=float, default=10.0)
+    p.add_argument("--timeout", type=argtypes.seconds, default=300.0,
+                   help="seconds one whole request may take, wall clock, slow trickles "
+                   "included (default %(default)s)")
+    p.add_argument("--stall-timeout", type=argtypes.seconds, default=60.0,
+                   help="seconds without a byte before a request counts as stalled "
+                   "(default %(default)s)")
+    p.add_argument("--connect-timeout", type=argtypes.seconds, default=10.0)
     p.add_argument("--recipe", help="read the acceptance floor (and boot profile) from this recipe")
-    p.add_argument("--min-accept-length", type=float,
+    p.add_argument("--min-accept-length", type=argtypes.non_negative,
                    help="speculative acceptance floor (default: the recipe's, else 2.0)")
     p.add_argument("--metrics-url", help="a backend's base or /metrics URL, for spec figures "
                    "when --base-url is a router")
-    p.add_argument("--soak-concurrency", type=int, default=64)
-    p.add_argument("--soak-rounds", type=int, default=3, help="k of pass^k")
-    p.add_argument("--soak-max-tokens", type=int, default=2048)
+    p.add_argument("--soak-concurrency", type=argtypes.count, default=64)
+    p.add_argument("--soak-rounds", type=argtypes.count, default=3, help="k of pass^k")
+    p.add_argument("--soak-max-tokens", type=argtypes.count, default=2048)
     p.add_argument("--skip", action="append", default=[], metavar="CHECK",
                    help=f"comma-separated, repeatable: {', '.join(NAMES)}")
-    p.add_argument("--only", action="append", default=[], metavar="CHECK")
+    p.add_argument("--only", action="append", default=[], metavar="CHECK",
+                   help="run only these (and the checks they need)")
     p.add_argument("--json", type=Path, default=Path("verify-report/report.json"))
     p.add_argument("--junit", type=Path, default=Path("verify-report/junit.xml"))
     p.add_argument("--no-files", action="store_true", help="write no JSON/JUnit report")
@@ -56,7 +62,8 @@ def parser() -> argparse.ArgumentParser:
         "speculative decoding (`sm12x launch --no-spec`)")
     cmp.add_argument("--compare-url", metavar="URL", help="the reference server's root")
     cmp.add_argument("--compare-api-key", help="its API key (default: the same as --api-key)")
-    cmp.add_argument("--compare-min-agreement", type=float, default=compare.MIN_AGREEMENT,
+    cmp.add_argument("--compare-min-agreement", type=argtypes.fraction,
+                     default=compare.MIN_AGREEMENT,
                      help="fail below this token agreement (default %(default)s; "
                      "docs/verify.md)")
     acc = p.add_argument_group(
@@ -64,18 +71,18 @@ def parser() -> argparse.ArgumentParser:
     acc.add_argument("--accuracy", action="store_true", help="run the accuracy gate")
     acc.add_argument("--accuracy-task", default=accuracy.DEFAULT_TASK,
                      help="an lm-eval task name or task YAML file (default %(default)s: GSM8K)")
-    acc.add_argument("--accuracy-limit", type=int, metavar="N",
+    acc.add_argument("--accuracy-limit", type=argtypes.count, metavar="N",
                      help="ask only the first N questions (default: all)")
-    acc.add_argument("--accuracy-floor", type=float,
+    acc.add_argument("--accuracy-floor", type=argtypes.fraction,
                      help="fail below this accuracy, 0-1 (default: the recipe's)")
-    acc.add_argument("--accuracy-concurrency", type=int, default=16)
+    acc.add_argument("--accuracy-concurrency", type=argtypes.count, default=16)
     boot = p.add_argument_group("boot mode")
     boot.add_argument("--boot", action="store_true", help="start the server, then verify it")
     boot.add_argument("--boot-command", help="any command that starts the server (its output is "
                       "the log); default: docker compose --profile PROFILE up -d")
     boot.add_argument("--profile", help="compose profile (default: the --recipe name)")
     boot.add_argument("--compose-file")
-    boot.add_argument("--boot-timeout", type=float, default=5400.0)
+    boot.add_argument("--boot-timeout", type=argtypes.seconds, default=5400.0)
     boot.add_argument("--down", action="store_true", help="tear the server down afterwards")
     boot.add_argument("--boot-log", type=Path, help="save the server log seen while booting")
     return p
@@ -118,9 +125,9 @@ def _base(value: str, flag: str) -> str:
     try:
         url = httpx.URL(value)
     except Exception:  # noqa: BLE001
-        raise UsageError(f"{flag} {value!r} is not a URL") from None
+        raise UsageError(f"{flag} {redact.url(value)!r} is not a URL") from None
     if url.scheme not in ("http", "https") or not url.host:
-        raise UsageError(f"{flag} {value!r}: expected http(s)://HOST:PORT")
+        raise UsageError(f"{flag} {redact.url(value)!r}: expected http(s)://HOST:PORT")
     return str(url).rstrip("/").removesuffix("/v1")
 
 
@@ -171,29 +178,77 @@ def _accuracy_options(args) -> accuracy.AccuracyOptions | None:
 
 def _endpoint(args) -> Endpoint:
     base = _base(args.base_url, "--base-url")
-    for flag in ("timeout", "stall_timeout", "connect_timeout"):
-        if getattr(args, flag) <= 0:
-            raise UsageError(f"--{flag.replace('_', '-')} must be positive")
-    if args.soak_concurrency < 1 or args.soak_rounds < 1:
-        raise UsageError("--soak-concurrency and --soak-rounds must be at least 1")
     return Endpoint(base, args.api_key or Endpoint.api_key_from_env(), args.timeout,
                     args.stall_timeout, args.connect_timeout)
 
 
+def _check_paths(args) -> None:
+    paths = [] if args.no_files else [("--json", args.json), ("--junit", args.junit)]
+    if args.boot_log:
+        paths.append(("--boot-log", args.boot_log))
+    seen: dict[Path, str] = {}
+    for flag, path in paths:
+        where = path.resolve()
+        if where in seen:
+            raise UsageError(f"{flag} and {seen[where]} name the same file {path}")
+        seen[where] = flag
+        problem = argtypes.writable_file(path)
+        if problem:
+            raise UsageError(f"{flag}: {problem}")
+
+
 def _reachable(ep: Endpoint) -> str | None:
+    """Why nothing listens at the endpoint, or None. Only the TCP connection:
+    what the server answers (or fails to) is the health check's to judge."""
+    url = httpx.URL(ep.base_url)
+    port = url.port or (443 if url.scheme == "https" else 80)
     try:
-        httpx.get(ep.base_url + "/health", headers=ep.headers,
-                  timeout=httpx.Timeout(ep.stall_timeout, connect=ep.connect_timeout))
-    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-        return f"cannot reach {ep.base_url}: {exc or type(exc).__name__}"
-    except httpx.HTTPError:
-        return None  # it answers something (or stalls): the checks will say what
-    return None
+        with socket.create_connection((url.host, port), timeout=ep.connect_timeout):
+            return None
+    except OSError as exc:
+        return f"cannot reach {ep.display_url}: {exc.strerror or exc}"
+
+
+class Reports:
+    """Writes the JSON and JUnit reports, redacted, whatever way the run ends."""
+
+    def __init__(self, args, meta: dict, redactor: Redactor, console: Console) -> None:
+        self.args, self.meta, self.redact, self.console = args, meta, redactor, console
+
+    def write(self, results: list[CheckResult]) -> None:
+        results = [self._clean(r) for r in results]
+        meta = self.redact(self.meta)
+        report.table(results, self.console)
+        if self.args.no_files:
+            return
+        try:
+            report.write_json(self.args.json, results, meta)
+            report.write_junit(self.args.junit, results, meta)
+        except OSError as exc:
+            print(f"verify: cannot write the reports: {exc.strerror or exc} "
+                  f"({exc.filename or self.args.json})", file=sys.stderr)
+            return
+        self.console.print(f"reports: {self.args.json} {self.args.junit}", highlight=False,
+                           markup=False)
+
+    def _clean(self, result: CheckResult) -> CheckResult:
+        for name in ("problem", "cause", "fix"):
+            setattr(result, name, self.redact(getattr(result, name)))
+        result.evidence = self.redact(result.evidence)
+        result.metrics = self.redact(result.metrics)
+        return result
 
 
 def run(args, console: Console) -> int:
     ep = _endpoint(args)
     skip, only = _names(args.skip), _names(args.only)
+    try:
+        plan(only, skip)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    _check_paths(args)
+    redactor = Redactor([ep.api_key, args.compare_api_key, *redact.url_secrets(ep.base_url),
+                         *redact.url_secrets(args.compare_url or "")])
     floor, source = 2.0, "default"
     if args.recipe:
         recipe_floor = _recipe_floor(args.recipe)
@@ -208,8 +263,12 @@ def run(args, console: Console) -> int:
                       compare_min_agreement=args.compare_min_agreement,
                       accuracy=_accuracy_options(args))
     server = None
-    meta = {"base_url": ep.base_url, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "accept_floor": floor, "accept_floor_source": source}
+    meta = {"base_url": ep.display_url, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "accept_floor": floor, "accept_floor_source": source,
+            "timeout_s": ep.timeout, "stall_timeout_s": ep.stall_timeout}
+    reports = Reports(args, meta, redactor, console)
+    say = lambda text: console.print(redactor.text(text), markup=False,  # noqa: E731
+                                     highlight=False)
     try:
         if args.boot:
             from verify.boot import BootFailure, Server, boot
@@ -221,24 +280,33 @@ def run(args, console: Console) -> int:
                 raise UsageError("--boot needs --boot-command, --profile or --recipe")
             try:
                 for line in boot(server, ep.base_url, args.boot_timeout, console, ep.headers):
-                    console.print(f"boot: {line}")
+                    say(f"boot: {line}")
             except BootFailure as exc:
-                console.print(f"[bold red]boot failed:[/] {exc.problem}")
-                console.print(f"[bold]cause:[/] {exc.cause}\n[bold]fix:[/] {exc.fix}")
+                console.print("[bold red]boot failed:[/] ", end="")
+                say(exc.problem)
+                say(f"cause: {exc.cause}\nfix: {exc.fix}")
                 if exc.log_tail:
-                    console.print("[dim]log tail:[/]\n" + "\n".join(exc.log_tail[-10:]),
-                                  markup=False, highlight=False)
+                    say("log tail:\n" + "\n".join(exc.log_tail[-10:]))
+                meta["boot_failure"] = {"problem": exc.problem, "cause": exc.cause,
+                                        "fix": exc.fix, "log_tail": exc.log_tail[-20:]}
+                reports.write(not_run(f"not run: the server did not boot: {exc.problem}"))
                 return 3
             finally:
                 if args.boot_log and server is not None:
                     args.boot_log.parent.mkdir(parents=True, exist_ok=True)
-                    args.boot_log.write_text("\n".join(server.log) + "\n")
+                    args.boot_log.write_text(redactor.text("\n".join(server.log)) + "\n")
         else:
             problem = _reachable(ep) or (_reachable(options.compare_endpoint)
                                          if options.compare_endpoint else None)
             if problem:
-                console.print(f"verify: {problem}. Is the server running? (start it, or use "
-                              "--boot)", markup=False, highlight=False)
+                say(f"verify: {problem}. Is the server running? (start it, or use --boot)")
+                results = not_run(f"not run: {problem}")
+                results[0].verdict, results[0].problem = Verdict.FAIL, problem
+                results[0].cause = "nothing listens there: the server is not running, or it " \
+                    "is on another host/port"
+                results[0].fix = "start the server (or use --boot); check --base-url " \
+                    "(and --compare-url)"
+                reports.write(results)
                 return 2
         ctx = Context(ep, options, model=args.model)
         try:
@@ -246,14 +314,16 @@ def run(args, console: Console) -> int:
                 console.print(f"  {result.name}: {result.verdict.value}", highlight=False)
             with console.status("verifying"):
                 results = run_checks(ctx, progress)
+        except Interrupted as exc:
+            meta["model"] = ctx.model
+            meta["interrupted"] = True
+            reports.write(exc.results)
+            print("verify: interrupted", file=sys.stderr)
+            return 130
         finally:
             ctx.close()
         meta["model"] = ctx.model
-        report.table(results, console)
-        if not args.no_files:
-            report.write_json(args.json, results, meta)
-            report.write_junit(args.junit, results, meta)
-            console.print(f"reports: {args.json} {args.junit}", highlight=False)
+        reports.write(results)
         return 0 if report.passed(results) else 1
     finally:
         if server is not None:

@@ -1,10 +1,11 @@
 """Talking to the endpoint: the openai client for typed requests, httpx for the
-raw event stream, every request bounded in time.
+raw event stream, every request bounded (verify/transport.py).
 
-Two limits bound every request: `stall_timeout` (no byte for that long: the
-socket read times out) and `timeout` (the whole request, checked between
-reads). So a request ends after at most timeout + stall_timeout whatever the
-server does: never answers, stalls mid-stream or trickles forever.
+Both go through one BoundedTransport per run, so every request has a
+whole-request deadline (`timeout`, wall clock), a stall limit (`stall_timeout`,
+no byte for that long) and a cap on what the server may send; and once two
+streamed (or two non-streamed) requests in a row did not finish, later ones of
+that kind fail at once instead of each waiting out its limits.
 """
 
 from __future__ import annotations
@@ -17,15 +18,35 @@ from dataclasses import dataclass, field
 import httpx
 import openai
 
+from verify import redact
 from verify.result import CheckFailure
+from verify.transport import (
+    BoundedTransport,
+    DeadlineExceeded,
+    KnownStuck,
+    Limits,
+    NotUtf8,
+    Stalled,
+    TooLarge,
+    iter_lines,
+)
 
 DEFAULT_BASE_URL = "http://127.0.0.1:30000"
+STALL_CAUSE = ("the server accepted the request and then stopped sending: a stalled or hung "
+               "generation (a wedged scheduler, NCCL hang, or a dead worker behind a router)")
+STALL_FIX = "check the server log and GPU state (nvidia-smi); restart the server if it is wedged"
+REPLY_SHAPE_CAUSE = ("most likely the reply lacks what an OpenAI-compatible reply has (choices, "
+                     "message, usage) or carries a value of the wrong type (a `{}` reply): not "
+                     "sglang's API, or a proxy rewriting it (if the reply is sound, this is a "
+                     "verify bug: report it with report.json)")
+REPLY_SHAPE_FIX = ("query the endpoint by hand (curl /v1/chat/completions) and compare with the "
+                   "OpenAI API; check --base-url")
 
 
 @dataclass(frozen=True)
 class Endpoint:
     base_url: str = DEFAULT_BASE_URL
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
     timeout: float = 120.0        # one whole request
     stall_timeout: float = 30.0   # no byte for this long
     connect_timeout: float = 5.0
@@ -38,17 +59,32 @@ class Endpoint:
     def headers(self) -> dict:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
+    @property
+    def limits(self) -> Limits:
+        return Limits(timeout=self.timeout, stall=self.stall_timeout,
+                      connect=self.connect_timeout)
+
+    @property
+    def display_url(self) -> str:
+        """The URL without credentials, for reports and the terminal."""
+        return redact.url(self.base_url)
+
     def httpx_timeout(self) -> httpx.Timeout:
-        return httpx.Timeout(self.timeout, connect=self.connect_timeout, read=self.stall_timeout)
+        return self.limits.httpx_timeout()
 
-    def http(self) -> httpx.Client:
+    def transport(self) -> BoundedTransport:
+        return BoundedTransport(self.limits)
+
+    def http(self, transport: BoundedTransport | None = None) -> httpx.Client:
         return httpx.Client(base_url=self.base_url, headers=self.headers,
-                            timeout=self.httpx_timeout())
+                            timeout=self.httpx_timeout(),
+                            transport=transport or self.transport())
 
-    def openai(self) -> openai.OpenAI:
+    def openai(self, transport: BoundedTransport | None = None) -> openai.OpenAI:
+        http = httpx.Client(timeout=self.httpx_timeout(), transport=transport or self.transport())
         return openai.OpenAI(base_url=self.base_url.rstrip("/") + "/v1",
                              api_key=self.api_key or "EMPTY", timeout=self.httpx_timeout(),
-                             max_retries=0)
+                             max_retries=0, http_client=http)
 
 
 class Deadline:
@@ -68,36 +104,78 @@ class Deadline:
 
 
 def explain(exc: BaseException, what: str = "request") -> CheckFailure:
-    """An error from httpx/openai as a failure that names the cause."""
+    """An error from httpx/openai (or the bounded transport) as a failure that
+    names the cause."""
     if isinstance(exc, CheckFailure):
         return exc
     if isinstance(exc, openai.APIStatusError):
         return _status_failure(exc.status_code, _body_text(exc), what)
     if isinstance(exc, httpx.HTTPStatusError):
-        return _status_failure(exc.response.status_code, exc.response.text[:300], what)
-    inner = exc.__cause__ if isinstance(exc, openai.APIConnectionError) and exc.__cause__ else exc
+        return _status_failure(exc.response.status_code, _response_text(exc.response), what)
+    inner = exc
+    while isinstance(inner, openai.OpenAIError) and inner.__cause__ is not None:
+        inner = inner.__cause__
+    if isinstance(inner, KnownStuck):
+        return CheckFailure(_join(what, inner), STALL_CAUSE + "; earlier checks waited out its "
+                            "limits, so this one was not sent", STALL_FIX)
+    if isinstance(inner, DeadlineExceeded):
+        return CheckFailure(
+            _join(what, inner),
+            "the server keeps the request open without finishing it (a stuck generation, "
+            "output that never reaches a stop, or a server trickling bytes)",
+            "look at the server log for this request; raise --timeout if the output is "
+            "really that long")
+    if isinstance(inner, TooLarge):
+        return CheckFailure(_join(what, inner),
+                            "the server sent far more than any answer to this request can be: "
+                            "a runaway stream that ignores max_tokens, or not an LLM server",
+                            "check --base-url points at sglang; read the server log")
+    if isinstance(inner, (NotUtf8, UnicodeDecodeError)):
+        return CheckFailure(f"{what}: the reply is not UTF-8 text ({inner})",
+                            "OpenAI-compatible replies are UTF-8 JSON: a broken server or a "
+                            "proxy rewriting the bytes", "query the server directly (curl)")
+    if isinstance(inner, json.JSONDecodeError) or isinstance(
+            exc, openai.APIResponseValidationError):
+        return CheckFailure(f"{what}: the reply is not valid JSON ({inner})",
+                            "the server (or a proxy) sent a cut or garbled body",
+                            "query the server directly (curl) and read its log")
     if isinstance(exc, openai.APITimeoutError) or isinstance(inner, httpx.TimeoutException):
         if isinstance(inner, httpx.ConnectTimeout):
             return CheckFailure(f"{what}: connecting timed out",
                                 "nothing answers at that address (host down, firewall, wrong port)",
                                 "check --base-url and that the server is up")
-        return CheckFailure(
-            f"{what}: no byte from the server for the stall limit ({type(inner).__name__})",
-            "the server accepted the request and then stopped sending: a stalled or hung "
-            "generation (a wedged scheduler, NCCL hang, or a dead worker behind a router)",
-            "check the server log and GPU state (nvidia-smi); restart the server if it is wedged",
-        )
+        detail = str(inner) if isinstance(inner, Stalled) else \
+            f"no byte from the server for the stall limit ({type(inner).__name__})"
+        return CheckFailure(_join(what, detail), STALL_CAUSE, STALL_FIX)
     if isinstance(inner, (httpx.ConnectError, ConnectionRefusedError)) or isinstance(
-            exc, openai.APIConnectionError):
-        return CheckFailure(f"{what}: cannot connect ({inner})",
+            exc, openai.APIConnectionError) and not isinstance(
+            inner, (httpx.RemoteProtocolError, httpx.ReadError)):
+        return CheckFailure(f"{what}: cannot connect ({str(inner) or type(inner).__name__})",
                             "the server is not running or not listening there (it may have died "
                             "mid-run)",
                             "check --base-url, the server process/container and its log")
     if isinstance(inner, (httpx.RemoteProtocolError, httpx.ReadError)):
-        return CheckFailure(f"{what}: the connection broke mid-response ({inner})",
+        return CheckFailure(f"{what}: the connection broke mid-response "
+                            f"({str(inner) or type(inner).__name__})",
                             "the server closed the connection early: a crash or a killed worker",
                             "check the server log for a traceback or an OOM kill")
+    if isinstance(exc, (TypeError, AttributeError, KeyError, IndexError)):
+        return CheckFailure(f"{what}: the reply cannot be read: {type(exc).__name__}: {exc}",
+                            REPLY_SHAPE_CAUSE, REPLY_SHAPE_FIX)
     return CheckFailure(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _join(what: str, detail: object) -> str:
+    """"what: detail", without saying what twice (transport errors name the request)."""
+    text = str(detail)
+    return text if text.startswith(what) else f"{what}: {text}"
+
+
+def _response_text(response: httpx.Response) -> str:
+    try:
+        return response.text[:300]
+    except (httpx.ResponseNotRead, httpx.StreamError):
+        return ""
 
 
 def _body_text(exc: openai.APIStatusError) -> str:
@@ -109,8 +187,11 @@ def _body_text(exc: openai.APIStatusError) -> str:
 
 def _status_failure(status: int, body: str, what: str) -> CheckFailure:
     if status in (401, 403):
-        return CheckFailure(f"{what}: HTTP {status} {body}", "the server wants an API key",
-                            "set SM12X_API_KEY (or OPENAI_API_KEY), or pass --api-key")
+        return CheckFailure(f"{what}: HTTP {status} {body}",
+                            "authentication: the server wants an API key, or refused the one "
+                            "given",
+                            "set SM12X_API_KEY (or OPENAI_API_KEY), or pass --api-key, with the "
+                            "server's --api-key")
     if status == 404:
         return CheckFailure(f"{what}: HTTP 404 {body}",
                             "not an OpenAI-compatible endpoint at that URL (wrong port or path)",
@@ -153,17 +234,47 @@ class RawStream:
 _SSE_FIELDS = ("event:", "id:", "retry:", ":")
 
 
-def read_stream(client: httpx.Client, payload: dict, deadline: Deadline,
-                path: str = "/v1/chat/completions") -> RawStream:
-    """POST a streamed chat request and read the raw server-sent events."""
+def max_events(payload: dict) -> int:
+    """The most events a stream asked for max_tokens can honestly carry: one per
+    token (DSPARK sends several tokens per event), plus role, finish and usage
+    events; twice that and more is a runaway stream."""
+    return 2 * int(payload.get("max_tokens") or 2048) + 64
+
+
+def _too_many(count: int) -> CheckFailure:
+    return CheckFailure(f"the stream sent over {count} events, more than max_tokens allows",
+                        "a runaway stream: the server ignores max_tokens or repeats events",
+                        "read the server log for this request; check the sglang version")
+
+
+def stream_chunks(client: openai.OpenAI, **body) -> list[dict]:
+    """A streamed chat completion through the SDK, as dicts, with at most
+    max_events(body) events (the transport bounds time and bytes)."""
+    limit = max_events(body)
+    chunks = []
+    with client.chat.completions.create(**body, stream=True) as stream:
+        for chunk in stream:
+            chunks.append(chunk.model_dump())
+            if len(chunks) > limit:
+                raise _too_many(limit)
+    return chunks
+
+
+def read_stream(client: httpx.Client, payload: dict, deadline: Deadline | None = None,
+                path: str = "/v1/chat/completions", limits: Limits | None = None) -> RawStream:
+    """POST a streamed chat request and read the raw server-sent events: lines
+    and events capped, bytes decoded as strict UTF-8 (the transport bounds time
+    and the whole body)."""
     out = RawStream(start=time.monotonic())
+    limit = max_events(payload)
     with client.stream("POST", path, json=payload) as response:
         out.status = response.status_code
         if response.status_code != 200:
             response.read()
             response.raise_for_status()
-        for line in response.iter_lines():
-            deadline.check("the stream")
+        for line in iter_lines(response, limits or Limits()):
+            if deadline is not None:
+                deadline.check("the stream")
             if not line.strip():
                 continue
             out.lines.append(line)
@@ -180,6 +291,8 @@ def read_stream(client: httpx.Client, payload: dict, deadline: Deadline,
                     out.times.append(time.monotonic())
                 except json.JSONDecodeError:
                     out.bad_lines.append(line)
+                if len(out.events) > limit:
+                    raise _too_many(limit)
             elif not line.startswith(_SSE_FIELDS):
                 out.bad_lines.append(line)
     return out

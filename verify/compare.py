@@ -33,15 +33,16 @@ import asyncio
 import json
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import httpx
 
-from verify import exact, scenarios
+from verify import exact, scenarios, transport
 from verify.client import Endpoint
 from verify.context import Context
 from verify.result import Evidence
 from verify.stream import Merged, merge
+from verify.transport import Limits, aiter_lines, async_client
 
 MIN_AGREEMENT = 0.8
 _TOKEN = re.compile(r"\w+|[^\w\s]|\s+")
@@ -110,14 +111,17 @@ async def _one(client: httpx.AsyncClient, model: str | None, case: int, limit: f
             if response.status_code != 200:
                 await response.aread()
                 raise RuntimeError(f"HTTP {response.status_code}: {response.text[:120]}")
-            async for line in response.aiter_lines():
+            async for line in aiter_lines(response, client_limits(max_tokens)):
                 data = line[5:].strip() if line.startswith("data:") else ""
                 if data and data != "[DONE]":
                     events.append(json.loads(data))
 
     try:
-        await asyncio.wait_for(read(), limit)
-    except asyncio.TimeoutError:
+        # The transport bounds each request too; asyncio.timeout, not wait_for:
+        # nested in 3.11, wait_for can lose a cancellation.
+        async with asyncio.timeout(limit):
+            await read()
+    except TimeoutError:
         out.error = f"not finished within {limit:.0f} s"
         return out
     except (httpx.HTTPError, RuntimeError, ValueError, OSError) as exc:
@@ -135,20 +139,27 @@ async def _one(client: httpx.AsyncClient, model: str | None, case: int, limit: f
 async def collect(endpoint: Endpoint, model: str | None, cases: int, max_tokens: int
                   ) -> list[Output]:
     """The outputs of the first `cases` prompts of the mix, all in flight at once."""
-    limits = httpx.Limits(max_connections=cases, max_keepalive_connections=cases)
-    async with httpx.AsyncClient(base_url=endpoint.base_url, headers=endpoint.headers,
-                                 timeout=endpoint.httpx_timeout(), limits=limits) as client:
+    pool = httpx.Limits(max_connections=cases, max_keepalive_connections=cases)
+    bounds = replace(endpoint.limits, max_body=client_limits(max_tokens).max_body,
+                     fail_fast_after=0)
+    async with async_client(bounds, base_url=endpoint.base_url, headers=endpoint.headers,
+                            limits=pool) as client:
         return list(await asyncio.gather(*(
             _one(client, model, case, endpoint.timeout, max_tokens) for case in range(cases))))
 
 
+def client_limits(max_tokens: int) -> Limits:
+    """Per-stream caps, as the soak's: 1 KiB a token (verify/soak.py)."""
+    return Limits(max_body=1024 * max_tokens + 64 * 1024)
+
+
 def served_model(endpoint: Endpoint) -> str | None:
     try:
-        response = httpx.get(endpoint.base_url + "/v1/models", headers=endpoint.headers,
-                             timeout=endpoint.httpx_timeout())
-        data = response.json().get("data") or []
+        with transport.client(endpoint.limits, headers=endpoint.headers) as http:
+            response = http.get(endpoint.base_url + "/v1/models")
+            data = response.json().get("data") or []
         return data[0]["id"] if data else None
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, AttributeError):
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, AttributeError, TypeError):
         return None
 
 

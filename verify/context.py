@@ -32,8 +32,11 @@ class Context:
     requests_sent: int = 0
 
     def __post_init__(self) -> None:
-        self.http = self.endpoint.http()
-        self.client = self.endpoint.openai()
+        # One bounded transport for both clients: one connection pool, and one
+        # fail-fast count over every request of the run.
+        self.transport = self.endpoint.transport()
+        self.http = self.endpoint.http(self.transport)
+        self.client = self.endpoint.openai(self.transport)
 
     def payload(self, messages: list[dict], **extra) -> dict:
         body = {"model": self.model, "messages": messages, "temperature": 0, "max_tokens": 512}
@@ -43,3 +46,4 @@ class Context:
     def close(self) -> None:
         self.http.close()
         self.client.close()
+        self.transport.close()

@@ -1,4 +1,10 @@
-"""Runs the checks in order; a failed prerequisite marks its dependants not-run."""
+"""Runs the checks in order; a failed prerequisite marks its dependants not-run.
+
+Whatever a check meets, the run goes on and ends with a result per check: a
+reply no check expected (a `{}` chat completion, a field of the wrong type)
+is that check's failure with the cause named, never a traceback, and Ctrl-C
+stops the run with the checks done so far kept (Interrupted carries them).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +12,12 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+import httpx
+import openai
+
 from verify import accuracy, compare
 from verify.checks import basic, chat, reasoning, spec, tools
+from verify.client import REPLY_SHAPE_CAUSE, REPLY_SHAPE_FIX, explain
 from verify.context import Context, Options
 from verify.result import CheckFailure, CheckResult, CheckSkipped, Evidence, Verdict
 from verify.soak import soak
@@ -57,27 +67,75 @@ CHECKS = [
           enabled=lambda o: o.accuracy is not None, off="not asked for (--accuracy)"),
 ]
 NAMES = [c.name for c in CHECKS]
+BY_NAME = {c.name: c for c in CHECKS}
+
+
+class Interrupted(Exception):
+    """Ctrl-C during the run: the results so far, the rest marked not-run."""
+
+    def __init__(self, results: list[CheckResult]):
+        super().__init__("interrupted")
+        self.results = results
+
+
+def needed(names: set[str]) -> set[str]:
+    """names and everything they need, transitively."""
+    out, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name not in out:
+            out.add(name)
+            todo.extend(BY_NAME[name].needs)
+    return out
+
+
+def plan(only: set[str], skip: set[str]) -> tuple[set[str], dict[str, str]]:
+    """The checks to run and, for those --only pulled in, which asked for them.
+    Raises ValueError when --skip leaves out what --only needs."""
+    if not only:
+        return set(NAMES) - skip, {}
+    wanted = needed(only)
+    clash = sorted((wanted - only) & skip)
+    if clash:
+        users = sorted(n for n in only if set(clash) & needed({n}))
+        raise ValueError(f"--only {','.join(users)} needs {', '.join(clash)}, which --skip "
+                         "leaves out: drop it from --skip, or the check from --only")
+    return wanted - skip, {n: ", ".join(sorted(o for o in only if n in needed({o})))
+                           for n in wanted - only}
+
+
+def unexpected(exc: Exception, name: str) -> CheckFailure:
+    """A failure for an exception no check anticipated."""
+    if isinstance(exc, (httpx.HTTPError, openai.OpenAIError, UnicodeDecodeError, ValueError)):
+        failure = explain(exc, name)
+        if failure.cause:
+            return failure
+    return CheckFailure(
+        f"{name} could not read the server's reply: {type(exc).__name__}: {exc}"[:400],
+        REPLY_SHAPE_CAUSE, REPLY_SHAPE_FIX)
 
 
 def run_checks(ctx: Context, on_result: Callable[[CheckResult], None] | None = None
                ) -> list[CheckResult]:
     results: dict[str, CheckResult] = {}
     opts = ctx.options
+    run, pulled_in = plan(opts.only, opts.skip)
     for check in CHECKS:
         result = CheckResult(check.name, check.title, Verdict.NOT_RUN)
-        wanted = (not opts.only or check.name in opts.only) and check.name not in opts.skip
         failed_needs = [n for n in check.needs if n in results and results[n].verdict
                         is not Verdict.PASS]
-        if wanted and not check.enabled(opts):
+        if check.name in run and not check.enabled(opts):
             result.verdict, result.required = Verdict.SKIP, False
             result.problem = check.off
-        elif not wanted:
+        elif check.name not in run:
             result.verdict, result.required = Verdict.SKIP, False
             result.problem = "skipped by --skip/--only"
         elif failed_needs:
             result.problem = f"not run: {', '.join(failed_needs)} did not pass"
         else:
             ev = Evidence()
+            if check.name in pulled_in:
+                ev.saw(f"run because --only {pulled_in[check.name]} needs it")
             start = time.monotonic()
             try:
                 check.run(ctx, ev)
@@ -87,9 +145,31 @@ def run_checks(ctx: Context, on_result: Callable[[CheckResult], None] | None = N
                 result.problem, result.cause, result.fix = exc.problem, exc.cause, exc.fix
             except CheckSkipped as exc:
                 result.verdict, result.problem = exc.verdict, exc.reason
+            except KeyboardInterrupt:
+                result.problem = "interrupted (Ctrl-C) while running"
+                results[check.name] = result
+                raise Interrupted(_rest_not_run(results)) from None
+            except Exception as exc:  # noqa: BLE001 - a reply nothing expected is a failure
+                failure = unexpected(exc, check.name)
+                result.verdict = Verdict.FAIL
+                result.problem, result.cause, result.fix = failure.problem, failure.cause, \
+                    failure.fix
             result.duration_s = time.monotonic() - start
             result.evidence, result.metrics = ev.lines, ev.metrics
         results[check.name] = result
         if on_result:
             on_result(result)
     return list(results.values())
+
+
+def _rest_not_run(results: dict[str, CheckResult]) -> list[CheckResult]:
+    for check in CHECKS:
+        if check.name not in results:
+            results[check.name] = CheckResult(check.name, check.title, Verdict.NOT_RUN,
+                                              problem="not run: interrupted (Ctrl-C)")
+    return list(results.values())
+
+
+def not_run(problem: str) -> list[CheckResult]:
+    """Every check not-run with one reason (no server, boot failed)."""
+    return [CheckResult(c.name, c.title, Verdict.NOT_RUN, problem=problem) for c in CHECKS]

@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import statistics
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import httpx
 import jsonschema
 
 from verify import detectors, exact, scenarios
+from verify.client import max_events
 from verify.context import Context
 from verify.result import Evidence
 from verify.stream import merge
+from verify.transport import KnownStuck, Limits, Stalled, Unfinished, aiter_lines, async_client
 
 TAGS = ("</think>", "<think>")
 MIX = scenarios.SOAK_MIX + exact.SOAK_MIX
@@ -100,48 +101,70 @@ def judge(kind: str, merged, done: bool, *, tool: bool) -> list[str]:
     return problems
 
 
+TOKEN_FIELDS = ("content", "reasoning_content", "reasoning", "tool_calls")
+LOST = ("request failed", "not finished", "stream ended", "not sent")
+
+
+def soak_limits(ctx: Context) -> Limits:
+    """Per-request bounds: the run's time limits, and a body cap scaled to
+    max_tokens (about 300 bytes an event, a token or more each, so 1 KiB a
+    token is ample) so N concurrent runaway streams stay small together."""
+    base = ctx.endpoint.limits
+    return replace(base, max_body=1024 * ctx.options.soak_max_tokens + 64 * 1024,
+                   fail_fast_after=0)
+
+
+def _has_token(event: dict) -> bool:
+    choices = event.get("choices")
+    return isinstance(choices, list) and any(
+        isinstance(c, dict) and isinstance(c.get("delta"), dict) and c["delta"].get(k)
+        for c in choices for k in TOKEN_FIELDS)
+
+
 async def _one(client: httpx.AsyncClient, ctx: Context, case: int, round_: int,
-               stall: float, limit: float) -> Outcome:
+               limits: Limits) -> Outcome:
     kind, extra = MIX[case % len(MIX)]
     outcome = Outcome(case, round_, kind)
     body = {"model": ctx.model, "stream": True, "stream_options": {"include_usage": True},
             "max_tokens": ctx.options.soak_max_tokens, **extra}
-    events, done, times = [], False, []
+    # Events are kept as their JSON text and parsed again to merge: 64 streams'
+    # worth of parsed dicts would be several times the bytes.
+    events: list[str] = []
+    token_times: list[float] = []
+    done = False
+    most = max_events(body)
     start = time.monotonic()
-
-    async def read() -> None:
-        nonlocal done
+    try:
         async with client.stream("POST", "/v1/chat/completions", json=body) as response:
             if response.status_code != 200:
                 await response.aread()
                 raise RuntimeError(f"HTTP {response.status_code}: {response.text[:120]}")
-            lines = response.aiter_lines()
-            while True:
-                try:
-                    line = await asyncio.wait_for(lines.__anext__(), stall)
-                except StopAsyncIteration:
-                    break
-                except asyncio.TimeoutError:
-                    raise RuntimeError(f"stalled: no byte for {stall:.0f} s") from None
+            async for line in aiter_lines(response, limits):
                 if not line.startswith("data:"):
                     continue
                 data = line[5:].strip()
                 if data == "[DONE]":
                     done = True
                     continue
-                events.append(json.loads(data))
-                times.append(time.monotonic())
-
+                event = json.loads(data)
+                events.append(data)
+                if isinstance(event, dict) and _has_token(event):
+                    token_times.append(time.monotonic())
+                if len(events) > most:
+                    raise RuntimeError(f"over {most} events for max_tokens "
+                                       f"{body['max_tokens']}: a runaway stream")
+    except KnownStuck as exc:
+        outcome.problems.append(f"not sent: {exc}")
+    except Unfinished as exc:
+        how = "stalled" if isinstance(exc, Stalled) else "past the whole-request limit"
+        outcome.problems.append(f"not finished ({how}): {exc}")
+    except (httpx.HTTPError, RuntimeError, ValueError, OSError) as exc:
+        outcome.problems.append(f"request failed: {type(exc).__name__}: {str(exc)[:160]}")
     try:
-        await asyncio.wait_for(read(), limit)
-    except asyncio.TimeoutError:
-        outcome.problems.append(f"not finished within {limit:.0f} s")
-    except (httpx.HTTPError, RuntimeError, json.JSONDecodeError, OSError) as exc:
-        outcome.problems.append(f"request failed: {type(exc).__name__}: {str(exc)[:120]}")
-    merged = merge(events)
-    token_times = [t for e, t in zip(events, times)
-                   if any((c.get("delta") or {}).get(k) for c in e.get("choices") or []
-                          for k in ("content", "reasoning_content", "reasoning", "tool_calls"))]
+        merged = merge([e for e in map(json.loads, events) if isinstance(e, dict)])
+    except (TypeError, AttributeError, ValueError) as exc:
+        merged = merge([])
+        outcome.problems.append(f"request failed: events that are not chat chunks ({exc})"[:200])
     if token_times:
         outcome.ttft = token_times[0] - start
         outcome.itl = [b - a for a, b in zip(token_times, token_times[1:])]
@@ -161,24 +184,40 @@ async def _one(client: httpx.AsyncClient, ctx: Context, case: int, round_: int,
     return outcome
 
 
-async def run_soak(ctx: Context, concurrency: int, rounds: int) -> tuple[list[Outcome], float]:
+def lost(outcome: Outcome) -> bool:
+    """Lost, not judged: the request failed, stalled or was cut."""
+    return any(p.startswith(LOST) for p in outcome.problems)
+
+
+async def run_soak(ctx: Context, concurrency: int, rounds: int
+                   ) -> tuple[list[Outcome], float, str | None]:
+    """Every request is bounded by the transport (whole-request deadline, stall
+    limit, body cap); a round in which every request was lost ends the soak,
+    so a dead server costs one round, not all of them."""
     ep = ctx.endpoint
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    timeout = httpx.Timeout(ep.timeout, connect=ep.connect_timeout, read=ep.stall_timeout)
+    limits = soak_limits(ctx)
+    pool = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     outcomes: list[Outcome] = []
+    stopped = None
     start = time.monotonic()
-    async with httpx.AsyncClient(base_url=ep.base_url, headers=ep.headers, limits=limits,
-                                 timeout=timeout) as client:
+    async with async_client(limits, base_url=ep.base_url, headers=ep.headers,
+                            limits=pool) as client:
         for round_ in range(rounds):
-            outcomes += await asyncio.gather(*(
-                _one(client, ctx, case, round_, ep.stall_timeout, ep.timeout)
-                for case in range(concurrency)))
-    return outcomes, time.monotonic() - start
+            this_round = await asyncio.gather(*(
+                _one(client, ctx, case, round_, limits) for case in range(concurrency)))
+            outcomes += this_round
+            if all(lost(o) for o in this_round) and round_ + 1 < rounds:
+                stopped = (f"round {round_ + 1}: every request was lost, so rounds "
+                           f"{round_ + 2}-{rounds} were not run")
+                break
+    return outcomes, time.monotonic() - start, stopped
 
 
 def soak(ctx: Context, ev: Evidence) -> None:
     n, k = ctx.options.soak_concurrency, ctx.options.soak_rounds
-    outcomes, wall = asyncio.run(run_soak(ctx, n, k))
+    outcomes, wall, stopped = asyncio.run(run_soak(ctx, n, k))
+    if stopped:
+        ev.saw(stopped)
     by_case: dict[int, list[Outcome]] = {}
     for o in outcomes:
         by_case.setdefault(o.case, []).append(o)
@@ -213,8 +252,7 @@ def soak(ctx: Context, ev: Evidence) -> None:
         ev.saw(f"case {o.case} round {o.round} ({o.kind}): {'; '.join(o.problems)[:200]} | "
                f"tail {o.sample!r}")
     problems = " ".join(p for o in failed for p in o.problems)
-    lost = any(p.startswith(("request failed", "not finished", "stream ended")) for o in failed
-               for p in o.problems)
+    lost_any = any(lost(o) for o in failed)
     degenerate = any(d in problems for d in ("repeating_tail", "distinct_", "compression_ratio",
                                              "duplicate_lines", "length", "leaked"))
     corrupt = any(p.startswith(CORRUPTION) or any(f": {c}=" in p for c in CORRUPTION)
@@ -232,7 +270,7 @@ def soak(ctx: Context, ev: Evidence) -> None:
                  "do not show")
         fix = ("set --speculative-dspark-block-size 4 (the recipes' default; 3, 6, 7 were also "
                "clean in the field sweep) and soak again")
-    elif lost:
+    elif lost_any:
         cause = ("requests lost or cut under load: the server dropped, stalled or crashed "
                  "(OOM, a dead worker, a full queue)")
         fix = "read the server log for the time of the soak; lower --max-running-requests"

@@ -23,8 +23,9 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Annotated
 
-import httpx
+from pydantic import Field
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -43,10 +44,14 @@ from sm12x.bench.result import (
 )
 from sm12x.cli import Command
 from sm12x.errors import UserError
+from sm12x.fields import PositiveFloat, option_type
 from sm12x.launch import gpus as gpu_query
 from sm12x.launch.health import default_url
 from sm12x.recipe import Recipe, load_all, load_recipe
+from verify import argtypes, redact
 
+Count = Annotated[int, Field(ge=1)]
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 DEFAULT_CONCURRENCY = (16, 32, 64)
 PROMPTS_PER_CONCURRENCY = 10
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -76,11 +81,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     work = parser.add_argument_group("workload (defaults: the seed PR's)")
     work.add_argument("--concurrency", type=_concurrencies, default=list(DEFAULT_CONCURRENCY),
                       metavar="C1,C2,...", help="--max-concurrency of each run (default 16,32,64)")
-    work.add_argument("--num-prompts", type=int,
+    work.add_argument("--num-prompts", type=option_type(Count),
                       help=f"requests per run (default {PROMPTS_PER_CONCURRENCY} x concurrency)")
-    work.add_argument("--input-len", type=int, default=1024)
-    work.add_argument("--output-len", type=int, default=512)
-    work.add_argument("--range-ratio", type=float, default=1.0)
+    work.add_argument("--input-len", type=option_type(Count), default=1024)
+    work.add_argument("--output-len", type=option_type(Count), default=512)
+    work.add_argument("--range-ratio", type=option_type(Fraction), default=1.0)
     work.add_argument("--dataset-path", help="a ShareGPT-format JSON: runs sglang's `random` "
                       "dataset on it (the seed's exact workload) instead of `random-ids`")
     work.add_argument("--backend", default="sglang",
@@ -92,10 +97,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     proc = parser.add_argument_group("process")
     proc.add_argument("--python", default=sys.executable,
                       help="the Python whose sglang runs the benchmark (default: this one)")
-    proc.add_argument("--run-timeout", type=float, default=3600.0,
+    proc.add_argument("--run-timeout", type=option_type(PositiveFloat), default=3600.0,
                       help="seconds one run may take before it is killed (default 3600)")
-    proc.add_argument("--request-timeout", type=float, default=30.0,
-                      help="seconds for each request bench itself makes (default 30)")
+    proc.add_argument("--request-timeout", type=option_type(PositiveFloat), default=30.0,
+                      help="seconds for each request bench itself makes, whole request, wall "
+                      "clock (default 30)")
     proc.add_argument("--no-reset-accept-stats", action="store_true",
                       help="keep sglang's lifetime acceptance average instead of resetting it "
                       "(POST /set_internal_state) before each run")
@@ -199,21 +205,10 @@ def server_mismatches(recipe: Recipe, server: dict) -> list[str]:
 
 def reset_accept_stats(base_url: str, api_key: str | None, timeout: float) -> str | None:
     """Reset sglang's acceptance counters; None on success, else why not."""
-    try:
-        response = httpx.post(
-            f"{base_url}/set_internal_state",
-            json={"server_args": {}},
-            headers=provenance.api_headers(api_key),
-            timeout=timeout,
-        )
-    except httpx.HTTPError as exc:
-        return f"POST /set_internal_state: {exc or type(exc).__name__}"
-    if response.status_code != 200:
-        return f"POST /set_internal_state: HTTP {response.status_code}"
-    try:
-        answer = response.json()
-    except ValueError:
-        return "POST /set_internal_state: the answer is not JSON"
+    answer, problem = provenance.request_json("POST", f"{base_url}/set_internal_state",
+                                              api_key, timeout, {"server_args": {}})
+    if problem:
+        return problem
     if not (isinstance(answer, list) and answer and all(a is True for a in answer)):
         return f"POST /set_internal_state answered {answer!r}"
     return None
@@ -402,12 +397,12 @@ def run_live(args: argparse.Namespace, console: Console, err: Console) -> int:
     base_url = (args.url or default_url(os.environ)).rstrip("/").removesuffix("/v1")
     api_key = args.api_key or os.environ.get("SM12X_API_KEY", "").strip() or None
     timeout = args.request_timeout
-    if args.num_prompts is not None and args.num_prompts < 1:
-        raise UserError("--num-prompts must be at least 1")
-    if args.run_timeout <= 0 or timeout <= 0:
-        raise UserError("--run-timeout and --request-timeout must be positive")
+    secrets = redact.Redactor.for_endpoint(base_url, api_key)
+    shown = redact.url(base_url)
     if args.dataset_path and not Path(args.dataset_path).is_file():
         raise UserError(f"--dataset-path {args.dataset_path} is not a file")
+    if args.out and (problem := argtypes.writable_folder(args.out)):
+        raise UserError(f"--out: {problem}")
 
     missing = runner.python_has_benchmark(args.python)
     if missing:
@@ -417,9 +412,11 @@ def run_live(args: argparse.Namespace, console: Console, err: Console) -> int:
         )
     models, problem = provenance.get_json(f"{base_url}/v1/models", api_key, timeout)
     if models is None:
+        if "authentication" in (problem or ""):
+            raise UserError(f"{shown}: {secrets.text(problem or '')}")
         raise UserError(
-            f"cannot reach the server ({problem}): start it (docker compose up -d; "
-            "`sm12x verify` says when it is ready) or pass --url"
+            f"cannot reach the server at {shown} ({secrets.text(problem or '')}): start it "
+            "(docker compose up -d; `sm12x verify` says when it is ready) or pass --url"
         )
     info, info_problem = provenance.server_info(base_url, api_key, timeout)
     warnings: list[str] = []
@@ -440,7 +437,7 @@ def run_live(args: argparse.Namespace, console: Console, err: Console) -> int:
     out.mkdir(parents=True, exist_ok=True)
     err.print(f"recipe: {recipe.name} ({how})", highlight=False, markup=False,
               soft_wrap=True)
-    err.print(f"server: {base_url}, sglang {facts.environment.sglang_version or '?'}",
+    err.print(f"server: {shown}, sglang {facts.environment.sglang_version or '?'}",
               highlight=False, markup=False, soft_wrap=True)
     err.print(f"tokenizer: {tokenizer_note}", highlight=False, markup=False, soft_wrap=True)
     err.print(f"writing to {out}", highlight=False, markup=False, soft_wrap=True)
@@ -481,7 +478,7 @@ def run_live(args: argparse.Namespace, console: Console, err: Console) -> int:
                 extra_args=tuple(args.extra),
             )  # fmt: skip
             ended = runner.run_one(spec, args.python, out, timeout_s=args.run_timeout, env=env,
-                                   on_progress=on_progress)
+                                   on_progress=on_progress, redactor=secrets)
             line = None
             parse_problem = None
             if ended.lines:
@@ -524,8 +521,10 @@ def run_live(args: argparse.Namespace, console: Console, err: Console) -> int:
         concurrencies=list(args.concurrency),
         extra_args=list(args.extra),
     )
+    for run in runs:
+        run.problems = secrets(run.problems)
     return finish(recipe, runs, workload, facts.environment, facts.server, facts.client_sglang,
-                  warnings, started, out, console, err, args.no_chart)
+                  secrets(warnings), started, out, console, err, args.no_chart)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -24,7 +24,6 @@ import ipaddress
 import json
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,8 +32,11 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from sm12x import proc
 from sm12x.bench.result import Environment, Image
 from sm12x.launch import gpus as gpu_query
+from verify import transport
+from verify.transport import Limits, auth_hint
 
 COMPOSE_PROJECT = "sm12x"
 # Server arguments (from /server_info) kept in the result: the ones that
@@ -92,18 +94,35 @@ def api_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-def get_json(url: str, api_key: str | None, timeout: float) -> tuple[Any | None, str | None]:
-    """(answer, None) or (None, why not)."""
-    try:
-        response = httpx.get(url, headers=api_headers(api_key), timeout=timeout)
-    except httpx.HTTPError as exc:
-        return None, f"{url}: {exc or type(exc).__name__}"
+def limits(timeout: float) -> Limits:
+    """Bench's own requests: --request-timeout for the whole request and as the
+    stall limit, 8 MiB at most (sglang's /server_info is a few KiB)."""
+    return Limits(timeout=timeout, stall=timeout, connect=min(timeout, 10.0))
+
+
+def request_json(method: str, url: str, api_key: str | None, timeout: float,
+                 body: Any = None) -> tuple[Any | None, str | None]:
+    """(answer, None) or (None, why not), the request bounded (verify/transport.py):
+    a server that trickles, never ends its body or sends gigabytes cannot hold
+    bench past the timeout or fill its memory."""
+    where = f"{method} {urlsplit(url).path}"
+    with transport.client(limits(timeout), headers=api_headers(api_key)) as http:
+        try:
+            response = http.request(method, url, json=body)
+        except httpx.HTTPError as exc:
+            return None, str(exc) if str(exc).startswith(where) else \
+                f"{where}: {str(exc) or type(exc).__name__}"
     if response.status_code != 200:
-        return None, f"{url}: HTTP {response.status_code}"
+        hint = auth_hint(response.status_code, bool(api_key))
+        return None, f"{where}: {hint or f'HTTP {response.status_code}'}"
     try:
         return response.json(), None
-    except ValueError:
-        return None, f"{url}: the answer is not JSON"
+    except ValueError:  # not JSON, or not UTF-8
+        return None, f"{where}: the answer is not JSON"
+
+
+def get_json(url: str, api_key: str | None, timeout: float) -> tuple[Any | None, str | None]:
+    return request_json("GET", url, api_key, timeout)
 
 
 def server_info(
@@ -148,14 +167,9 @@ def in_container(environ: Mapping[str, str] | None = None) -> bool:
 
 def run(argv: Sequence[str], timeout: float) -> tuple[str | None, str | None]:
     """(stdout, None) or (None, why it failed)."""
-    try:
-        done = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return None, f"`{' '.join(argv[:3])} ...` did not answer within {timeout:.0f} s"
-    except OSError as exc:
-        return None, f"{argv[0]}: {exc.strerror or exc}"
+    done = proc.run(argv, timeout)  # process group killed at the limit, output capped
+    if done.error:
+        return None, done.error
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines()
         return None, f"`{' '.join(argv[:3])} ...` exit {done.returncode}: " + (

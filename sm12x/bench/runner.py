@@ -27,11 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sm12x.bench.lines import make_tag
+from verify.redact import Redactor
 
 MODULE = "sglang.benchmark.serving"
 # sglang's --ready-check-timeout-sec: bench has already checked the server.
 READY_CHECK_S = 60
 _TQDM = re.compile(r"(\d+)/(\d+) \[")
+MAX_LINE = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -109,8 +111,12 @@ def run_one(
     timeout_s: float,
     env: Mapping[str, str],
     on_progress: Callable[[int, int], None] | None = None,
+    redactor: Redactor | None = None,
 ) -> Process:
-    """Run one benchmark process; never raises for what the process does."""
+    """Run one benchmark process; never raises for what the process does. Its
+    log and tail go through redactor (credentials in --base-url, a key the
+    server echoes)."""
+    clean = redactor.text if redactor is not None else (lambda text: text)
     runs = workdir / "runs"
     logs = workdir / "logs"
     runs.mkdir(parents=True, exist_ok=True)
@@ -122,7 +128,7 @@ def run_one(
     started = time.monotonic()
     tail: list[str] = []
     with log_path.open("w", encoding="utf-8", errors="replace") as log:
-        log.write("$ " + " ".join(argv) + "\n")
+        log.write(clean("$ " + " ".join(argv)) + "\n")
         log.flush()
         try:
             proc = subprocess.Popen(
@@ -137,7 +143,7 @@ def run_one(
         except OSError as exc:
             return Process(None, False, 0.0, [], error=f"could not start {python}: {exc}")
         reader = threading.Thread(
-            target=_pump, args=(proc, log, tail, on_progress), daemon=True
+            target=_pump, args=(proc, log, tail, on_progress, clean), daemon=True
         )
         reader.start()
         timed_out = False
@@ -162,7 +168,7 @@ def run_one(
     return Process(proc.returncode, timed_out, wall, lines, tail[-40:], error)
 
 
-def _pump(proc: subprocess.Popen, log, tail: list[str], on_progress) -> None:
+def _pump(proc: subprocess.Popen, log, tail: list[str], on_progress, clean) -> None:
     """Copy the process's output to its log, keep a tail, report tqdm's counter."""
     assert proc.stdout is not None
     buffer = b""
@@ -174,9 +180,12 @@ def _pump(proc: subprocess.Popen, log, tail: list[str], on_progress) -> None:
         parts = re.split(rb"[\r\n]", buffer)
         buffer = parts.pop()
         for raw in parts:
-            _line(raw.decode(errors="replace"), log, tail, on_progress)
+            _line(clean(raw.decode(errors="replace")), log, tail, on_progress)
+        if len(buffer) > MAX_LINE:  # a line that never ends is cut, not held whole
+            _line(clean(buffer[:MAX_LINE].decode(errors="replace")), log, tail, on_progress)
+            buffer = b""
     if buffer:
-        _line(buffer.decode(errors="replace"), log, tail, on_progress)
+        _line(clean(buffer.decode(errors="replace")), log, tail, on_progress)
 
 
 def _line(text: str, log, tail: list[str], on_progress) -> None:

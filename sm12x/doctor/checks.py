@@ -303,6 +303,14 @@ class Doctor:
                               "NVIDIA container runtime"), ("image", "image")):
                 self.add(id, title, "skip", "needs Docker", required=False)
             return
+        if not version.stdout.strip():
+            self.add("docker", "Docker", "fail", "the daemon answered without a version: "
+                     "DOCKER_HOST may point at something that is not Docker",
+                     "check DOCKER_HOST / the docker context (docker context ls)")
+            for id, title in (("compose", "docker compose"), ("nvidia-runtime",
+                              "NVIDIA container runtime"), ("image", "image")):
+                self.add(id, title, "skip", "needs Docker", required=False)
+            return
         self.add("docker", "Docker", "ok", f"Docker Engine {version.stdout.strip()}")
 
         compose = self.host.run(["docker", "compose", "version", "--short"])

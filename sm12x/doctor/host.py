@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from sm12x import proc
 
 
 @dataclass(frozen=True)
@@ -56,20 +57,12 @@ class Host:
         if binary is None:
             return Output(argv, error=f"{argv[0]} is not installed (not on PATH)")
         limit = self.timeout if timeout is None else timeout
-        try:
-            done = subprocess.run(
-                [binary, *argv[1:]],
-                capture_output=True,
-                text=True,
-                timeout=limit,
-                check=False,
-                env=dict(self.environ),
-                stdin=subprocess.DEVNULL,
-            )
-        except subprocess.TimeoutExpired:
-            return Output(argv, error=f"`{' '.join(argv[:3])}` did not answer within {limit:.0f} s")
-        except OSError as exc:
-            return Output(argv, error=f"{argv[0]}: {exc.strerror or exc}")
+        # Bounded: the command's whole process group dies at the limit, and
+        # what it prints is capped (a hostile daemon cannot fill doctor's memory).
+        done = proc.run([binary, *argv[1:]], limit, env=self.environ)
+        if done.error:
+            return Output(argv, done.stdout, done.stderr,
+                          error=done.error.replace(f"`{binary}", f"`{argv[0]}", 1))
         return Output(argv, done.stdout, done.stderr, done.returncode)
 
     # --- files ------------------------------------------------------------------

@@ -16,10 +16,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-
-from sm12x.bench import provenance, runner
 from support import bench_cli
 from support.cli import ROOT
+
+from sm12x.bench import provenance, runner
 
 FIXTURES = ROOT / "tests" / "fixtures" / "bench"
 FAKE_BENCH = ROOT / "tests" / "support" / "fake_bench"
@@ -243,7 +243,9 @@ def test_api_key_reaches_the_server_and_the_benchmark(tmp_path):
         done, _, _, _ = bench(tmp_path / "nokey", server.url, "--recipe", "rtx-pro-6000-tp4",
                               "--container", "none")
         assert done.returncode == 1
-        assert "cannot reach the server" in done.stderr and "HTTP 401" in done.stderr
+        # Said as authentication, naming the setting: not "cannot reach".
+        assert "HTTP 401" in done.stderr and "authentication" in done.stderr
+        assert "SM12X_API_KEY" in done.stderr and "cannot reach" not in done.stderr
     finally:
         server.close()
 

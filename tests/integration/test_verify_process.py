@@ -58,6 +58,13 @@ def test_bad_input_one_clear_error():
         (["--base-url", f"http://127.0.0.1:{free_port()}"], "cannot reach"),
         (["--skip", "nonsense"], "unknown check"),
         (["--timeout", "-1"], "must be positive"),
+        (["--timeout", "nan"], "finite"),
+        (["--timeout", "inf"], "finite"),
+        (["--stall-timeout", "nan"], "finite"),
+        (["--soak-rounds", "0"], "at least 1"),
+        (["--json", "/dev/null/report.json"], "--json: cannot write"),
+        (["--json", "/tmp/sm12x-same.xml", "--junit", "/tmp/sm12x-same.xml"], "same file"),
+        (["--only", "soak", "--skip", "models"], "--only soak needs models"),
         (["--frobnicate"], "unrecognized arguments"),
     ]:
         done = verify(*args, timeout=60)
@@ -80,3 +87,47 @@ def test_cli_writes_reports_and_exits_zero_when_healthy(tmp_path):
     assert report["passed"] is True and report["verify"]["model"].startswith("deepseek-ai/")
     junit = (tmp_path / "j.xml").read_text()
     assert 'name="soak"' in junit and "<failure" not in junit
+
+
+def test_only_soak_runs_the_soak_and_what_it_needs(tmp_path):
+    proc, url = start_fake()
+    try:
+        done = verify("--base-url", url, "--only", "soak", "--soak-concurrency", "4",
+                      "--soak-rounds", "1", "--json", str(tmp_path / "r.json"),
+                      "--junit", str(tmp_path / "j.xml"))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert done.returncode == 0, done.stdout
+    checks = {c["name"]: c for c in json.loads((tmp_path / "r.json").read_text())["checks"]}
+    assert checks["soak"]["verdict"] == "pass" and checks["soak"]["metrics"]["requests"] == 4
+    assert {n for n, c in checks.items() if c["verdict"] == "pass"} == {
+        "health", "models", "one-token", "soak"}
+    assert "run because --only soak needs it" in checks["health"]["evidence"][0]
+
+
+def test_credentials_never_reach_the_reports(tmp_path):
+    proc, url = start_fake()
+    secret_url = url.replace("http://", "http://alice:hunter2-pass@")
+    try:
+        done = verify("--base-url", secret_url, "--only", "health,models",
+                      "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml"))
+    finally:
+        proc.kill()
+        proc.wait()
+    written = (tmp_path / "r.json").read_text() + (tmp_path / "j.xml").read_text()
+    for text in (written, done.stdout + done.stderr):
+        assert "hunter2-pass" not in text and "alice" not in text
+    assert json.loads((tmp_path / "r.json").read_text())["verify"]["base_url"].startswith(
+        "http://***@127.0.0.1:")
+
+
+def test_no_server_still_writes_the_reports(tmp_path):
+    done = verify("--base-url", f"http://127.0.0.1:{free_port()}", "--json",
+                  str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml"), timeout=60)
+    assert done.returncode == 2
+    report = json.loads((tmp_path / "r.json").read_text())
+    health = report["checks"][0]
+    assert health["verdict"] == "fail" and "cannot reach" in health["problem"]
+    assert "nothing listens" in health["cause"]
+    assert "<failure" in (tmp_path / "j.xml").read_text()

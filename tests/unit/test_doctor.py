@@ -7,14 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
+from support import checkpoint
+from support.doctor_rigs import GIB, IBV, IMAGE_ID, failing, rig, spark_rig
 
 from sm12x import cli
 from sm12x.doctor import main as doctor_main
 from sm12x.doctor import rdma
 from sm12x.doctor.checks import Doctor, Options
 from sm12x.doctor.host import Output
-from support import checkpoint
-from support.doctor_rigs import GIB, IBV, IMAGE_ID, failing, rig, spark_rig
 
 
 def run(host, **options) -> dict[str, object]:
@@ -419,19 +419,29 @@ def test_cli_table_says_verdicts_and_fixes(tmp_path, monkeypatch, capsys):
     assert "not ready: 1 required check(s) failed (model-shards)" in out
 
 
-def test_commands_have_timeouts(tmp_path):
-    """Every command doctor runs goes through Host.run, which always passes a timeout."""
+def test_commands_end_at_their_limit_whatever_they_do(tmp_path):
+    """Host.run kills the command's whole process group at the limit (a grandchild
+    holding the output pipe cannot make it wait) and caps what it keeps."""
     import inspect
+    import time
 
     from sm12x.doctor import checks, host
 
-    source = inspect.getsource(checks)
-    assert "subprocess" not in source, "checks must go through Host.run (timeouts)"
-    assert "timeout=limit" in inspect.getsource(host.Host.run)
+    assert "subprocess" not in inspect.getsource(checks), "checks must go through Host.run"
     hung = host.Host(environ={"PATH": "/usr/bin:/bin"}, timeout=0.5)
+    started = time.monotonic()
     out = hung.run(["sleep", "5"])
-    assert not out.ok and "did not answer within" in out.why()
+    assert not out.ok and "did not answer within 0.5 s" in out.why()
     assert isinstance(out, Output)
+    # The shell exits at once; its background sleep keeps stdout open.
+    out = hung.run(["sh", "-c", "sleep 30 & echo started"])
+    assert out.ok and out.stdout.strip() == "started"
+    out = hung.run(["sh", "-c", "(sleep 30; echo late) & sleep 30"])
+    assert not out.ok and "did not answer" in out.why()
+    out = hung.run(["yes"])
+    assert not out.ok and "printed more than 4 MiB" in out.why()
+    assert len(out.stdout) <= 4 * 1024 * 1024 + 65536
+    assert time.monotonic() - started < 10
 
 
 # --- host names go to ssh and ping only as host names -------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 from verify.client import explain
 from verify.context import Context
 from verify.result import Evidence
+from verify.transport import auth_hint
 
 
 def health(ctx: Context, ev: Evidence) -> None:
@@ -14,6 +15,11 @@ def health(ctx: Context, ev: Evidence) -> None:
     except Exception as exc:  # noqa: BLE001 - explain() names the cause
         raise explain(exc, "GET /health") from None
     ev.saw(f"GET /health -> HTTP {response.status_code}")
+    hint = auth_hint(response.status_code, bool(ctx.endpoint.api_key))
+    if hint:
+        ev.fail(f"/health answered {hint}", "authentication, not readiness: the server is up "
+                "and was started with --api-key",
+                "set SM12X_API_KEY (or OPENAI_API_KEY), or pass --api-key, with the server's key")
     if response.status_code != 200:
         ev.fail(f"/health answered HTTP {response.status_code}",
                 "the server is up but not ready (still loading, or its scheduler died)",

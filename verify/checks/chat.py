@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from verify import scenarios
-from verify.client import Deadline, explain, read_stream
+from verify.client import explain, read_stream, stream_chunks
 from verify.context import Context
 from verify.result import Evidence
-from verify.stream import merge, reasoning_of
+from verify.stream import merge
 
 NO_USAGE_FIX = ("sglang always reports usage; a proxy in front may drop it. Query the server "
                 "directly to tell which")
@@ -57,13 +57,9 @@ def chat_stream(ctx: Context, ev: Evidence) -> None:
     """Streamed through the SDK: role first only, one finish_reason, same text as
     non-streamed at temperature 0."""
     payload = ctx.payload(scenarios.user(scenarios.SHORT))
-    deadline = Deadline(ctx.endpoint.timeout)
     try:
         reference = ctx.client.chat.completions.create(**payload).choices[0].message.content or ""
-        chunks = []
-        for chunk in ctx.client.chat.completions.create(**payload, stream=True):
-            deadline.check("the stream")
-            chunks.append(chunk.model_dump())
+        chunks = stream_chunks(ctx.client, **payload)
     except Exception as exc:  # noqa: BLE001
         raise explain(exc, "streamed chat completion") from None
     m = merge(chunks)
@@ -109,7 +105,7 @@ def raw_stream(ctx: Context, ev: Evidence) -> None:
     payload = ctx.payload(scenarios.user(scenarios.SHORT), stream=True,
                           stream_options={"include_usage": True})
     try:
-        raw = read_stream(ctx.http, payload, Deadline(ctx.endpoint.timeout))
+        raw = read_stream(ctx.http, payload, limits=ctx.endpoint.limits)
     except Exception as exc:  # noqa: BLE001
         raise explain(exc, "raw streamed request") from None
     ev.saw(f"HTTP {raw.status}, {len(raw.lines)} lines, {len(raw.events)} data events, "

@@ -4,7 +4,7 @@ leaks into it; with thinking off it is absent. Streamed and not."""
 from __future__ import annotations
 
 from verify import scenarios
-from verify.client import Deadline, explain
+from verify.client import explain, stream_chunks
 from verify.context import Context
 from verify.result import Evidence
 from verify.stream import merge, reasoning_of
@@ -19,14 +19,9 @@ def _thinking(on: bool) -> dict:
 
 def _both(ctx: Context, on: bool, what: str):
     body = ctx.payload(scenarios.user(scenarios.THINK), max_tokens=2048)
-    deadline = Deadline(ctx.endpoint.timeout)
     try:
         response = ctx.client.chat.completions.create(**body, extra_body=_thinking(on))
-        chunks = []
-        for chunk in ctx.client.chat.completions.create(**body, stream=True,
-                                                        extra_body=_thinking(on)):
-            deadline.check("the stream")
-            chunks.append(chunk.model_dump())
+        chunks = stream_chunks(ctx.client, **body, extra_body=_thinking(on))
     except Exception as exc:  # noqa: BLE001
         raise explain(exc, what) from None
     return response.choices[0], merge(chunks)

@@ -36,10 +36,9 @@ def _targets(ctx: Context) -> tuple[str, list[str]]:
 def _server_info(ctx: Context, base: str, ev: Evidence) -> dict | None:
     for path in ("/server_info", "/get_server_info"):
         try:
-            r = httpx.get(base + path, headers=ctx.endpoint.headers,
-                          timeout=ctx.endpoint.httpx_timeout())
+            r = ctx.http.get(base + path)
         except httpx.HTTPError as exc:
-            ev.saw(f"GET {path}: {type(exc).__name__}")
+            ev.saw(f"GET {path}: {str(exc) or type(exc).__name__}")
             continue
         if r.status_code != 200:
             ev.saw(f"GET {path}: HTTP {r.status_code}")
@@ -70,9 +69,9 @@ def _accept_from_info(info: dict) -> float | None:
 def _accept_from_metrics(ctx: Context, urls: list[str], ev: Evidence) -> float | None:
     for url in urls:
         try:
-            r = httpx.get(url, headers=ctx.endpoint.headers, timeout=ctx.endpoint.httpx_timeout())
+            r = ctx.http.get(url)
         except httpx.HTTPError as exc:
-            ev.saw(f"GET {url}: {type(exc).__name__}")
+            ev.saw(f"GET {url}: {str(exc) or type(exc).__name__}")
             continue
         if r.status_code != 200:
             ev.saw(f"GET {url}: HTTP {r.status_code}")

@@ -13,7 +13,7 @@ import jsonschema
 import openai
 
 from verify import scenarios
-from verify.client import Deadline, explain
+from verify.client import explain, stream_chunks
 from verify.context import Context
 from verify.result import Evidence
 from verify.stream import Merged, merge
@@ -79,12 +79,8 @@ def stream(ctx: Context, messages, tools, tool_choice=None, what="streamed tool 
     body = ctx.payload(messages, tools=tools, max_tokens=2048, **extra)
     if tool_choice is not None:
         body["tool_choice"] = tool_choice
-    deadline = Deadline(ctx.endpoint.timeout)
-    chunks = []
     try:
-        for chunk in ctx.client.chat.completions.create(**body, stream=True):
-            deadline.check("the stream")
-            chunks.append(chunk.model_dump())
+        chunks = stream_chunks(ctx.client, **body)
     except Exception as exc:  # noqa: BLE001
         raise explain(exc, what) from None
     return merge(chunks)
