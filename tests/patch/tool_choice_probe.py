@@ -45,14 +45,14 @@ stub_torchvision()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from support import golden  # noqa: E402
 
+from sglang.srt import runtime_context  # noqa: E402
 from sglang.srt.entrypoints.openai import protocol  # noqa: E402
 from sglang.srt.function_call import function_call_parser as fcp  # noqa: E402
+from sglang.srt.function_call.utils import get_json_schema_constraint  # noqa: E402
 from sglang.srt.managers import scheduler as scheduler_module  # noqa: E402
 from sglang.srt.managers.io_struct import TokenizedGenerateReqInput  # noqa: E402
 from sglang.srt.managers.schedule_batch import FINISH_ABORT  # noqa: E402
 from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
-from sglang.srt.function_call.utils import get_json_schema_constraint  # noqa: E402
-from sglang.srt import runtime_context  # noqa: E402
 from sglang.srt.server_args import prepare_server_args  # noqa: E402
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 
@@ -60,7 +60,8 @@ TOOLS = [protocol.Tool(type="function", function=protocol.Function(
     name="get_weather", description="Current weather in a city",
     parameters={"type": "object", "properties": {"city": {"type": "string"}},
                 "required": ["city"]}))]
-VOCAB = 129280  # DeepSeek-V4's vocabulary (config.json vocab_size)
+# A vocabulary size: only SamplingParams.verify's token-id bounds read it here.
+VOCAB = 129280
 
 
 def sampling_params_for(tool_choice) -> tuple[SamplingParams, str | None]:
@@ -161,11 +162,10 @@ def scheduler(args, recorder: Recorder):
 def admit(args, tool_choice) -> dict:
     params, constraint = sampling_params_for(tool_choice)
     recorder = Recorder()
-    fields = dict(rid="r1", input_text="Weather in Paris?", input_ids=[0, 1, 2, 3],
-                  input_embeds=None, mm_inputs=None, token_type_ids=None,
-                  sampling_params=params, return_logprob=False, logprob_start_len=-1,
-                  top_logprobs_num=0, token_ids_logprob=None, stream=True)
-    recv = TokenizedGenerateReqInput(**fields)
+    recv = TokenizedGenerateReqInput(
+        rid="r1", input_text="Weather in Paris?", input_ids=[0, 1, 2, 3], input_embeds=None,
+        mm_inputs=None, token_type_ids=None, sampling_params=params, return_logprob=False,
+        logprob_start_len=-1, top_logprobs_num=0, token_ids_logprob=None, stream=True)
     # This process is TP rank 0 (sglang's own override; no process group here).
     with runtime_context.get_parallel().override(tp_rank=0, tp_size=args.tp_size):
         scheduler(args, recorder).handle_generate_request(recv)
