@@ -10,10 +10,10 @@
 # explains each stage and what the build refuses.
 
 # --- Build arguments (defaults = versions.env) --------------------------------------
-ARG BASE_IMAGE=lmsysorg/sglang:v0.5.16-cu130-runtime
+ARG BASE_IMAGE=lmsysorg/sglang:v0.5.17-cu130-runtime
 # Empty until scripts/pin-digests resolves it; then FROM uses tag@digest.
 ARG BASE_IMAGE_DIGEST=
-ARG SGLANG_VERSION=0.5.16
+ARG SGLANG_VERSION=0.5.17
 ARG FLASHINFER_VERSION=0.6.15.post1
 ARG FLASHINFER_CUBIN_VERSION=0.6.15.post1
 ARG FLASHINFER_JIT_CACHE_VERSION=0.6.15.post1

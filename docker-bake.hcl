@@ -12,10 +12,10 @@
 # computes. The Dockerfile writes the OCI labels from these arguments (so a
 # plain `docker build` gets them too); bake adds the creation time.
 
-variable "BASE_IMAGE" { default = "lmsysorg/sglang:v0.5.16-cu130-runtime" }
+variable "BASE_IMAGE" { default = "lmsysorg/sglang:v0.5.17-cu130-runtime" }
 # Empty until scripts/pin-digests resolves it (see versions.env).
 variable "BASE_IMAGE_DIGEST" { default = "" }
-variable "SGLANG_VERSION" { default = "0.5.16" }
+variable "SGLANG_VERSION" { default = "0.5.17" }
 variable "FLASHINFER_VERSION" { default = "0.6.15.post1" }
 variable "FLASHINFER_CUBIN_VERSION" { default = "0.6.15.post1" }
 variable "FLASHINFER_JIT_CACHE_VERSION" { default = "0.6.15.post1" }

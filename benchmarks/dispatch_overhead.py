@@ -5,8 +5,11 @@ docs/benchmarks.md for the exact command). An sm_120 CUTLASS kernel cannot run
 on other GPUs, so:
 
 - host time is measured with flashinfer's kernels replaced by no-ops, for the
-  patched and the unpatched dispatch on the same shapes: the difference is
-  what the patch's routing and padding cost the CPU per call;
+  patched and the unpatched dispatch on the same shapes, in interleaved bursts
+  (unpatched, patched, patched, unpatched, ...), so the machine's drift hits
+  both alike: the median of the per-round differences is what the patch's
+  routing and padding cost the CPU per call (two separate runs of the same
+  call measured 80 and 110 us on an H200 host, more than the effect);
 - GPU time is measured inside CUDA graphs: the pad alone (what the patch adds
   on the GPU for a 192-wide draft call), sglang's Triton sparse-decode kernel
   at widths 192 and 512 (the attention a padded call would otherwise pay for,
@@ -65,22 +68,53 @@ def noop_kernels():
         fi.get_sparse_mla_sm120_module.cache_clear()
 
 
-def host_us(fn, calls: int = 20, rounds: int = 300) -> float:
-    """Median host microseconds of one fn(), timed in short bursts.
+def _burst_us(fn, calls: int) -> float:
+    """Host microseconds per call over one burst that starts with an idle GPU queue,
+    so the CPU never waits on the GPU for queue space: Python plus launches."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls * 1e6
 
-    Each burst starts with an idle GPU queue, so the CPU never waits on the
-    GPU for queue space: what is timed is Python plus kernel launches.
-    """
+
+def host_us(fn, calls: int = 20, rounds: int = 300) -> float:
+    """Median host microseconds of one fn(), timed in short bursts."""
     fn()
-    samples = []
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
+    samples = [_burst_us(fn, calls) for _ in range(rounds)]
     torch.cuda.synchronize()
     return statistics.median(samples)
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    q1, q2, q3 = statistics.quantiles(values, n=4)
+    return q1, q2, q3
+
+
+def host_ab_us(fn, calls: int = 20, rounds: int = 300) -> dict:
+    """The same call without and with the patch, interleaved burst by burst.
+
+    Each round times one burst of each, in ABBA order (unpatched first in even
+    rounds, patched first in odd ones), so slow drift of the host (clocks,
+    caches, other load) lands on both; the patch's cost is the median of the
+    per-round differences, with its quartiles to show the noise left.
+    """
+    for on in (False, True):  # warm both paths: memoised routes, allocator, launches
+        with n.dispatch_patch(on):
+            fn()
+    samples: dict[bool, list[float]] = {False: [], True: []}
+    for round_ in range(rounds):
+        for on in ((False, True) if round_ % 2 == 0 else (True, False)):
+            with n.dispatch_patch(on):
+                samples[on].append(_burst_us(fn, calls))
+    torch.cuda.synchronize()
+    diffs = [p - u for u, p in zip(samples[False], samples[True])]
+    d1, d2, d3 = quartiles(diffs)
+    return {"unpatched_us": statistics.median(samples[False]),
+            "patched_us": statistics.median(samples[True]),
+            "added_us": d2, "added_q1_us": d1, "added_q3_us": d3,
+            "unpatched_q1_q3_us": quartiles(samples[False])[::2],
+            "rounds": rounds, "calls_per_burst": calls}
 
 
 def graph_us(fn, reps: int = 100, replays: int = 50) -> float:
@@ -134,10 +168,7 @@ def main() -> None:
     }
     with noop_kernels():
         for name, call in shapes.items():
-            with n.dispatch_patch(False):
-                before = host_us(lambda: n.patched(call))
-            with n.dispatch_patch(True):
-                after = host_us(lambda: n.patched(call))
+            ab = host_ab_us(lambda: n.patched(call))
             # The patch's own host work, alone: the memoised route lookup, and
             # the pad launch where the route pads.
             plan_args = (call["q"], call["indices"], 512, call["extra_k_cache"],
@@ -147,8 +178,7 @@ def main() -> None:
             pad = (host_us(lambda: module._sm12x_pad_indices(call["indices"], call["topk_length"],
                                                              width))
                    if width != call["indices"].shape[-1] else 0.0)
-            results["host"].append({"shape": name, "unpatched_us": before, "patched_us": after,
-                                    "added_us": after - before, "route_lookup_us": lookup,
+            results["host"].append({"shape": name, **ab, "route_lookup_us": lookup,
                                     "pad_launch_us": pad})
 
     # 2. The pad alone inside a CUDA graph (the draft passes topk_length, so only
@@ -196,12 +226,14 @@ def render(r: dict) -> str:
     v = r["versions"]
     lines = [f"GPU: {r['gpu']}; sglang {v['sglang']}, flashinfer {v['flashinfer-python']}, "
              f"torch {v['torch']}, triton {v['triton']}, Python {v['python']}", "",
-             "| host time per call (kernels as no-ops) | unpatched | patched | difference | "
-             "route lookup alone | pad launch alone |",
+             "| host time per call (kernels as no-ops, interleaved bursts) | unpatched | "
+             "patched | added (median of paired rounds, quartiles) | route lookup alone | "
+             "pad launch alone |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {h['shape']} | {h['unpatched_us']:.1f} us | {h['patched_us']:.1f} us | "
-              f"{h['added_us']:+.1f} us | {h['route_lookup_us']:.2f} us | "
-              f"{h['pad_launch_us']:.1f} us |" for h in r["host"]]
+              f"{h['added_us']:+.1f} us ({h['added_q1_us']:+.1f} to {h['added_q3_us']:+.1f}) | "
+              f"{h['route_lookup_us']:.2f} us | {h['pad_launch_us']:.1f} us |"
+              for h in r["host"]]
     lines += ["", "| draft tokens | pad 192 -> 512, in a CUDA graph | pad + topk_length fill | "
               "Triton decode, width 192 | Triton decode, width 512 | pad / Triton 512 |",
               "|---|---|---|---|---|---|"]

@@ -50,6 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     from sm12x.selftest.env import flashinfer_package, installed_versions, stub_torchvision
 
     stub_torchvision()
+    import torch
+
+    # Every tensor here is small: one thread is fastest, and on a busy machine
+    # OpenMP's spinning worker threads made each small copy up to 50x slower.
+    torch.set_num_threads(1)
     started = time.monotonic()
     from sm12x.selftest import census
     from sm12x.selftest.kernels import Emulator, Rules

@@ -5,8 +5,11 @@ the draft's indices are built by sglang's own `ComputeDsparkWindowGather` and
 `build_dspark_swa_page_indices` (torch paths, CPU), the alignment and window
 constants are read from sglang's source, and head counts follow the padding
 rules of deepseek_v4.py (target) and deepseek_v4_dspark.py (draft). Each
-distinct call is then made through sglang's real `flash_mla_with_kvcache_sm120`
-with the kernels emulated (kernels.py), in three configurations:
+distinct call is made with and without `topk_length` (the patch fills it when
+it pads a call that has none), on sglang's real 128-token SWA pages, so the
+real 128 -> 64 page split runs before every flashinfer call. Calls go through
+sglang's real `flash_mla_with_kvcache_sm120` with the kernels emulated
+(kernels.py), in three configurations:
 
 - patched:   the dispatch patch active (the image's configuration);
 - unpatched: SGLANG_SM120_FLASHMLA_TOPK_PAD=0, i.e. upstream's dispatch;
@@ -16,6 +19,7 @@ with the kernels emulated (kernels.py), in three configurations:
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import math
 from collections import Counter
@@ -53,6 +57,18 @@ def _sglang_dir() -> Path:
 
 
 @functools.cache
+def source_attribute(relative: str, name: str) -> int:
+    """An `self.NAME = <literal>` assignment in an sglang source file, without importing it."""
+    tree = ast.parse((_sglang_dir() / relative).read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Attribute) and t.attr == name for t in node.targets
+        ) and isinstance(node.value, ast.Constant):
+            return node.value.value
+    raise LookupError(f"self.{name} = <literal> not found in sglang/{relative}")
+
+
+@functools.cache
 def source_constant(relative: str, name: str) -> int:
     """A module-level `NAME = <literal>` of an sglang source file, without importing it."""
     tree = ast.parse((_sglang_dir() / relative).read_text(encoding="utf-8"))
@@ -66,6 +82,12 @@ def source_constant(relative: str, name: str) -> int:
 
 def swa_window() -> int:
     return source_constant("srt/layers/attention/deepseek_v4_backend.py", "SWA_WINDOW")
+
+
+def swa_page_size() -> int:
+    """Tokens per SWA page as the backend hands them to the kernel (128 up to 0.5.18:
+    `_flash_mla_flashinfer` splits them into the 64-token pages flashinfer takes)."""
+    return source_attribute("srt/layers/attention/deepseek_v4_backend.py", "swa_page_size")
 
 
 def index_alignment() -> int:
@@ -138,6 +160,9 @@ class Shape:
     topk: int
     extra_topk: int
     extra_pbs: int
+    # Whether the caller passes topk_length (without it the patch fills one
+    # when it pads; the kernels then scan the original width).
+    with_topk_length: bool = True
 
     @property
     def path(self) -> str:
@@ -171,7 +196,9 @@ def shapes(gammas: Iterable[int] = DEFAULT_GAMMAS, batches: Iterable[int] = DEFA
     gammas, batches, tps, contexts = list(gammas), list(batches), list(tps), list(contexts)
 
     def add(shape: Shape, producer: Producer) -> None:
-        found.setdefault(shape, []).append(producer)
+        for with_topk_length in (True, False):
+            variant = dataclasses.replace(shape, with_topk_length=with_topk_length)
+            found.setdefault(variant, []).append(producer)
 
     draft_width = {g: draft_indices(g, 1, swa_window())[0].shape[-1] for g in gammas}
     for gamma in gammas:
@@ -205,15 +232,27 @@ class Outcome:
     detail: str = ""
 
 
+@functools.cache
+def _swa_cache(pages: int) -> torch.Tensor:
+    """A [pages, 128, 1, 584] SWA cache in sglang's page layout, random bytes (the
+    split's copy is checked byte for byte; the split never writes its source)."""
+    from sm12x.selftest.numerics import make_kv_cache
+
+    return make_kv_cache(pages, swa_page_size(), "cpu", seed=pages)
+
+
 def _tensors(shape: Shape, producer: Producer) -> dict:
-    """CPU stand-ins with the call's real shapes and dtypes (contents are irrelevant
-    to routing; the draft's indices are the real builder's output)."""
-    pages = 4
+    """CPU tensors with the call's real shapes and dtypes; the draft's indices are the
+    real builder's output, and the SWA cache is as large as they need."""
+    page = swa_page_size()
     if shape.phase == "draft":
         indices, topk_length = draft_indices(producer.gamma, producer.batch, swa_window())
         indices = indices.view(shape.num_tokens, 1, -1)
+        pages = math.ceil((int(indices.max()) + 1) / page)
     else:
-        indices = torch.randint(0, pages * 64, (shape.num_tokens, 1, shape.topk), dtype=torch.int32)
+        pages = 4
+        indices = torch.randint(0, pages * page, (shape.num_tokens, 1, shape.topk),
+                                dtype=torch.int32)
         topk_length = torch.full((shape.num_tokens,), shape.topk, dtype=torch.int32)
     extra = {}
     if shape.extra_topk:
@@ -226,11 +265,9 @@ def _tensors(shape: Shape, producer: Producer) -> dict:
         )
     return dict(
         q=torch.empty(shape.num_tokens, 1, shape.num_heads, D_QK, dtype=torch.bfloat16),
-        # 64-token SWA pages: the 128 -> 64 page split is a copy that does not
-        # change the route, and needs a GPU (or the Triton interpreter).
-        k_cache=torch.zeros(pages, 64, 1, 584, dtype=torch.uint8),
+        k_cache=_swa_cache(pages),
         indices=indices,
-        topk_length=topk_length,
+        topk_length=topk_length if shape.with_topk_length else None,
         attn_sink=torch.zeros(shape.num_heads, dtype=torch.float32),
         head_dim_v=D_V,
         softmax_scale=D_QK ** -0.5,
@@ -238,7 +275,31 @@ def _tensors(shape: Shape, producer: Producer) -> dict:
     )
 
 
-def _check_arguments(call, args: dict, width: int) -> str:
+def _split_kept_every_referenced_token(source: torch.Tensor, split: torch.Tensor,
+                                       indices: torch.Tensor) -> bool:
+    """Every 64-token page the indices reference holds the bytes of its half of the
+    128-token source page: the 64 tokens' data (576 bytes each), then their scales
+    (8 bytes each). Token addressing is unchanged by the split: token t is slot
+    t % 64 of page t // 64."""
+    from sm12x.selftest.numerics import DATA_BYTES, SCALE_BYTES
+
+    dst_page, ratio = split.shape[1], source.shape[1] // split.shape[1]
+    touched = torch.zeros(split.shape[0], dtype=torch.bool)
+    touched[indices[indices >= 0].long() // dst_page] = True
+    src = torch.as_strided(source, (source.shape[0], source.stride(0)), (source.stride(0), 1))
+    dst = torch.as_strided(split, (split.shape[0], split.stride(0)), (split.stride(0), 1))
+    data, scales = dst_page * DATA_BYTES, dst_page * SCALE_BYTES
+    for page in touched.nonzero().flatten().tolist():
+        whole, sub = divmod(page, ratio)
+        scale_at = source.shape[1] * DATA_BYTES + sub * scales
+        if not (torch.equal(dst[page, :data], src[whole, sub * data:(sub + 1) * data])
+                and torch.equal(dst[page, data:data + scales],
+                                src[whole, scale_at:scale_at + scales])):
+            return False
+    return True
+
+
+def _check_arguments(call, args: dict, width: int, check_split: bool = True) -> str:
     """The patch's contract for the arguments a kernel got; '' when they are right."""
     original = args["indices"].squeeze(1)
     seen = call.indices.reshape(call.indices.shape[0], -1)
@@ -248,19 +309,46 @@ def _check_arguments(call, args: dict, width: int) -> str:
             return "indices were copied or reshaped for an unchanged call"
         if call.topk_length is not args["topk_length"]:
             return "topk_length was replaced for an unchanged call"
-        return ""
-    if not torch.equal(seen[:, : original.shape[-1]], original):
-        return "padding changed the original indices"
-    if not bool((seen[:, original.shape[-1]:] == -1).all()):
-        return "padding is not -1"
-    if call.topk_length is not args["topk_length"]:
-        return "topk_length given but not passed through"
+    else:
+        if not torch.equal(seen[:, : original.shape[-1]], original):
+            return "padding changed the original indices"
+        if not bool((seen[:, original.shape[-1]:] == -1).all()):
+            return "padding is not -1"
+        if args["topk_length"] is not None and call.topk_length is not args["topk_length"]:
+            return "topk_length given but not passed through"
+        if args["topk_length"] is None and (
+            call.topk_length is None or call.topk_length.dtype != torch.int32
+            or tuple(call.topk_length.shape) != (original.shape[0],)
+            or not bool((call.topk_length == original.shape[-1]).all())
+        ):
+            return "topk_length missing, and not filled with the original width"
+    if call.kernel != "triton" and check_split:
+        if call.kv_cache.shape[1] != 64:
+            return f"the kernel got {call.kv_cache.shape[1]}-token pages, not 64"
+        if not _split_kept_every_referenced_token(args["k_cache"], call.kv_cache, seen):
+            return "the page split lost a page the indices reference"
     return ""
+
+
+def _poison_split_output() -> None:
+    """Overwrite the page split's persistent output (sglang keeps it across calls and,
+    from 0.5.17, copies only touched pages), so a page the split skipped cannot pass
+    the byte check with an earlier call's copy."""
+    from sglang.srt.runtime_context import get_resources
+
+    buffer = get_resources().buffers.get("flash_mla_sm120_split:cpu")
+    if buffer is not None:
+        buffer.fill_(0xA5)
 
 
 def run_shape(module, emulator: Emulator, shape: Shape, producer: Producer,
               scenario: str) -> Outcome:
     args = _tensors(shape, producer)
+    # The split's bytes are part of the patch's contract (it pads the indices
+    # the split reads); upstream's own split is not what this census judges.
+    check_split = scenario == "patched"
+    if check_split:
+        _poison_split_output()
     emulator.calls.clear()
     try:
         module.flash_mla_with_kvcache_sm120(
@@ -280,7 +368,8 @@ def run_shape(module, emulator: Emulator, shape: Shape, producer: Producer,
         route = "triton"
     else:
         route = "cutlass" if call.topk == shape.topk else "cutlass-padded"
-    return Outcome(scenario, route, call.topk, _check_arguments(call, args, call.topk))
+    return Outcome(scenario, route, call.topk,
+                   _check_arguments(call, args, call.topk, check_split))
 
 
 class Configure:

@@ -12,7 +12,13 @@ and flashinfer's Python dispatch (`_sparse_mla_sm120_paged_attention`, its
   instantiations parsed from csrc/sparse_mla_sm120_decode_dsv4.cu, page block
   64, and the split-K scratch it writes;
 - sglang's Triton sparse-decode kernel (`flash_mla_sparse_decode_triton`),
-  recorded, or run for real under TRITON_INTERPRET=1 in compute mode.
+  recorded, or run for real under TRITON_INTERPRET=1 in compute mode;
+- in record mode only, the two Triton kernels of sglang's 128 -> 64 page split
+  (`_page_split_kernel`, and `_page_mark_kernel` where sglang >= 0.5.17 copies
+  only the pages the indices touch): torch copies with the kernels' launch
+  rules, so the real `_split_kv_pages_to_64` around them runs on any CPU
+  (tests/patch/numerics_probe.py proves them byte-equal to the real kernels
+  under TRITON_INTERPRET=1). In compute mode the real kernels run.
 
 A rule the real code enforces with TVM_FFI_ICHECK aborts the server process;
 here it raises KernelAbort carrying the same message.
@@ -51,6 +57,7 @@ class Call:
     indices: torch.Tensor
     topk_length: torch.Tensor | None
     scratch_splits: int | None = None
+    kv_cache: torch.Tensor | None = None  # the main cache the kernel got (after any split)
 
 
 @dataclass
@@ -148,6 +155,16 @@ def reference_attention(q, kv, indices, topk_length, attn_sink, scale, extra_kv=
     return out.squeeze(1), lse
 
 
+class _Launch:
+    """What `kernel[grid](*args)` needs: indexing by the grid, then a call."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+
+    def __getitem__(self, grid):
+        return lambda *args: self.fn(grid, *args)
+
+
 @dataclass
 class Emulator:
     """Installs the emulated kernels into the live flashinfer/sglang modules."""
@@ -192,7 +209,7 @@ class Emulator:
                f"num_heads={num_heads} topk={topk} page_block_size={pbs} "
                f"topk_extra={extra_topk} extra_page_block_size={extra_pbs}")
         self.calls.append(Call("cutlass-prefill", num_tokens, num_heads, topk, extra_topk,
-                               extra_pbs, indices, topk_length))
+                               extra_pbs, indices, topk_length, kv_cache=kv_cache))
         self._stand_in(q, kv_cache, indices, output, out_lse, sm_scale, topk_length, attn_sink,
                        extra_kv_cache, extra_indices, extra_topk_length)
 
@@ -217,7 +234,7 @@ class Emulator:
         _check(tuple(mid_lse.shape) == (num_tokens, num_heads, splits),
                f"mid_lse {tuple(mid_lse.shape)} != [T, H, {splits}]")
         self.calls.append(Call("cutlass-decode", num_tokens, num_heads, topk, extra_topk,
-                               extra_pbs, indices, topk_length, splits))
+                               extra_pbs, indices, topk_length, splits, kv_cache=kv_cache))
         self._stand_in(q, kv_cache, indices, output, out_lse, sm_scale, topk_length, attn_sink,
                        extra_kv_cache, extra_indices, extra_topk_length)
         return output
@@ -255,13 +272,53 @@ class Emulator:
             extra_topk = extra_indices.shape[-1] if extra_indices is not None else 0
             extra_pbs = extra_k_cache.shape[1] if extra_k_cache is not None else 0
             self.calls.append(Call("triton", batch, heads, indices.shape[-1], extra_topk,
-                                   extra_pbs, indices, topk_length))
+                                   extra_pbs, indices, topk_length, kv_cache=k_cache))
             if self.compute:
                 return real(q, k_cache, indices, topk_length, attn_sink, head_dim_v,
                             softmax_scale, extra_k_cache, extra_indices, extra_topk_length)
-            out = torch.zeros(batch, 1, heads, head_dim_v, dtype=torch.bfloat16, device=q.device)
-            return out, torch.zeros(batch, heads, 1, device=q.device)
+            # Record mode: shapes matter, values do not (empty: no 512 MB memset
+            # for an 8192-token prefill chunk).
+            out = torch.empty(batch, 1, heads, head_dim_v, dtype=torch.bfloat16, device=q.device)
+            return out, torch.empty(batch, heads, 1, device=q.device)
         return triton
+
+    # --- sglang's 128 -> 64 page split (record mode) -------------------------
+    # Launched as kernel[grid](*args); the argument lists are those of
+    # _split_kv_pages_to_64 (0.5.16: no mask; >= 0.5.17: mask and HAS_MASK).
+    @staticmethod
+    def _page_mark(grid, indices, mask, n_idx, src_pbs, block):
+        _check(indices.dtype == torch.int32 and indices.ndim == 1 and indices.is_contiguous(),
+               "page mark needs flat contiguous int32 indices")
+        _check(tuple(grid) == (n_idx,) and n_idx == indices.numel(),
+               f"page mark grid {tuple(grid)} != ({indices.numel()},)")
+        valid = indices[indices >= 0].long()
+        # The real kernel stores mask[idx // SRC_PBS] unchecked: an index past
+        # the pool would be an out-of-bounds write on the GPU.
+        _check(bool((valid < mask.numel() * src_pbs).all()),
+               "page mark: an index points past the SWA pool")
+        mask[valid // src_pbs] = 1
+
+    @staticmethod
+    def _page_split(grid, src, dst, n_pages, src_stride0, dst_stride0, data_per_sub,
+                    scale_per_sub, src_scale_off, dst_scale_off, ratio, block, mask=None,
+                    has_mask=False):
+        _check(src.dtype == dst.dtype == torch.uint8, "page split copies bytes")
+        _check(tuple(grid) == (n_pages * ratio,), f"page split grid {tuple(grid)} != "
+               f"({n_pages * ratio},)")
+        _check(src.shape[0] == n_pages and src.stride(0) == src_stride0,
+               "page split source is not [pages, stride0]")
+        _check(dst.shape[0] >= n_pages * ratio and dst.stride(0) == dst_stride0,
+               "page split output is not [pages * ratio, dst_stride0]")
+        pages = range(n_pages)
+        if has_mask:
+            pages = mask[:n_pages].nonzero().flatten().tolist()
+        for page in pages:
+            for sub in range(ratio):
+                row = dst[page * ratio + sub]
+                row[:data_per_sub] = src[page, sub * data_per_sub:(sub + 1) * data_per_sub]
+                start = src_scale_off + sub * scale_per_sub
+                row[dst_scale_off:dst_scale_off + scale_per_sub] = \
+                    src[page, start:start + scale_per_sub]
 
     # --- installation -------------------------------------------------------
     def _swap(self, owner: Any, name: str, value: Any) -> None:
@@ -285,6 +342,12 @@ class Emulator:
         self._swap(fi, "gen_sparse_mla_sm120_module", lambda: _Spec())
         self._swap(fi, "sparse_mla_sm120_decode_dsv4", self._decode)
         self._swap(tri, "flash_mla_sparse_decode_triton", self._triton(tri.flash_mla_sparse_decode_triton))
+        if not self.compute:
+            from sglang.kernels.ops.attention import flash_mla_sm120 as sg
+
+            self._swap(sg, "_page_split_kernel", _Launch(self._page_split))
+            if hasattr(sg, "_page_mark_kernel"):
+                self._swap(sg, "_page_mark_kernel", _Launch(self._page_mark))
         fi.get_sparse_mla_sm120_module.cache_clear()
         return self
 

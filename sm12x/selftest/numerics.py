@@ -156,19 +156,31 @@ BF16_RTOL, BF16_ATOL = 1.6e-2, 1e-2
 
 @dataclass
 class Diff:
+    """How far two results are apart. Non-finite values are never skipped: a NaN in
+    either, or an infinity the other does not have at the same place, makes
+    max_abs infinite and close/exact false (an all-NaN output must not pass a
+    comparison with its reference)."""
+
     name: str
-    max_abs: float
+    max_abs: float  # inf when non-finite values disagree
     exact: bool  # bitwise equal, infinities included
-    close: bool  # within BF16_RTOL/BF16_ATOL everywhere
+    close: bool  # within BF16_RTOL/BF16_ATOL everywhere, no NaN
+    nonfinite: int = 0  # places where either is NaN, or the infinities differ
 
     @classmethod
     def of(cls, name: str, a: torch.Tensor, b: torch.Tensor) -> "Diff":
         a, b = a.float().cpu(), b.float().cpu()
+        if a.shape != b.shape:
+            raise ValueError(f"{name}: shapes differ, {tuple(a.shape)} vs {tuple(b.shape)}")
         finite = torch.isfinite(a) & torch.isfinite(b)
+        same_infinity = torch.isinf(a) & (a == b)
+        nonfinite = int((~finite & ~same_infinity).sum())
         diff = (a - b).abs()[finite]
+        max_abs = float(diff.max()) if diff.numel() else 0.0
         return cls(
             name,
-            float(diff.max()) if diff.numel() else 0.0,
+            float("inf") if nonfinite else max_abs,
             bool(torch.equal(a, b)),
             bool(torch.allclose(a, b, rtol=BF16_RTOL, atol=BF16_ATOL, equal_nan=False)),
+            nonfinite,
         )

@@ -42,17 +42,22 @@ def rules():
     return Rules.from_flashinfer(flashinfer_package())
 
 
-@pytest.mark.parametrize("tokens", [5, 20, 64, 80, 320])
-def test_padded_draft_call_equals_unpadded_reference(rules, tokens):
-    call = n.make_call(tokens, 64, 192, 133, PAGES, PAGE, DEV, seed=tokens)
+@pytest.mark.parametrize("tokens, with_topk_length", [
+    (5, True), (20, True), (64, True), (80, True), (320, True),
+    (5, False), (80, False),  # no topk_length: the patch fills the original width
+])
+def test_padded_draft_call_equals_unpadded_reference(rules, tokens, with_topk_length):
+    call = n.make_call(tokens, 64, 192, 192 if not with_topk_length else 133, PAGES, PAGE, DEV,
+                       seed=tokens, with_topk_length=with_topk_length)
     expected, _ = n.reference(call)
     with Emulator(rules, compute="reference") as emulator:
         got = n.patched(call)
     (seen,) = emulator.calls
     assert seen.topk == 512
     assert seen.kernel == ("cutlass-decode" if tokens <= 64 else "cutlass-prefill")
+    assert seen.topk_length is not None and seen.topk_length.shape == (tokens,)
     diff = n.Diff.of("patched", got, expected)
-    assert diff.close, diff
+    assert diff.close and diff.nonfinite == 0, diff
 
 
 def test_real_triton_kernel_matches_reference_and_ignores_padding(rules):
@@ -60,7 +65,7 @@ def test_real_triton_kernel_matches_reference_and_ignores_padding(rules):
     expected, expected_lse = n.reference(call)
     out, lse = n.triton_direct(call)
     assert n.Diff.of("triton", out, expected).close
-    assert n.Diff.of("lse", lse, expected_lse).max_abs < 1e-3
+    assert n.Diff.of("lse", lse, expected_lse).max_abs < 1e-3  # inf if either has a NaN
     padded, _ = n.triton_direct(n.padded(call, 512))
     # Autotune may tile widths 192 and 512 differently: equal up to rounding ...
     assert n.Diff.of("padded", padded, out).close

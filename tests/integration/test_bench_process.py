@@ -20,6 +20,7 @@ from support import bench_cli
 from support.cli import ROOT
 
 from sm12x.bench import provenance, runner
+from sm12x.versions import load_versions
 
 FIXTURES = ROOT / "tests" / "fixtures" / "bench"
 FAKE_BENCH = ROOT / "tests" / "support" / "fake_bench"
@@ -129,7 +130,7 @@ def test_default_workload_through_sglangs_real_cli(tmp_path, server):
     done, result, calls, out = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4",
                                      "--container", "none")
     assert done.returncode == 0, done.stdout + done.stderr
-    parser = bench_cli.real_parser("0.5.16")
+    parser = bench_cli.real_parser(load_versions()["SGLANG_VERSION"])
     assert len(calls) == 3
     for call, concurrency in zip(calls, (16, 32, 64)):
         args = parser.parse_args(call["argv"])
@@ -163,7 +164,7 @@ def test_a_dataset_path_runs_the_seeds_random_dataset(tmp_path, server):
                                    "--container", "none", "--concurrency", "16",
                                    "--num-prompts", "48", "--dataset-path", str(sharegpt))
     assert done.returncode == 0, done.stderr
-    args = bench_cli.real_parser("0.5.16").parse_args(calls[0]["argv"])
+    args = bench_cli.real_parser(load_versions()["SGLANG_VERSION"]).parse_args(calls[0]["argv"])
     assert args.dataset_name == "random" and args.dataset_path == str(sharegpt)
     assert args.num_prompts == 48
     assert result["workload"]["dataset_path"] == sharegpt.name  # never the folder

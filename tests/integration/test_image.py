@@ -2,8 +2,9 @@
 
 No registry is reachable here, so the base is tests/support/standin.py's
 Debian image with Python and the pinned sglang wheel at the real base's
-dist-packages layout (and sglang's own flashinfer pin, 0.6.14, which the build
-must move). The build is the real one: BuildKit, the Dockerfile as it is, the
+dist-packages layout (and sglang's own flashinfer pin, which the build
+reinstalls at FLASHINFER_VERSION: the same version for sglang 0.5.17). The
+build is the real one: BuildKit, the Dockerfile as it is, the
 build arguments scripts/image-args computes from versions.env, host
 networking for PyPI. Only FLASHINFER_PREBUILT=0: flashinfer-cubin and
 flashinfer-jit-cache live on flashinfer's own index, which these machines
@@ -118,11 +119,13 @@ def python_in(image: str, code: str, **kw) -> str:
 
 # --- what the build did --------------------------------------------------------------
 
-def test_the_build_moved_flashinfer_off_the_base_s_pin(image, base):
-    # The stand-in carries sglang's own pin, as the real base does.
+def test_the_image_has_the_pinned_flashinfer_which_is_sglang_s_own(image, base):
+    # The stand-in carries sglang's own pin, as the real base does; for
+    # sglang 0.5.17 that is the pinned flashinfer (no override of its stack).
     code = "import importlib.metadata as m; print(m.version('flashinfer-python'))"
     before = python_in(base, code)
-    assert before.strip() == "0.6.14" != PINS["FLASHINFER_VERSION"]
+    assert before.strip() == standin.base_flashinfer(PINS["SGLANG_VERSION"])
+    assert before.strip() == PINS["FLASHINFER_VERSION"]
     after = python_in(image.tag, code)
     assert after.strip() == PINS["FLASHINFER_VERSION"]
 
@@ -306,10 +309,12 @@ def test_a_container_that_dies_fails_at_once_with_its_logs(image):
 # --- builds that must fail, with their reason --------------------------------------------
 
 def test_a_base_with_another_sglang_fails_the_build(base):
+    other = "0.5.16" if PINS["SGLANG_VERSION"] != "0.5.16" else "0.5.17"
     proc = build("sm12x-test:wrong-sglang", BASE_IMAGE=base, FLASHINFER_PREBUILT="0",
-                 SGLANG_VERSION="0.5.17")
+                 SGLANG_VERSION=other)
     assert proc.returncode != 0
-    assert "the base has sglang 0.5.16, versions.env pins SGLANG_VERSION=0.5.17" in proc.stderr
+    assert (f"the base has sglang {PINS['SGLANG_VERSION']}, versions.env pins "
+            f"SGLANG_VERSION={other}") in proc.stderr
 
 
 def test_a_patch_that_does_not_apply_fails_the_build(base, tmp_path):
@@ -326,8 +331,8 @@ def test_a_patch_that_does_not_apply_fails_the_build(base, tmp_path):
     try:
         proc = build("sm12x-test:edited", BASE_IMAGE=broken, FLASHINFER_PREBUILT="0")
         assert proc.returncode != 0
-        assert ("sglang 0.5.16: 0001-sm120-sparse-mla-topk-dispatch.patch does not apply"
-                in proc.stderr), containers.tail(proc.stderr)
+        assert (f"sglang {PINS['SGLANG_VERSION']}: 0001-sm120-sparse-mla-topk-dispatch.patch "
+                "does not apply" in proc.stderr), containers.tail(proc.stderr)
     finally:
         containers.docker("rmi", "-f", broken)
 

@@ -16,6 +16,10 @@ from sm12x.selftest.env import flashinfer_package, stub_torchvision  # noqa: E40
 
 stub_torchvision()
 
+import torch  # noqa: E402
+
+torch.set_num_threads(1)  # small tensors; OpenMP spinning on a busy machine costs 50x
+
 from sm12x.selftest import numerics as n  # noqa: E402
 from sm12x.selftest.kernels import Emulator, Rules  # noqa: E402
 
@@ -25,7 +29,8 @@ out: dict = {}
 
 def record(name, a, b):
     diff = n.Diff.of(name, a, b)
-    out[name] = {"max_abs": diff.max_abs, "exact": diff.exact, "close": diff.close}
+    out[name] = {"max_abs": diff.max_abs, "exact": diff.exact, "close": diff.close,
+                 "nonfinite": diff.nonfinite}
 
 
 def routed(emulator):
@@ -77,5 +82,36 @@ with Emulator(Rules.from_flashinfer(flashinfer_package()), compute="reference") 
     out["fallback_indices_unchanged"] = emulator.calls[0].indices.data_ptr() == odd["indices"].data_ptr()
     record("fallback_vs_triton", via_patch, n.triton_direct(odd)[0])
     record("fallback_vs_reference", via_patch, n.reference(odd)[0])
+
+
+# 7. The page-split stand-in the census uses (record mode) writes exactly the
+#    bytes sglang's real split kernels write (run here by the interpreter):
+#    touched pages copied, from 0.5.17 untouched ones left alone.
+import inspect  # noqa: E402
+
+from sglang.kernels.ops.attention import flash_mla_sm120 as sg  # noqa: E402
+from sglang.srt.runtime_context import get_resources  # noqa: E402
+
+source = n.make_kv_cache(6, PAGE, "cpu", seed=7)
+touched = torch.full((3, 192), -1, dtype=torch.int32)
+touched[:, :40] = torch.cat([torch.arange(130, 150), torch.arange(520, 540)]).to(torch.int32)
+masked = "touched_indices" in inspect.signature(sg._split_kv_pages_to_64).parameters
+
+
+def split_bytes():
+    previous = get_resources().buffers.get("flash_mla_sm120_split:cpu")
+    if previous is not None:
+        previous.fill_(0xA5)
+    got = sg._split_kv_pages_to_64(source, PAGE, **({"touched_indices": touched} if masked else {}))
+    return torch.as_strided(got, (got.shape[0], got.stride(0)), (got.stride(0), 1)).clone()
+
+
+split_bytes()  # allocates sglang's persistent output buffer, which the next call poisons
+real_split = split_bytes()
+with Emulator(Rules.from_flashinfer(flashinfer_package())):
+    emulated_split = split_bytes()
+out["split_masked"] = masked
+out["split_emulation_equals_kernel"] = bool(torch.equal(real_split, emulated_split))
+out["split_pages_left_alone"] = int((real_split == 0xA5).all(dim=1).sum())
 
 json.dump(out, sys.stdout)

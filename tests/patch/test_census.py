@@ -7,6 +7,7 @@ real launcher aborts on raises with the real message.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections import Counter
 
@@ -46,6 +47,60 @@ def test_census_covers_the_dimensions_the_issue_names(pinned):
     # sglang's own index builder gives the draft width 192 for every gamma.
     assert {c["topk"] for c in calls if c["phase"] == "draft"} == {192}
     assert {c["num_heads"] for c in calls} == {64}
+
+
+def test_census_covers_calls_without_topk_length_and_the_page_split(pinned):
+    """Every shape is called with and without topk_length, on 128-token SWA pages
+    (the real split runs first; its copy is checked byte for byte in the patched
+    scenario, and the pad must fill a missing topk_length with the original width)."""
+    calls = [c for c in pinned[1]["calls"] if c["scenario"] == "patched"]
+
+    def shape(c):
+        return (c["phase"], c["layer"], c["num_tokens"], c["topk"], c["extra_topk"])
+
+    with_length = {shape(c) for c in calls if c["with_topk_length"]}
+    without = {shape(c) for c in calls if not c["with_topk_length"]}
+    assert with_length == without and len(calls) == 2 * len(with_length)
+    padded_without = [c for c in calls if c["route"] == "cutlass-padded"
+                      and not c["with_topk_length"]]
+    assert {c["path"] for c in padded_without} == {"decode", "prefill"}
+    assert all(c["detail"] == "" for c in calls)
+
+
+SABOTAGE = """
+import json, sys, sm12x.selftest.env as e
+e.stub_torchvision()
+from sm12x.selftest import census
+from sm12x.selftest.kernels import Emulator, Rules
+from sglang.kernels.ops.attention import flash_mla_sm120 as m
+how = sys.argv[1]
+if how == "split-skips-a-page":
+    # The split's page marking loses the highest page the indices touch.
+    real_mark = Emulator._page_mark
+    def mark(grid, indices, mask, n, pbs, block):
+        real_mark(grid, indices, mask, n, pbs, block)
+        mask[int(indices.max()) // pbs] = 0
+    Emulator._page_mark = staticmethod(mark)
+elif how == "pad-drops-topk-length":
+    real_pad = m._sm12x_pad_indices
+    m._sm12x_pad_indices = lambda i, length, width: (real_pad(i, length, width)[0], length)
+found = census.shapes(gammas=(4,), batches=(1, 2, 16, 32), tps=(4,), contexts=(1024,))
+with Emulator(Rules.from_flashinfer(e.flashinfer_package())) as em:
+    results = census.run(em, found, ["patched"])
+print(json.dumps(sorted({o.detail for _, o in results})))
+"""
+
+
+@pytest.mark.parametrize("how, detail", [
+    ("split-skips-a-page", "the page split lost a page the indices reference"),
+    ("pad-drops-topk-length", "topk_length missing, and not filled with the original width"),
+])
+def test_the_census_fails_a_split_or_pad_that_breaks_the_contract(how, detail, sglang_tree,
+                                                                  flashinfer_tree, pins):
+    site = [sglang_tree(pins["SGLANG_VERSION"]), flashinfer_tree(pins["FLASHINFER_VERSION"])]
+    proc = trees.run_python(site, ["-c", SABOTAGE, how])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert detail in json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_with_the_patch_nothing_aborts_and_every_shape_is_on_cutlass(pinned):
@@ -97,7 +152,8 @@ def test_switching_the_patch_off_is_exactly_upstream(pinned, sglang_tree, flashi
     assert proc.returncode == 0, proc.stderr
 
     def key(c):
-        return (c["phase"], c["layer"], c["num_tokens"], c["topk"], c["extra_topk"])
+        return (c["phase"], c["layer"], c["num_tokens"], c["topk"], c["extra_topk"],
+                c["with_topk_length"])
 
     upstream = {key(c): (c["route"], c["width"], c["detail"]) for c in pristine["calls"]}
     switched = {key(c): (c["route"], c["width"], c["detail"])

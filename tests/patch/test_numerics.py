@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
+from sm12x.selftest.numerics import Diff
 from support import trees
 
 PROBE = str(trees.REPO / "tests" / "patch" / "numerics_probe.py")
@@ -57,3 +59,43 @@ def test_unservable_shape_falls_back_to_triton_with_original_indices(probe):
     assert probe["fallback_indices_unchanged"]
     assert probe["fallback_vs_triton"]["exact"]
     assert probe["fallback_vs_reference"]["close"], probe["fallback_vs_reference"]
+
+
+def test_no_comparison_saw_a_non_finite_value(probe):
+    for name, diff in probe.items():
+        if isinstance(diff, dict):
+            assert diff["nonfinite"] == 0, (name, diff)
+
+
+@pytest.mark.parametrize("bad", [
+    torch.full((2, 64, 512), float("nan")),  # the kernel wrote nothing sensible
+    torch.cat([torch.full((1, 64, 512), float("nan")), torch.zeros(1, 64, 512)]),
+    torch.full((2, 64, 512), float("inf")),
+])
+def test_a_non_finite_output_fails_every_comparison_the_tests_make(bad):
+    # What the comparisons used to do: skip non-finite places, so max_abs of an
+    # all-NaN output against any reference was 0.0 and "== 0.0" passed.
+    reference = torch.zeros(2, 64, 512)
+    diff = Diff.of("bad", bad, reference)
+    assert diff.max_abs == float("inf") and diff.nonfinite > 0
+    assert not diff.exact and not diff.close
+    assert diff.max_abs != 0.0 and not diff.max_abs <= 1e-4
+    # Against itself too: NaN is never equal to NaN.
+    if bad.isnan().any():
+        assert Diff.of("self", bad, bad.clone()).max_abs == float("inf")
+
+
+def test_matching_infinities_are_agreement_not_distance():
+    # An LSE of -inf (a row with nothing to attend to) on both sides is equal.
+    a = torch.tensor([[0.5, float("-inf")]])
+    diff = Diff.of("lse", a, a.clone())
+    assert diff.max_abs == 0.0 and diff.exact and diff.close and diff.nonfinite == 0
+    assert Diff.of("lse", a, torch.tensor([[0.5, float("inf")]])).max_abs == float("inf")
+
+
+def test_the_census_page_split_stand_in_writes_what_the_real_kernels_write(probe, pins):
+    assert probe["split_emulation_equals_kernel"]
+    # sglang >= 0.5.17 copies only the touched source pages (2 of 6 here: 4 of
+    # the 12 64-token pages written); 0.5.16 copies all of them.
+    assert probe["split_masked"] == (pins["SGLANG_VERSION"] != "0.5.16")
+    assert probe["split_pages_left_alone"] == (8 if probe["split_masked"] else 0)

@@ -6,8 +6,9 @@ relies on, at the same layout: a Debian/Ubuntu system python3 with pip,
 `patch`, and sglang, flashinfer and what importing them for the dispatch
 self-test needs, installed by pip into /usr/local/lib/python3.X/dist-packages
 (the real base's dist-packages layout). Like the real base it carries
-sglang's *own* flashinfer pin (0.6.14 for sglang 0.5.16), so the build has to
-move it to versions.env's. It has a CPU torch instead of a CUDA one, and no
+sglang's *own* flashinfer pin (0.6.15.post1 for sglang 0.5.17, the version
+versions.env pins; 0.6.14 for 0.5.16), which the build reinstalls at
+versions.env's. It has a CPU torch instead of a CUDA one, and no
 CUDA compiler: the self-test needs neither.
 
 Two layers, each cached under SM12X_CACHE/standin/ keyed by its inputs:

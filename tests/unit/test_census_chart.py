@@ -21,14 +21,14 @@ def test_table_and_png(tmp_path):
              + [_call("verify", s, "cutlass") for s in ("patched", "unpatched")]
              + [_call(p, "triton", "triton") for p in ("draft", "draft", "draft", "verify")])
     report = tmp_path / "census.json"
-    report.write_text(json.dumps({"versions": {"sglang": "0.5.16", "flashinfer-python": "x"},
+    report.write_text(json.dumps({"versions": {"sglang": "0.5.17", "flashinfer-python": "x"},
                                   "calls": calls}))
     png = tmp_path / "census.png"
     proc = subprocess.run([sys.executable, str(SCRIPT), str(report), str(png)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "| sm12x patch | DSpark draft | 0 | 3 | 0 | 0 | 0 |" in proc.stdout
-    assert "| upstream 0.5.16 | DSpark draft | 0 | 0 | 0 | 3 | 0 |" in proc.stdout
+    assert "| upstream 0.5.17 | DSpark draft | 0 | 0 | 0 | 3 | 0 |" in proc.stdout
     assert "| BACKEND=triton | target verify | 0 | 0 | 1 | 0 | 0 |" in proc.stdout
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000

@@ -217,8 +217,62 @@ def test_check_lists_unresolved_digests(registry, versions, tmp_path):
     assert registry.log.read_text() == "", "--check must not ask the registry"
 
 
+SEEN = "sha256:" + "5" * 64
+
+
+def with_seen(tmp_path, seen: str) -> Path:
+    path = tmp_path / "seen.env"
+    path.write_text(VERSIONS.replace("BASE_IMAGE_DIGEST=\n", f"BASE_IMAGE_DIGEST=\n"
+                                     f"# Seen in a public deployment, not resolved.\n"
+                                     f"BASE_IMAGE_DIGEST_SEEN={seen}\n"))
+    return path
+
+
+def test_a_resolved_digest_equal_to_the_seen_one_confirms_it(registry, tmp_path):
+    raw = index("linux/amd64", "linux/arm64")
+    path = with_seen(tmp_path, digest_of(raw))
+    before = path.read_text()
+    registry.add(REF, raw)
+    registry.tool("crane")
+    proc = registry.run(path)
+    assert proc.returncode == 0, proc.stderr
+    assert "confirms BASE_IMAGE_DIGEST_SEEN" in proc.stdout
+    assert path.read_text() == before.replace("BASE_IMAGE_DIGEST=\n",
+                                              f"BASE_IMAGE_DIGEST={digest_of(raw)}\n")
+    # Once resolved, --check passes and says the two agree.
+    check = registry.run(path, "--check")
+    assert check.returncode == 0 and "confirms BASE_IMAGE_DIGEST_SEEN" in check.stdout
+
+
+def test_a_resolved_digest_that_differs_from_the_seen_one_is_written_and_named(registry,
+                                                                              tmp_path):
+    # The deployment may have pinned one platform's manifest: the registry's
+    # index (hash-checked, both arches) wins, and the difference is said.
+    raw = index("linux/amd64", "linux/arm64")
+    path = with_seen(tmp_path, SEEN)
+    registry.add(REF, raw)
+    registry.tool("skopeo")
+    proc = registry.run(path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"differs from BASE_IMAGE_DIGEST_SEEN={SEEN}" in proc.stdout
+    values = parse_versions(path.read_text())
+    assert values["BASE_IMAGE_DIGEST"] == digest_of(raw)
+    assert values["BASE_IMAGE_DIGEST_SEEN"] == SEEN, "the record of what was seen is kept"
+
+
+def test_check_shows_a_seen_digest_but_still_reports_it_unresolved(registry, tmp_path):
+    proc = registry.run(with_seen(tmp_path, SEEN), "--check")
+    assert proc.returncode == 1
+    assert f"BASE_IMAGE_DIGEST: unresolved; seen, not resolved: {SEEN} ({REF})" in proc.stdout
+    # Only BASE_IMAGE is an image: the _SEEN line is not taken for one.
+    assert proc.stdout.count("pin-digests:") == 1
+    assert registry.log.read_text() == ""
+
+
 def test_the_repos_versions_file_says_which_digests_are_unresolved():
-    """An empty digest is documented as unresolved; a filled one is a sha256."""
+    """An empty digest is documented as unresolved; a filled one is a sha256. A
+    digest only seen elsewhere sits in BASE_IMAGE_DIGEST_SEEN, never where the
+    build reads it, and --check keeps reporting the real one until it is resolved."""
     pins = load_versions()
     text = (ROOT / "versions.env").read_text()
     digest = pins["BASE_IMAGE_DIGEST"]
@@ -227,6 +281,13 @@ def test_the_repos_versions_file_says_which_digests_are_unresolved():
         assert len(digest) == 71 and digest.startswith("sha256:")
     else:
         assert "UNRESOLVED" in comment and "scripts/pin-digests" in comment
+    seen = pins.get("BASE_IMAGE_DIGEST_SEEN", "")
+    if seen:
+        assert len(seen) == 71 and seen.startswith("sha256:")
+        seen_comment = text.split("BASE_IMAGE_DIGEST_SEEN=")[0].rsplit("BASE_IMAGE_DIGEST=", 1)[1]
+        assert "SEEN, NOT RESOLVED" in seen_comment and "never uses it" in seen_comment
     proc = subprocess.run([sys.executable, str(SCRIPT), "--check"], capture_output=True,
                           text=True, timeout=60, env={**os.environ, "PATH": "/usr/bin:/bin"})
     assert proc.returncode == (0 if digest else 1)
+    if seen and not digest:
+        assert f"seen, not resolved: {seen}" in proc.stdout

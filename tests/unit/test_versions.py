@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 import subprocess
+import zipfile
 
 import pytest
 
 from sm12x.versions import VersionsFileError, load_versions, parse_versions
+from support import wheels
 from support.wheels import ROOT
 
 
@@ -44,3 +46,29 @@ def test_pyproject_takes_its_version_from_versions_env():
 def test_malformed_lines_are_named(bad, message):
     with pytest.raises(VersionsFileError, match=message):
         parse_versions(bad, "versions.env")
+
+
+def _requires(dist: str, version: str) -> dict[str, str]:
+    """name -> exact pinned version, from a cached wheel's METADATA (markers skipped)."""
+    with zipfile.ZipFile(wheels.wheel(dist, version)) as archive:
+        meta = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = archive.read(meta).decode().splitlines()
+    pins = {}
+    for line in lines:
+        if line.startswith("Requires-Dist:") and ";" not in line and "==" in line:
+            name, _, pinned = line.split(":", 1)[1].strip().partition("==")
+            pins[re.sub(r"\[.*\]", "", name).strip().replace("_", "-").lower()] = pinned.strip()
+    return pins
+
+
+def test_the_image_stack_is_the_pinned_sglang_s_own():
+    """No override of sglang's stack: flashinfer and torch are the versions the
+    pinned sglang itself requires, and the base is that sglang's runtime image."""
+    pins = load_versions()
+    required = _requires("sglang", pins["SGLANG_VERSION"])
+    assert required["flashinfer-python"] == pins["FLASHINFER_VERSION"], (
+        f"sglang {pins['SGLANG_VERSION']} pins flashinfer {required['flashinfer-python']}, "
+        f"versions.env {pins['FLASHINFER_VERSION']}")
+    assert required["torch"] == pins["TORCH_VERSION"]
+    cuda = pins["CUDA_VERSION"].replace(".", "")
+    assert pins["BASE_IMAGE"] == f"lmsysorg/sglang:v{pins['SGLANG_VERSION']}-cu{cuda}-runtime"
