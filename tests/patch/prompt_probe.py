@@ -23,9 +23,9 @@ import json
 import sys
 from types import SimpleNamespace
 
-from tests.support.sglang_cpu import prepare
+from sm12x.selftest.env import stub_torchvision
 
-prepare()
+stub_torchvision()
 
 from sglang.srt.entrypoints.openai import encoding_dsv4  # noqa: E402
 from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest  # noqa: E402

@@ -30,9 +30,9 @@ from types import SimpleNamespace
 
 assert os.environ.get("TRITON_INTERPRET") == "1", "set TRITON_INTERPRET=1 first"
 
-from tests.support.sglang_cpu import prepare  # noqa: E402
+from sm12x.selftest.env import stub_torchvision  # noqa: E402
 
-prepare()
+stub_torchvision()
 
 import torch  # noqa: E402
 from sglang.srt import runtime_context  # noqa: E402
