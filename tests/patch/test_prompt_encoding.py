@@ -19,6 +19,7 @@ import difflib
 import json
 
 import pytest
+
 from support import trees
 
 PROBE = str(trees.REPO / "tests" / "patch" / "prompt_probe.py")

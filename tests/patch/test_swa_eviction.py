@@ -26,6 +26,7 @@ import json
 import math
 
 import pytest
+
 from support import trees
 
 PROBE = str(trees.REPO / "tests" / "patch" / "swa_probe.py")
