@@ -21,11 +21,25 @@ REPO = wheels.ROOT
 APPLY = REPO / "scripts" / "apply-patches"
 
 
+def patched_files(version: str) -> tuple[str, ...]:
+    """Every file the version's patch series changes: each patch's target and
+    whatever else its diff names (a patch may change several files)."""
+    files = set()
+    for patch in wheels.patch_series()["patch"]:
+        if version not in patch["sglang"]:
+            continue
+        files.add(patch["target"])
+        diff = REPO / "patches" / "sglang" / version / patch["file"]
+        for line in diff.read_text(encoding="utf-8").splitlines():
+            if line.startswith("+++ b/"):
+                files.add(line[len("+++ b/"):].split("\t")[0])
+    return tuple(sorted(files))
+
+
 def unpack_sglang(version: str, dest: Path, full: bool = True) -> Path:
-    """full=False keeps only what apply-patches needs: the targets of the version's
-    patch series (fast, for the patch tests)."""
-    targets = tuple(p["target"] for p in wheels.patch_series()["patch"] if version in p["sglang"])
-    members = () if full else ("sglang/__init__.py", "sglang/kernels/", *targets)
+    """full=False keeps only what apply-patches needs: the files the version's
+    patch series changes (fast, for the patch tests)."""
+    members = () if full else ("sglang/__init__.py", "sglang/kernels/", *patched_files(version))
     return wheels.unpack("sglang", version, dest, members)
 
 
