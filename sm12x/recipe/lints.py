@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sm12x import patch_series
+from sm12x.recipe.errors import RecipeError
 from sm12x.recipe.model import Recipe
 from sm12x.versions import load_versions
 
@@ -273,8 +274,6 @@ def lint_recipe(recipe: Recipe) -> list[Finding]:
 
 
 def raise_on_errors(recipe: Recipe, source: str) -> None:
-    from sm12x.recipe.load import RecipeError
-
     errors = [f for f in lint_recipe(recipe) if f.level == "error"]
     if errors:
         raise RecipeError(f"{source}: " + "; ".join(str(f) for f in errors))

@@ -324,24 +324,6 @@ class Recipe(_Strict):
     def comparable_references(self) -> list[Reference]:
         return [r for r in self.references if r.comparable]
 
-    def launch_argv(self, node_rank: int = 0, head_addr: str | None = None, **context) -> list[str]:
-        """sglang's argv (after `python -m sglang.launch_server`) for one node.
-
-        context takes the other LaunchContext fields (model_path, host, port,
-        api_key, cache_dir, host_env). Values only known at launch print as
-        "$NAME" placeholders; see sm12x.launch.render.build_launch.
-        """
-        from sm12x.launch.render import LaunchContext, build_launch
-
-        ctx = LaunchContext(node_rank=node_rank, head_addr=head_addr, **context)
-        return build_launch(self, ctx).argv()
-
-    def launch_env(self, **context) -> dict[str, str]:
-        """The environment the recipe sets for sglang (same context as launch_argv)."""
-        from sm12x.launch.render import LaunchContext, build_launch
-
-        return build_launch(self, LaunchContext(**context)).env_dict()
-
 
 # sglang's DSpark argument hook sets max_running_requests to 48 when it is
 # not given (arg_groups/speculative_hook.py, sglang 0.5.16-0.5.18).

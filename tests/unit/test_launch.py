@@ -245,18 +245,21 @@ def test_placeholders_are_printed_not_guessed():
         plan.argv({})
 
 
-def test_recipe_api_for_other_modules():
+def test_launch_api_for_other_modules():
     recipe = load_recipe("rtx-pro-6000-tp2")
-    argv = recipe.launch_argv()
+    plan = build_launch(recipe)
+    argv = plan.argv()
     assert argv[:2] == ["--model-path", "deepseek-ai/DeepSeek-V4-Flash-0731"]
     assert "--speculative-dspark-block-size" in argv
-    assert recipe.launch_env() == {
+    assert plan.env_dict() == {
         "SGLANG_DEFAULT_THINKING": "1",
         "SGLANG_JIT_DEEPGEMM_PRECOMPILE": "0",
         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
     }
     assert recipe.gpu_count_per_node == 2
-    spark = load_recipe("dgx-spark-tp2").launch_argv(node_rank=1, head_addr="10.0.0.1")
+    spark = build_launch(
+        load_recipe("dgx-spark-tp2"), LaunchContext(node_rank=1, head_addr="10.0.0.1")
+    ).argv()
     assert spark[spark.index("--node-rank") + 1] == "1"
 
 
