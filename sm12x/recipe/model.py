@@ -2,7 +2,7 @@
 
 A recipe is the single source of truth for one topology. The launcher turns
 it into the sglang command line (sm12x.launch.render), compose names it by
-RECIPE, verify reads its expectations and bench its reference figures. Every
+SM12X_RECIPE, verify reads its expectations and bench its reference figures. Every
 model rejects unknown keys (extra="forbid") so a typo never passes silently,
 and every server flag and environment variable carries a `why`.
 
@@ -173,7 +173,7 @@ class MultiNode(_Strict):
 
     dist_init_port: Annotated[int, Field(ge=1, le=65535)] = Field(
         description="Port on the head node for torch.distributed init; the launcher "
-        "renders --dist-init-addr HEAD_ADDR:port."
+        "renders --dist-init-addr SM12X_HEAD_ADDR:port."
     )
     why: Why
 
