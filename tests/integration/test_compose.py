@@ -15,6 +15,7 @@ import pytest
 import yaml
 from support.compose import ROOT, compose, config
 
+from sm12x.launch.compose import profiles as compose_profiles
 from sm12x.recipe import Recipe, load_all
 from sm12x.settings import Settings, env_name, load, meta
 from sm12x.settings.model import DEFAULT_PORT
@@ -25,11 +26,10 @@ COMPOSE_TEXT = (ROOT / "compose.yaml").read_text()
 ENV_EXAMPLE = ROOT / ".env.example"
 
 
-def profiles_of(recipe: Recipe) -> list[str]:
-    """One profile per node: a multi-node recipe runs one service on each machine."""
-    if recipe.hardware.nodes == 1:
-        return [recipe.name]
-    return [f"{recipe.name}-node{rank}" for rank in range(recipe.hardware.nodes)]
+# One profile per node: a multi-node recipe runs one service on each machine.
+# The launcher's own list (verify --boot starts the first): proven here against
+# compose.yaml itself.
+profiles_of = compose_profiles
 
 
 ALL_PROFILES = ["auto"] + [p for r in RECIPES for p in profiles_of(r)]
