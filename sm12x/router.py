@@ -314,6 +314,9 @@ def explain(settings: RouterSettings) -> str:
 def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> int:
     environ = os.environ if environ is None else environ
     loaded = settings_cli.from_args(args, "router", environ=environ)
+    if args.explain:
+        sys.stdout.write(settings_cli.explain(loaded, "router"))
+        sys.stdout.flush()
     extra = list(args.extra)
     if extra and extra[0] == "--":
         extra = extra[1:]
@@ -327,7 +330,6 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
         raise UserError(problem)
     if args.explain or args.dry_run:
         if args.explain:
-            sys.stdout.write(settings_cli.explain(loaded, "router"))
             sys.stdout.write(explain(settings))
         sys.stdout.write(shell(settings))
         return 0

@@ -146,6 +146,8 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     environ = os.environ if environ is None else environ
     loaded = settings.from_args(args, "launch", environ=environ)
     dry_run = args.dry_run or args.explain
+    if args.explain:
+        sys.stdout.write(settings.explain(loaded, "launch"))
     choice = loaded.settings.recipe
     recipe, why = select_recipe(choice, origin=loaded.origin("recipe"))
     _say(why)
@@ -189,7 +191,8 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     if dry_run:
         if args.explain:
             site = [n for n, var in recipe.env.items() if var.from_host]
-            sys.stdout.write(settings.explain(loaded, "launch", site))
+            sys.stdout.write(settings.explain_variables(loaded, site, f"{recipe.name}'s site "
+                                                        "variables"))
             sys.stdout.write(plan.explain())
         text = plan.shell(python=python)
         if extra:

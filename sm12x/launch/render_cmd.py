@@ -87,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
     loaded = settings.from_args(
         args, "render", extra={"recipe": args.recipe}, flag_names={"recipe": "RECIPE"}
     )
+    if args.explain:
+        sys.stdout.write(settings.explain(loaded, "render"))
     recipe, why = select_recipe(loaded.settings.recipe, origin=loaded.origin("recipe"))
     if loaded.settings.recipe == AUTO:
         print(f"sm12x render: {why}", file=sys.stderr)
@@ -99,7 +101,9 @@ def run(args: argparse.Namespace) -> int:
     sglang = args.sglang or load_versions()["SGLANG_VERSION"]
     if args.explain:
         site = [n for n, var in recipe.env.items() if var.from_host]
-        sys.stdout.write(settings.explain(loaded, "render", site))
+        sys.stdout.write(
+            settings.explain_variables(loaded, site, f"{recipe.name}'s site variables")
+        )
     sys.stdout.write(patches_comment(sglang, "--sglang" if args.sglang else "versions.env"))
     if args.explain:
         sys.stdout.write(plan.explain())

@@ -8,7 +8,7 @@ sm12x.settings.sources where they come from, sm12x.settings.cli the flags and
 --explain; sm12x.settings.table the README's table of them.
 """
 
-from sm12x.settings.cli import add_arguments, explain, from_args
+from sm12x.settings.cli import add_arguments, explain, explain_variables, from_args
 from sm12x.settings.model import COMMANDS, Settings, env_name, flag_name, for_command, meta
 from sm12x.settings.sources import Loaded, Origin, load
 
@@ -20,6 +20,7 @@ __all__ = [
     "add_arguments",
     "env_name",
     "explain",
+    "explain_variables",
     "flag_name",
     "for_command",
     "from_args",

@@ -122,10 +122,25 @@ def explain(loaded: Loaded, command: str, variables: Iterable[str] = ()) -> str:
         elif origin.raw is not None and origin.raw != value and not meta(name).secret:
             said += f", given as {origin.raw}"
         rows.append((f"{env_name(name)}={value}", said))
-    for name in variables:
+    rows += _variable_rows(loaded, variables)
+    lines = [f"# sm12x {command} settings (flag > environment > .env > default); .env: {where}"]
+    return "\n".join(lines + _aligned(rows)) + "\n"
+
+
+def explain_variables(loaded: Loaded, names: Iterable[str], what: str) -> str:
+    """Variables that are not settings (a recipe's site variables), as explain() shows them."""
+    rows = _variable_rows(loaded, names)
+    return "\n".join([f"# {what} (environment > .env)", *_aligned(rows)]) + "\n" if rows else ""
+
+
+def _variable_rows(loaded: Loaded, names: Iterable[str]) -> list[tuple[str, str]]:
+    rows = []
+    for name in names:
         value, origin = loaded.variable(name)
         rows.append((f"{name}={value or ''}", "not set" if value is None else str(origin)))
-    width = max(len(left) for left, _ in rows) if rows else 0
-    lines = [f"# sm12x {command} settings (flag > environment > .env > default); .env: {where}"]
-    lines += [f"# {left.ljust(width)}  <- {right}" for left, right in rows]
-    return "\n".join(lines) + "\n"
+    return rows
+
+
+def _aligned(rows: list[tuple[str, str]]) -> list[str]:
+    width = max((len(left) for left, _ in rows), default=0)
+    return [f"# {left.ljust(width)}  <- {right}" for left, right in rows]
