@@ -228,9 +228,9 @@ class Settings(BaseSettings):
     router_namespace: Annotated[
         K8sName | None,
         Meta(
-            "Kubernetes discovery: the one namespace to watch",
+            "Kubernetes discovery: the one namespace to watch (a namespaced Role is enough)",
             commands=("router",),
-            default="the router's own",
+            default="none: every namespace (cluster-wide rights)",
             metavar="NAME",
         ),
     ] = None
@@ -241,7 +241,8 @@ class Settings(BaseSettings):
     router_policy: Annotated[
         Literal["cache_aware", "power_of_two", "round_robin", "random"],
         Meta(
-            "how the router spreads requests over the rigs",
+            "how the router spreads requests over the rigs: cache_aware, power_of_two, "
+            "round_robin or random",
             commands=("router",),
             metavar="POLICY",
         ),
