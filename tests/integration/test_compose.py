@@ -16,7 +16,7 @@ import yaml
 from support.compose import ROOT, compose, config
 
 from sm12x.launch.compose import profiles as compose_profiles
-from sm12x.recipe import Recipe, load_all
+from sm12x.recipe import load_all
 from sm12x.settings import Settings, env_name, load, meta
 from sm12x.settings.model import DEFAULT_PORT
 from sm12x.versions import load_versions

@@ -9,10 +9,10 @@ import shutil
 import zipfile
 
 import pytest
-
-from sm12x.doctor.model_dir import ARCHITECTURE
 from support import compose, wheels
 from support.cli import run_sm12x
+
+from sm12x.doctor.model_dir import ARCHITECTURE
 
 
 def test_doctor_process_on_a_machine_without_gpus(tmp_path):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import textwrap
 
 from importlinter.cli import lint_imports
-
 from support.cli import ROOT
 
 
