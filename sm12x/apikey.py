@@ -1,9 +1,10 @@
 """The API key: where it comes from, and the rule that an exposed server has one.
 
-The key reaches sm12x through the environment (SM12X_API_KEY, compose's .env)
-or a file (SM12X_API_KEY_FILE, the Kubernetes Secret mounted read-only), and
-leaves it only in memory: sglang and the router get it from sm12x.keyed,
-never on a command line, where `ps` would show it to every user of the host.
+The key reaches sm12x through the settings (SM12X_API_KEY in .env or the
+environment) or a file (SM12X_API_KEY_FILE, the Kubernetes Secret mounted
+read-only), and leaves it only in memory: sglang and the router get it from
+sm12x.keyed, never on a command line, where `ps` would show it to every user
+of the host.
 
 Closed by default: a server reachable beyond loopback without a key is
 refused unless SM12X_INSECURE_NO_API_KEY=1 says the operator means it.
@@ -25,22 +26,7 @@ OPEN_ENV = "SM12X_INSECURE_NO_API_KEY"
 BIND_ENV = "SM12X_BIND"
 
 
-def read_api_key(environ: Mapping[str, str]) -> str | None:
-    """The key from SM12X_API_KEY, else from the file SM12X_API_KEY_FILE names."""
-    value = environ.get(ENV, "").strip()
-    source = ENV
-    path = environ.get(FILE_ENV, "").strip()
-    if not value and path:
-        try:
-            value = Path(path).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = getattr(exc, "strerror", None) or exc
-            raise UserError(f"{FILE_ENV}={path}: cannot read the key ({reason})") from None
-        source = FILE_ENV
-        if not value:
-            raise UserError(f"{FILE_ENV}={path} is empty: put the key in it")
-    if not value:
-        return None
+def checked_key(value: str, source: str) -> str:
     try:
         return parse(ApiKey, value, source)
     except UserError:
@@ -51,8 +37,26 @@ def read_api_key(environ: Mapping[str, str]) -> str | None:
         ) from None
 
 
-def open_allowed(environ: Mapping[str, str]) -> bool:
-    return environ.get(OPEN_ENV, "").strip().lower() in ("1", "true", "yes")
+def read_key_file(path: str) -> str:
+    """The key a file holds (SM12X_API_KEY_FILE), checked."""
+    try:
+        value = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise UserError(f"{FILE_ENV}={path}: cannot read the key ({reason})") from None
+    if not value:
+        raise UserError(f"{FILE_ENV}={path} is empty: put the key in it")
+    return checked_key(value, FILE_ENV)
+
+
+def read_api_key(environ: Mapping[str, str]) -> str | None:
+    """The key from SM12X_API_KEY, else from the file SM12X_API_KEY_FILE names
+    (sm12x.keyed: the launcher hands the key to its child this way)."""
+    value = environ.get(ENV, "").strip()
+    if value:
+        return checked_key(value, ENV)
+    path = environ.get(FILE_ENV, "").strip()
+    return read_key_file(path) if path else None
 
 
 def is_loopback(address: str) -> bool:
@@ -65,9 +69,9 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def exposure_problem(address: str, environ: Mapping[str, str], what: str) -> str | None:
+def exposure_problem(address: str, has_key: bool, open_allowed: bool, what: str) -> str | None:
     """Why serving on `address` without a key is refused, or None when it is fine."""
-    if is_loopback(address) or open_allowed(environ) or read_api_key(environ) is not None:
+    if is_loopback(address) or open_allowed or has_key:
         return None
     return (
         f"{what} would listen on {address} with no API key: anyone who reaches it can use "

@@ -127,7 +127,7 @@ FORMS = {
     _K8S_RESOURCE: "a resource name such as rdma/rdma_shared_device_a",
     _IMAGE.pattern: "an image reference such as ghcr.io/owner/sm12x:0.1.0 (lowercase "
     "repository; optional :tag and @sha256:digest)",
-    _API_KEY: "printable ASCII without spaces",
+    _API_KEY: "printable ASCII without spaces (it is sent as `Authorization: Bearer <key>`)",
 }
 
 

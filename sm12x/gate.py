@@ -14,34 +14,35 @@ with this message instead of starting an open API. `sm12x launch` and
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from collections.abc import Mapping
 
-from sm12x.apikey import BIND_ENV, exposure_problem
+from sm12x import settings
+from sm12x.apikey import exposure_problem
 from sm12x.cli import Command
 from sm12x.errors import UserError
-from sm12x.fields import HostName, parse
+from sm12x.settings import Loaded
 
-# Where compose publishes each API, and what listens there.
-BINDS = {BIND_ENV: "the API (SM12X_BIND)", "SM12X_ROUTER_BIND": "the router (SM12X_ROUTER_BIND)"}
+# Where compose publishes each API (a setting), and what listens there.
+BINDS = {"bind": "the API (SM12X_BIND)", "router_bind": "the router (SM12X_ROUTER_BIND)"}
 
 
-def problems(environ: Mapping[str, str]) -> list[str]:
+def problems(loaded: Loaded) -> list[str]:
+    s = loaded.settings
+    has_key = s.key() is not None
     found = []
     for name, what in BINDS.items():
-        value = environ.get(name, "").strip()
-        if not value:
-            continue
-        address = parse(HostName, value, name, "fix it in .env")
-        problem = exposure_problem(address, environ, what)
+        problem = exposure_problem(getattr(s, name), has_key, s.insecure_no_api_key, what)
         if problem:
             found.append(problem)
     return found
 
 
-def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> int:
-    found = problems(os.environ if environ is None else environ)
+def run(args: argparse.Namespace, environ=None) -> int:
+    loaded = settings.from_args(args, "gate", environ=environ)
+    if args.explain:
+        sys.stdout.write(settings.explain(loaded, "gate"))
+        return 0
+    found = problems(loaded)
     if found:
         raise UserError("; ".join(found))
     print(
@@ -54,6 +55,6 @@ COMMAND = Command(
     name="gate",
     help="refuse an API published beyond loopback without a key (compose runs it first)",
     description=__doc__.split("\n\n")[0],
-    add_arguments=lambda parser: None,
+    add_arguments=lambda parser: settings.add_arguments(parser, "gate"),
     run=run,
 )

@@ -11,7 +11,7 @@
   other node).
 
 Launch arguments are not written here. Like every compose service, each pod
-runs the image's `sm12x launch` with RECIPE=<name>, which renders the sglang
+runs the image's `sm12x launch` with SM12X_RECIPE=<name>, which renders the sglang
 command from the recipe inside the container (sm12x.launch.render.build_launch).
 So a manifest cannot drift from the recipe the image carries, and a recipe
 change needs a new image, not new manifests. What Kubernetes itself must know
@@ -151,9 +151,9 @@ HEALTH_PROBE_TIMEOUT_S = 30
 MULTUS_NETWORKS = "k8s.v1.cni.cncf.io/networks"
 
 
-def _exec_probe(health: Health, failure_threshold: int) -> dict:
+def _exec_probe(health: Health, failure_threshold: int, *args: str) -> dict:
     return {
-        "exec": {"command": ["sm12x", "healthcheck"]},
+        "exec": {"command": ["sm12x", "healthcheck", *args]},
         "periodSeconds": health.interval,
         "timeoutSeconds": health.timeout,
         "failureThreshold": failure_threshold,
@@ -289,8 +289,8 @@ def _api_key_volume(opts: K8sOptions) -> tuple[list[dict], list[dict]]:
 
 def _env(recipe: Recipe, opts: K8sOptions) -> list[dict]:
     env: list[dict] = [
-        {"name": "RECIPE", "value": recipe.name},
-        {"name": "SM12X_MODEL_PATH", "value": "/model"},
+        {"name": "SM12X_RECIPE", "value": recipe.name},
+        {"name": "SM12X_MODEL_DIR", "value": "/model"},
         {"name": "SM12X_CACHE_DIR", "value": "/cache"},
         {"name": "HF_HUB_OFFLINE", "value": "1"},
     ]
@@ -307,10 +307,10 @@ def _env(recipe: Recipe, opts: K8sOptions) -> list[dict]:
             # The pod's index in its group (0 on the leader), from the label LWS
             # puts on every pod; every LWS release sets it (LWS_WORKER_INDEX,
             # the same number, is only injected by newer ones).
-            {"name": "NODE_RANK", "valueFrom": {"fieldRef": {"fieldPath": WORKER_INDEX_FIELD}}},
+            {"name": "SM12X_NODE_RANK", "valueFrom": {"fieldRef": {"fieldPath": WORKER_INDEX_FIELD}}},
             # The leader pod's DNS name. LWS puts LWS_LEADER_ADDRESS at the front
             # of every container's environment, so the reference expands.
-            {"name": "HEAD_ADDR", "value": "$(LWS_LEADER_ADDRESS)"},
+            {"name": "SM12X_HEAD_ADDR", "value": "$(LWS_LEADER_ADDRESS)"},
         ]
     for name, var in recipe.env.items():
         if var.from_host:
@@ -509,8 +509,8 @@ def router_manifests(recipes: Sequence[Recipe], opts: K8sOptions) -> list[dict]:
         "image": opts.image,
         "command": ["sm12x", "router"],
         "env": [
-            {"name": "SM12X_HOST", "value": "0.0.0.0"},
-            {"name": "SM12X_PORT", "value": str(DEFAULT_PORT)},
+            {"name": "SM12X_ROUTER_BIND", "value": "0.0.0.0"},
+            {"name": "SM12X_ROUTER_PORT", "value": str(DEFAULT_PORT)},
             {"name": "SM12X_ROUTER_SELECTOR", "value": selector},
             {
                 "name": "SM12X_ROUTER_NAMESPACE",
@@ -518,7 +518,7 @@ def router_manifests(recipes: Sequence[Recipe], opts: K8sOptions) -> list[dict]:
             },
             {"name": "SM12X_ROUTER_DISCOVERY_PORT", "value": str(_serve_port(recipes))},
             {"name": "SM12X_ROUTER_POLICY", "value": "cache_aware"},
-            {"name": "SM12X_ROUTER_METRICS_HOST", "value": "0.0.0.0"},
+            {"name": "SM12X_ROUTER_METRICS_BIND", "value": "0.0.0.0"},
             {"name": "SM12X_ROUTER_METRICS_PORT", "value": str(DEFAULT_METRICS_PORT)},
             *_api_key_env(opts),
         ],
@@ -528,7 +528,7 @@ def router_manifests(recipes: Sequence[Recipe], opts: K8sOptions) -> list[dict]:
         ],
         # Ready (in the Service) once one generated token comes back through it,
         # compose's router healthcheck; no startupProbe: readiness never restarts.
-        "readinessProbe": _exec_probe(ROUTER_HEALTH, ROUTER_HEALTH.retries),
+        "readinessProbe": _exec_probe(ROUTER_HEALTH, ROUTER_HEALTH.retries, "--router"),
         # Restart only if the router process itself stops answering: rigs being
         # down is not fixed by restarting the router.
         "livenessProbe": {

@@ -12,10 +12,15 @@ _PACKAGE = Path(__file__).resolve().parent
 _CHECKOUT = _PACKAGE.parent
 
 
-def data_root() -> Path:
+def checkout_root() -> Path | None:
+    """The source checkout sm12x runs from (an editable install), else None."""
     if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "versions.env").is_file():
         return _CHECKOUT
-    return _PACKAGE / "data"
+    return None
+
+
+def data_root() -> Path:
+    return checkout_root() or _PACKAGE / "data"
 
 
 def data_path(name: str) -> Path:

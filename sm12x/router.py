@@ -15,20 +15,21 @@ readable by every user of the host, so it goes through sm12x.keyed instead
 (in memory, never in argv). The health-check settings below also need to be
 the same in compose and Kubernetes, which one function gives.
 
-Inputs, from the environment (compose passes them from .env, Kubernetes from
-the manifest):
+Inputs, from the settings (sm12x.settings: flags, the environment, .env;
+compose passes them from .env, Kubernetes from the manifest):
     SM12X_ROUTER_WORKERS         rig URLs, separated by spaces or commas (compose)
     SM12X_ROUTER_SELECTOR        key=value labels of rig pods (Kubernetes discovery)
     SM12X_ROUTER_NAMESPACE       the namespace to watch (Kubernetes)
     SM12X_ROUTER_DISCOVERY_PORT  the rigs' port on a discovered pod (default 30000)
-    SM12X_HOST, SM12X_PORT       where the router listens (default 127.0.0.1:8000)
+    SM12X_ROUTER_BIND, SM12X_ROUTER_PORT  where the router listens (127.0.0.1:8000)
     SM12X_ROUTER_POLICY          cache_aware (default), power_of_two, round_robin, random
-    SM12X_ROUTER_METRICS_HOST, SM12X_ROUTER_METRICS_PORT  Prometheus (127.0.0.1:29000)
+    SM12X_ROUTER_METRICS_BIND, SM12X_ROUTER_METRICS_PORT  Prometheus (127.0.0.1:29000)
     SM12X_API_KEY                clients must send it; the rigs run with the same key
     SM12X_API_KEY_FILE           or: a file holding it (the Kubernetes Secret)
     SM12X_INSECURE_NO_API_KEY=1  serve beyond loopback without a key anyway
-Arguments after `--` are appended (the router keeps the last of a repeated
-flag); one that sets what a variable above sets is refused.
+Each has a flag of the same name (--router-workers, ...). Arguments after `--`
+are appended (the router keeps the last of a repeated flag); one that sets
+what a setting above sets is refused.
 """
 
 from __future__ import annotations
@@ -41,12 +42,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from sm12x.apikey import exposure_problem, read_api_key
+from sm12x import settings as settings_cli
+from sm12x.apikey import ENV as KEY_ENV
+from sm12x.apikey import exposure_problem
 from sm12x.cli import Command
 from sm12x.errors import UserError
-from sm12x.fields import HostName, Port, parse
 from sm12x.keyed import with_key
 from sm12x.recipe.extra import check_values, owned_router_flags, owner, parse_extra
+from sm12x.settings import Loaded
 
 ROUTER_MODULE = "sglang_router.launch_router"
 KEYED_MODULE = "sm12x.keyed"
@@ -96,35 +99,20 @@ class RouterSettings:
     extra: tuple[str, ...] = field(default=())
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> RouterSettings:
-        def get(name: str) -> str | None:
-            value = environ.get(name, "").strip()
-            return value or None
-
-        workers = tuple(w for w in re.split(r"[\s,]+", get("SM12X_ROUTER_WORKERS") or "") if w)
-        selector = tuple(s for s in (get("SM12X_ROUTER_SELECTOR") or "").split() if s)
+    def from_settings(cls, loaded: Loaded) -> RouterSettings:
+        s = loaded.settings
         return cls(
-            workers=workers,
-            selector=selector,
-            namespace=get("SM12X_ROUTER_NAMESPACE"),
-            discovery_port=_port("SM12X_ROUTER_DISCOVERY_PORT", get("SM12X_ROUTER_DISCOVERY_PORT"))
-            or DEFAULT_DISCOVERY_PORT,
-            host=_host("SM12X_HOST", get("SM12X_HOST")),
-            port=_port("SM12X_PORT", get("SM12X_PORT")) or DEFAULT_PORT,
-            policy=get("SM12X_ROUTER_POLICY") or "cache_aware",
-            metrics_host=_host("SM12X_ROUTER_METRICS_HOST", get("SM12X_ROUTER_METRICS_HOST")),
-            metrics_port=_port("SM12X_ROUTER_METRICS_PORT", get("SM12X_ROUTER_METRICS_PORT"))
-            or DEFAULT_METRICS_PORT,
-            api_key=read_api_key(environ) is not None,
+            workers=s.router_workers,
+            selector=s.router_selector,
+            namespace=s.router_namespace,
+            discovery_port=s.router_discovery_port,
+            host=s.router_bind,
+            port=s.router_port,
+            policy=s.router_policy,
+            metrics_host=s.router_metrics_bind,
+            metrics_port=s.router_metrics_port,
+            api_key=s.key() is not None,
         )
-
-
-def _port(name: str, value: str | None) -> int | None:
-    return None if value is None else parse(Port, value, name, "fix it in .env")
-
-
-def _host(name: str, value: str | None) -> str:
-    return "127.0.0.1" if value is None else parse(HostName, value, name, "fix it in .env")
 
 
 def _check(settings: RouterSettings) -> None:
@@ -157,8 +145,8 @@ def build_router(settings: RouterSettings) -> list[RouterArg]:
     """sglang-router's arguments, each with why, for these settings."""
     _check(settings)
     args = [
-        RouterArg("--host", (settings.host,), "SM12X_HOST: where clients reach the router"),
-        RouterArg("--port", (str(settings.port),), "SM12X_PORT"),
+        RouterArg("--host", (settings.host,), "SM12X_ROUTER_BIND: where clients reach the router"),
+        RouterArg("--port", (str(settings.port),), "SM12X_ROUTER_PORT"),
     ]
     if settings.workers:
         args.append(
@@ -237,7 +225,7 @@ def build_router(settings: RouterSettings) -> list[RouterArg]:
         RouterArg(
             "--prometheus-host",
             (settings.metrics_host,),
-            "SM12X_ROUTER_METRICS_HOST: the router's Prometheus metrics (requests, per-rig "
+            "SM12X_ROUTER_METRICS_BIND: the router's Prometheus metrics (requests, per-rig "
             "health, retries)",
         ),
         RouterArg("--prometheus-port", (str(settings.metrics_port),), "SM12X_ROUTER_METRICS_PORT"),
@@ -280,15 +268,15 @@ def router_argv(settings: RouterSettings, environ: Mapping[str, str]) -> list[st
 # in argv, no open API beyond loopback): each has its variable. The tuned
 # health-check flags may be overridden after `--` (the router keeps the last).
 ENV_FLAGS = {
-    "--host": "SM12X_HOST",
-    "--port": "SM12X_PORT",
+    "--host": "SM12X_ROUTER_BIND",
+    "--port": "SM12X_ROUTER_PORT",
     "--worker-urls": "SM12X_ROUTER_WORKERS",
     "--service-discovery": "SM12X_ROUTER_SELECTOR",
     "--selector": "SM12X_ROUTER_SELECTOR",
     "--service-discovery-namespace": "SM12X_ROUTER_NAMESPACE",
     "--service-discovery-port": "SM12X_ROUTER_DISCOVERY_PORT",
     "--policy": "SM12X_ROUTER_POLICY",
-    "--prometheus-host": "SM12X_ROUTER_METRICS_HOST",
+    "--prometheus-host": "SM12X_ROUTER_METRICS_BIND",
     "--prometheus-port": "SM12X_ROUTER_METRICS_PORT",
 }
 
@@ -323,13 +311,21 @@ def explain(settings: RouterSettings) -> str:
     return rows + (f"# --api-key: {API_KEY_WHY}\n" if settings.api_key else "")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> int:
+    environ = os.environ if environ is None else environ
+    loaded = settings_cli.from_args(args, "router", environ=environ)
+    if args.explain:
+        sys.stdout.write(settings_cli.explain(loaded, "router"))
+        sys.stdout.flush()
     extra = list(args.extra)
     if extra and extra[0] == "--":
         extra = extra[1:]
-    settings = replace(RouterSettings.from_environ(os.environ), extra=tuple(extra))
+    settings = replace(RouterSettings.from_settings(loaded), extra=tuple(extra))
     check_extra(settings)
-    problem = exposure_problem(settings.host, os.environ, "the router")
+    key = loaded.settings.key()
+    problem = exposure_problem(
+        settings.host, key is not None, loaded.settings.insecure_no_api_key, "the router"
+    )
     if problem and not (args.explain or args.dry_run):
         raise UserError(problem)
     if args.explain or args.dry_run:
@@ -337,7 +333,7 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(explain(settings))
         sys.stdout.write(shell(settings))
         return 0
-    cmd = command(settings, python=sys.executable, environ=os.environ)
+    cmd = command(settings, python=sys.executable)
     if extra:
         print(
             f"sm12x router: appending {' '.join(extra)} (the router keeps the last of a "
@@ -345,8 +341,13 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     sys.stderr.flush()
+    # sm12x.keyed reads the key from SM12X_API_KEY: set it where it came from
+    # .env or a file.
+    env = dict(environ)
+    if key:
+        env[KEY_ENV] = key
     # exec: the router is the container's main process and gets its signals.
-    os.execv(cmd[0], cmd)
+    os.execve(cmd[0], cmd, env)
     return 1  # not reached
 
 
@@ -354,8 +355,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dry-run", action="store_true", help="print the command, ready to paste, and exit"
     )
-    parser.add_argument(
-        "--explain", action="store_true", help="list each flag with why, then the command"
+    settings_cli.add_arguments(
+        parser,
+        "router",
+        explain_help="list each setting with where it came from and each flag with why, "
+        "then the command; start nothing",
     )
     parser.add_argument(
         "extra", nargs=argparse.REMAINDER, help="after --: more sglang-router flags"

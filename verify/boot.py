@@ -1,10 +1,12 @@
 """Boot mode: start the server, follow its log, stop early on a known failure,
 wait for health with a deadline.
 
-The server is a compose profile (`docker compose --profile NAME up -d`, its
-log followed with `docker compose --profile NAME logs -f`) or any command
-(its own output is the log). The log drives a progress display (weight
-loading, CUDA graph capture) and is matched against KNOWN_FAILURES.
+The server is started by a Launcher (the commands that start it, follow its
+log and take it down: sm12x.launch.compose gives one for a compose service)
+or by any command (its own output is the log). This module knows nothing of
+compose or of sm12x's launcher: it runs the commands it is given. The log
+drives a progress display (weight loading, CUDA graph capture) and is
+matched against KNOWN_FAILURES.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import httpx
 from rich.console import Console
@@ -84,6 +87,19 @@ def scan(line: str):
     return None
 
 
+class Launcher(Protocol):
+    """What boot mode needs from whatever starts the server: three commands."""
+
+    @property
+    def up(self) -> list[str]: ...  # starts it and returns (compose up -d)
+
+    @property
+    def logs(self) -> list[str]: ...  # follows its log until it stops
+
+    @property
+    def down(self) -> list[str]: ...  # takes it down
+
+
 @dataclass
 class Server:
     """How to start, follow and stop the server under test."""
@@ -97,14 +113,8 @@ class Server:
     log: list[str] = field(default_factory=list)
 
     @classmethod
-    def compose(cls, profile: str, compose_file: str | None = None,
-                docker: str | None = None) -> "Server":
-        base = [docker or os.environ.get("SM12X_DOCKER", "docker"), "compose"]
-        if compose_file:
-            base += ["-f", compose_file]
-        base += ["--profile", profile]
-        return cls(up=base + ["up", "-d"], logs=base + ["logs", "-f", "--no-color"],
-                   down=base + ["down"])
+    def launched_by(cls, launcher: Launcher) -> "Server":
+        return cls(up=list(launcher.up), logs=list(launcher.logs), down=list(launcher.down))
 
     @classmethod
     def command(cls, command: str) -> "Server":

@@ -1,5 +1,9 @@
 """`python -m verify` / `sm12x verify`: the smoke gate to run after every deploy.
 
+The server, its key and recipe come from the settings every sm12x command
+reads (sm12x.settings: flags, the environment, .env): with SM12X_API_KEY in
+.env, verify sends it; with SM12X_BIND/SM12X_PORT there, it asks that port.
+
 Exit status: 0 every required check passed; 1 a check failed or could not
 run; 2 bad input or no server at --base-url; 3 boot mode could not start it.
 """
@@ -15,9 +19,13 @@ from pathlib import Path
 
 import httpx
 from rich.console import Console
+from rich.text import Text
 
+from sm12x import settings
+from sm12x.errors import UserError
+from sm12x.settings import Loaded
 from verify import accuracy, argtypes, compare, redact, report
-from verify.client import DEFAULT_BASE_URL, Endpoint
+from verify.client import Endpoint
 from verify.context import Context, Options
 from verify.redact import Redactor
 from verify.result import CheckResult, Verdict
@@ -31,8 +39,8 @@ class UsageError(Exception):
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="verify", description="Smoke-test a deployed sm12x "
                                 "(sglang, DeepSeek-V4-Flash + DSPARK) OpenAI-compatible endpoint.")
-    p.add_argument("--base-url", default=DEFAULT_BASE_URL, help="server root (default %(default)s)")
-    p.add_argument("--api-key", help="default: $SM12X_API_KEY or $OPENAI_API_KEY")
+    p.add_argument("--base-url", help="server root (default: http://SM12X_BIND:SM12X_PORT, "
+                   "loopback for 0.0.0.0, i.e. http://127.0.0.1:30000 by default)")
     p.add_argument("--model", help="default: the first model /v1/models lists")
     p.add_argument("--timeout", type=argtypes.seconds, default=300.0,
                    help="seconds one whole request may take, wall clock, slow trickles "
@@ -41,7 +49,6 @@ def parser() -> argparse.ArgumentParser:
                    help="seconds without a byte before a request counts as stalled "
                    "(default %(default)s)")
     p.add_argument("--connect-timeout", type=argtypes.seconds, default=10.0)
-    p.add_argument("--recipe", help="read the acceptance floor (and boot profile) from this recipe")
     p.add_argument("--min-accept-length", type=argtypes.non_negative,
                    help="speculative acceptance floor (default: the recipe's, else 2.0)")
     p.add_argument("--metrics-url", help="a backend's base or /metrics URL, for spec figures "
@@ -80,11 +87,15 @@ def parser() -> argparse.ArgumentParser:
     boot.add_argument("--boot", action="store_true", help="start the server, then verify it")
     boot.add_argument("--boot-command", help="any command that starts the server (its output is "
                       "the log); default: docker compose --profile PROFILE up -d")
-    boot.add_argument("--profile", help="compose profile (default: the --recipe name)")
+    boot.add_argument("--profile", help="compose profile (default: the recipe's, its head node's "
+                      "for a pair; auto without a recipe)")
     boot.add_argument("--compose-file")
     boot.add_argument("--boot-timeout", type=argtypes.seconds, default=5400.0)
     boot.add_argument("--down", action="store_true", help="tear the server down afterwards")
     boot.add_argument("--boot-log", type=Path, help="save the server log seen while booting")
+    # --recipe (the acceptance floor and the boot profile), --api-key, --bind,
+    # --port, --docker, --env-file, --explain: the settings every command shares.
+    settings.add_arguments(p, "verify")
     return p
 
 
@@ -176,10 +187,17 @@ def _accuracy_options(args) -> accuracy.AccuracyOptions | None:
                                     args.accuracy_concurrency, tuple(references))
 
 
-def _endpoint(args) -> Endpoint:
-    base = _base(args.base_url, "--base-url")
-    return Endpoint(base, args.api_key or Endpoint.api_key_from_env(), args.timeout,
-                    args.stall_timeout, args.connect_timeout)
+def _recipe_name(loaded: Loaded) -> str | None:
+    """The recipe verify holds the server to: none for auto (verify does not
+    see the server's GPUs)."""
+    name = loaded.settings.recipe
+    return None if name == "auto" else name
+
+
+def _endpoint(args, loaded: Loaded) -> Endpoint:
+    base = _base(args.base_url or loaded.settings.base_url(), "--base-url")
+    return Endpoint(base, loaded.settings.key(), args.timeout, args.stall_timeout,
+                    args.connect_timeout)
 
 
 def _check_paths(args) -> None:
@@ -239,8 +257,32 @@ class Reports:
         return result
 
 
+def _server(args, loaded: Loaded, say):
+    """What boot mode starts: --boot-command, else the compose service of
+    --profile or the recipe (sm12x.launch.compose: verify.boot's Launcher)."""
+    from verify.boot import Server
+
+    if args.boot_command:
+        return Server.command(args.boot_command)
+    from sm12x.launch import compose
+
+    service = compose.service(args.profile, args.recipe, loaded, args.compose_file)
+    for note in service.notes:
+        say(f"boot: {note}")
+    return Server.launched_by(service)
+
+
 def run(args, console: Console) -> int:
-    ep = _endpoint(args)
+    try:
+        loaded = settings.from_args(args, "verify")
+    except UserError as exc:
+        raise UsageError(exc.message) from None
+    args.recipe = _recipe_name(loaded)
+    ep = _endpoint(args, loaded)
+    if args.explain:
+        console.print(settings.explain(loaded, "verify") + f"# base URL: {ep.display_url}",
+                      markup=False, highlight=False, soft_wrap=True)
+        return 0
     skip, only = _names(args.skip), _names(args.only)
     try:
         plan(only, skip)
@@ -271,18 +313,16 @@ def run(args, console: Console) -> int:
                                      highlight=False)
     try:
         if args.boot:
-            from verify.boot import BootFailure, Server, boot
-            if args.boot_command:
-                server = Server.command(args.boot_command)
-            elif args.profile or args.recipe:
-                server = Server.compose(args.profile or args.recipe, args.compose_file)
-            else:
-                raise UsageError("--boot needs --boot-command, --profile or --recipe")
+            from verify.boot import BootFailure, boot
+            try:
+                server = _server(args, loaded, say)
+            except UserError as exc:
+                raise UsageError(exc.message) from None
             try:
                 for line in boot(server, ep.base_url, args.boot_timeout, console, ep.headers):
                     say(f"boot: {line}")
             except BootFailure as exc:
-                console.print("[bold red]boot failed:[/] ", end="")
+                console.print(Text("boot failed: ", style="bold red"), end="")
                 say(exc.problem)
                 say(f"cause: {exc.cause}\nfix: {exc.fix}")
                 if exc.log_tail:

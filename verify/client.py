@@ -11,7 +11,6 @@ that kind fail at once instead of each waiting out its limits.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -50,10 +49,6 @@ class Endpoint:
     timeout: float = 120.0        # one whole request
     stall_timeout: float = 30.0   # no byte for this long
     connect_timeout: float = 5.0
-
-    @staticmethod
-    def api_key_from_env() -> str | None:
-        return os.environ.get("SM12X_API_KEY") or os.environ.get("OPENAI_API_KEY")
 
     @property
     def headers(self) -> dict:
@@ -190,8 +185,8 @@ def _status_failure(status: int, body: str, what: str) -> CheckFailure:
         return CheckFailure(f"{what}: HTTP {status} {body}",
                             "authentication: the server wants an API key, or refused the one "
                             "given",
-                            "set SM12X_API_KEY (or OPENAI_API_KEY), or pass --api-key, with the "
-                            "server's --api-key")
+                            "set SM12X_API_KEY (in .env or the environment) or pass --api-key, "
+                            "with the server's key")
     if status == 404:
         return CheckFailure(f"{what}: HTTP 404 {body}",
                             "not an OpenAI-compatible endpoint at that URL (wrong port or path)",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from verify.result import CheckResult, Verdict
 
@@ -28,17 +29,18 @@ def table(results: list[CheckResult], console: Console) -> None:
     t.add_column("evidence / problem", ratio=3)
     t.add_column("s", justify="right", no_wrap=True)
     for r in results:
+        # Text, not markup: a problem may quote a server's answer, brackets and all.
         if r.verdict is Verdict.FAIL:
-            detail = f"[red]{r.problem}[/red]"
+            detail = Text(str(r.problem), style="red")
             if r.cause:
-                detail += f"\n[bold]cause:[/bold] {r.cause}"
+                detail.append("\ncause: ", style="bold").append(str(r.cause))
             if r.fix:
-                detail += f"\n[bold]fix:[/bold] {r.fix}"
+                detail.append("\nfix: ", style="bold").append(str(r.fix))
         elif r.problem:
-            detail = r.problem
+            detail = Text(str(r.problem))
         else:
-            detail = "; ".join(r.evidence[-2:])
-        t.add_row(r.name, f"[{STYLE[r.verdict]}]{r.verdict.value}[/]", detail,
+            detail = Text("; ".join(r.evidence[-2:]))
+        t.add_row(r.name, Text(r.verdict.value, style=STYLE[r.verdict]), detail,
                   f"{r.duration_s:.1f}")
     console.print(t)
     ok = passed(results)

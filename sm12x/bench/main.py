@@ -7,6 +7,11 @@ beside the recipe's published figures.
     sm12x bench --validate result.json                              # check a submission
     sm12x bench --report result.json                                # its tables and chart again
 
+The server, its key, the recipe, the tokenizer (SM12X_MODEL_DIR) and the image
+come from the settings every sm12x command reads (sm12x.settings: flags, the
+environment, .env). A host without sglang runs the benchmark in the image
+(`docker run --network host`), and says so.
+
 Default workload: the seed PR's (random prompts, 1024 in / 512 out, range
 ratio 1.0) at concurrency 16, 32 and 64, with `--dataset-name random-ids` so
 nothing is downloaded. Writes result.json (schema: sm12x/bench/result.schema.json),
@@ -21,6 +26,7 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -29,7 +35,7 @@ from pydantic import Field
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sm12x import __version__
+from sm12x import __version__, settings
 from sm12x.bench import chart, compare, lines, provenance, report, runner
 from sm12x.bench.result import (
     BenchResult,
@@ -46,8 +52,9 @@ from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.fields import PositiveFloat, option_type
 from sm12x.launch import gpus as gpu_query
-from sm12x.launch.health import default_url
 from sm12x.recipe import Recipe, load_all, load_recipe
+from sm12x.settings import Loaded
+from sm12x.versions import load_versions
 from verify import argtypes, redact
 
 Count = Annotated[int, Field(ge=1)]
@@ -72,12 +79,8 @@ def _concurrencies(text: str) -> list[int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     target = parser.add_argument_group("server")
-    target.add_argument("--url", help="server base URL (default http://127.0.0.1:$SM12X_PORT, "
-                        "i.e. http://127.0.0.1:30000)")
-    target.add_argument("--api-key", help="default $SM12X_API_KEY")
-    target.add_argument("--recipe", default="auto",
-                        help="the recipe the server runs: its references and expectations "
-                        "(default auto: picked from the server's GPUs)")
+    target.add_argument("--url", help="server base URL (default: http://SM12X_BIND:SM12X_PORT, "
+                        "loopback for 0.0.0.0, i.e. http://127.0.0.1:30000)")
     work = parser.add_argument_group("workload (defaults: the seed PR's)")
     work.add_argument("--concurrency", type=_concurrencies, default=list(DEFAULT_CONCURRENCY),
                       metavar="C1,C2,...", help="--max-concurrency of each run (default 16,32,64)")
@@ -91,12 +94,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     work.add_argument("--backend", default="sglang",
                       help="sglang's --backend (default sglang: the native /generate API)")
     work.add_argument("--tokenizer", help="tokenizer path or id for the benchmark client (default: "
-                      "$SM12X_MODEL_DIR when it is here, else what the server reports)")
+                      "SM12X_MODEL_DIR when it is here, else what the server reports)")
     work.add_argument("--extra", action="append", default=[], metavar="ARG",
                       help="one more argument for sglang.benchmark.serving (repeatable)")
     proc = parser.add_argument_group("process")
-    proc.add_argument("--python", default=sys.executable,
-                      help="the Python whose sglang runs the benchmark (default: this one)")
+    proc.add_argument("--python",
+                      help="the Python whose sglang runs the benchmark (default: this one; "
+                      "when it has no sglang, the benchmark runs in the image, SM12X_IMAGE)")
     proc.add_argument("--run-timeout", type=option_type(PositiveFloat), default=3600.0,
                       help="seconds one run may take before it is killed (default 3600)")
     proc.add_argument("--request-timeout", type=option_type(PositiveFloat), default=30.0,
@@ -108,7 +112,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prov = parser.add_argument_group("provenance (normally found on their own)")
     prov.add_argument("--container", default="auto",
                       help="the sm12x container to inspect: auto, none or a name")
-    prov.add_argument("--image", help="image reference, if bench cannot see the container")
     prov.add_argument("--image-digest", help="image digest (sha256:...)")
     prov.add_argument("--gpu", action="append", default=[], metavar="NAME",
                       help="a GPU name as nvidia-smi prints it, once per GPU (remote servers)")
@@ -124,6 +127,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--report", type=Path, metavar="RESULT",
                      help="no benchmark: print an existing result.json's tables and draw its "
                      "chart beside it (e.g. on the host, for a run made inside the image)")
+    # --recipe (the references it is judged by; auto: from the server's GPUs),
+    # --api-key, --bind/--port (the default --url), --model-dir (the tokenizer),
+    # --image (the image to run in, and provenance), --docker, --env-file, --explain.
+    settings.add_arguments(parser, "bench")
 
 
 # --- helpers --------------------------------------------------------------------
@@ -133,29 +140,53 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def dotenv_value(name: str, path: Path = Path(".env")) -> str | None:
-    """NAME from a compose .env file (KEY=value lines), if there is one."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return None
-    for line in text.splitlines():
-        key, sep, value = line.strip().partition("=")
-        if sep and key.strip() == name:
-            return value.strip().strip("'\"") or None
-    return None
-
-
-def default_tokenizer(inside: bool) -> tuple[str | None, str]:
+def default_tokenizer(inside: bool, model_dir: str | None, origin: object) -> tuple[str | None, str]:
     if inside:
         return None, "the server's own (bench runs inside the image)"
-    model_dir = os.environ.get("SM12X_MODEL_DIR") or dotenv_value("SM12X_MODEL_DIR")
     if model_dir and any((Path(model_dir) / f).is_file() for f in TOKENIZER_FILES):
-        return model_dir, f"{model_dir} (SM12X_MODEL_DIR)"
+        return model_dir, f"{model_dir} (SM12X_MODEL_DIR, from {origin})"
     return None, (
         "the path the server reports (works inside the image; from another machine pass "
         "--tokenizer PATH_OR_HF_ID)"
     )
+
+
+def image_overrides(args: argparse.Namespace, loaded: Loaded) -> tuple[str | None, str]:
+    """The image reference for provenance: SM12X_IMAGE when it was set, with where from."""
+    if not loaded.given("image"):
+        return None, ""
+    origin = loaded.origin("image")
+    return loaded.settings.image, ("--image" if origin.kind == "flag" else f"SM12X_IMAGE ({origin})")
+
+
+def where_to_run(args: argparse.Namespace, loaded: Loaded, err: Console,
+                 reads: tuple[str, ...]) -> tuple[str, runner.InImage | None]:
+    """This machine's Python when it has sglang's benchmark, else the image."""
+    python = args.python or sys.executable
+    missing = runner.python_has_benchmark(python)
+    if missing is None:
+        return python, None
+    if args.python:
+        raise UserError(f"{missing}: pass --python with one that has sglang (pip install sglang), "
+                        "or leave --python out to run the benchmark in the image")
+    s = loaded.settings
+    image = s.image or load_versions()["SM12X_IMAGE"]
+    docker = shutil.which(s.docker)
+    if docker is None:
+        raise UserError(
+            f"{missing}, and there is no docker ({s.docker}) to run it in the image: install "
+            "Docker, or sglang here (pip install sglang), or run bench in a service "
+            "(docker compose exec <service> sm12x bench)")
+    problem = runner.image_problem(docker, image)
+    if problem:
+        raise UserError(
+            f"{missing}; bench runs it in the image {image} then, which is not usable here "
+            f"({problem}): pull or build the image (docker compose pull; docs/image.md) or set "
+            "SM12X_IMAGE, run bench in a service (docker compose exec <service> sm12x bench), "
+            "or pass --python with one that has sglang")
+    err.print(f"sm12x bench: {missing}: running the benchmark in the image {image} (docker run "
+              "--network host)", highlight=False, markup=False, soft_wrap=True)
+    return python, runner.InImage(docker, image, f"{os.getuid()}:{os.getgid()}", reads)
 
 
 def choose_recipe(choice: str, found: list[gpu_query.Gpu]) -> tuple[Recipe, str]:
@@ -329,7 +360,8 @@ def run_report(path: Path, console: Console, no_chart: bool) -> int:
     return 0 if result.passed else 1
 
 
-def run_from_jsonl(args: argparse.Namespace, console: Console, err: Console) -> int:
+def run_from_jsonl(args: argparse.Namespace, loaded: Loaded, console: Console,
+                   err: Console) -> int:
     if args.recipe == "auto":
         raise UserError("--from-jsonl needs --recipe NAME (the lines do not say which rig ran)")
     recipe = load_recipe(args.recipe)
@@ -360,15 +392,17 @@ def run_from_jsonl(args: argparse.Namespace, console: Console, err: Console) -> 
     runs.sort(key=lambda r: r.concurrency)
     info = next((ln.get("server_info") for ln in reversed(good) if ln.get("server_info")), None)
     server = provenance.server_summary(info)
-    overrides = provenance.Overrides(args.image, args.image_digest, list(args.gpu), "none")
+    image, image_source = image_overrides(args, loaded)
+    overrides = provenance.Overrides(image, args.image_digest, list(args.gpu), "none",
+                                     image_source or "--image")
     sources = {"sglang_version": "server_info in the recorded lines"} if server.get("version") \
         else {}
     if overrides.gpus:
         sources["gpus"] = "--gpu"
     environment = Environment(
-        image=Image(ref=args.image, id=None, digest=args.image_digest,
-                    version=args.image.rsplit(":", 1)[1] if args.image and ":" in
-                    args.image.rsplit("/", 1)[-1] else None),
+        image=Image(ref=image, id=None, digest=args.image_digest,
+                    version=image.rsplit(":", 1)[1] if image and ":" in
+                    image.rsplit("/", 1)[-1] else None),
         sglang_version=str(server["version"]) if server.get("version") else None,
         flashinfer_version=None,
         torch_version=None,
@@ -393,9 +427,9 @@ def run_from_jsonl(args: argparse.Namespace, console: Console, err: Console) -> 
                   console, err, args.no_chart)
 
 
-def run_live(args: argparse.Namespace, console: Console, err: Console) -> int:
-    base_url = (args.url or default_url(os.environ)).rstrip("/").removesuffix("/v1")
-    api_key = args.api_key or os.environ.get("SM12X_API_KEY", "").strip() or None
+def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Console) -> int:
+    base_url = (args.url or loaded.settings.base_url()).rstrip("/").removesuffix("/v1")
+    api_key = loaded.settings.key()
     timeout = args.request_timeout
     secrets = redact.Redactor.for_endpoint(base_url, api_key)
     shown = redact.url(base_url)
@@ -404,12 +438,6 @@ def run_live(args: argparse.Namespace, console: Console, err: Console) -> int:
     if args.out and (problem := argtypes.writable_folder(args.out)):
         raise UserError(f"--out: {problem}")
 
-    missing = runner.python_has_benchmark(args.python)
-    if missing:
-        raise UserError(
-            f"{missing}: run bench inside the image (docker compose exec <service> sm12x bench), "
-            "or pass --python with one that has sglang (pip install sglang)"
-        )
     models, problem = provenance.get_json(f"{base_url}/v1/models", api_key, timeout)
     if models is None:
         if "authentication" in (problem or ""):
@@ -422,16 +450,26 @@ def run_live(args: argparse.Namespace, console: Console, err: Console) -> int:
     warnings: list[str] = []
     if info is None:
         warnings.append(f"no sglang server info ({info_problem}): is this a router?")
-    overrides = provenance.Overrides(args.image, args.image_digest, list(args.gpu), args.container)
+    image, image_source = image_overrides(args, loaded)
+    overrides = provenance.Overrides(image, args.image_digest, list(args.gpu), args.container,
+                                     image_source or "--image")
     inside = provenance.in_container()
+    tokenizer, tokenizer_note = (args.tokenizer, args.tokenizer) if args.tokenizer else \
+        default_tokenizer(inside, loaded.settings.model_dir, loaded.origin("model_dir"))
+    reads = tuple(str(Path(p).resolve()) for p in (tokenizer, args.dataset_path)
+                  if p and Path(p).exists())
+    python, in_image = where_to_run(args, loaded, err, reads)
+    docker = shutil.which(loaded.settings.docker)
     with err.status("collecting versions, image and GPUs"):
-        facts = provenance.collect(base_url, info, args.python, overrides, timeout=timeout,
-                                   inside=inside)
+        facts = provenance.collect(base_url, info, python, overrides, timeout=timeout,
+                                   inside=inside, docker=docker or loaded.settings.docker)
+        if in_image is not None:
+            # The client is the image's sglang, not this machine's (it has none).
+            probe, _ = provenance.local_probe(in_image.probe_prefix(), timeout)
+            facts.client_sglang = probe.get("sglang") if probe else None
     recipe, how = choose_recipe(args.recipe, facts.gpus)
     warnings += facts.notes
     warnings += server_mismatches(recipe, facts.server)
-    tokenizer, tokenizer_note = (args.tokenizer, args.tokenizer) if args.tokenizer else \
-        default_tokenizer(inside)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     out = (args.out or Path("bench-results") / f"{recipe.name}-{stamp}").resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -477,7 +515,8 @@ def run_live(args: argparse.Namespace, console: Console, err: Console) -> int:
                 dataset_path=args.dataset_path, tokenizer=tokenizer,
                 extra_args=tuple(args.extra),
             )  # fmt: skip
-            ended = runner.run_one(spec, args.python, out, timeout_s=args.run_timeout, env=env,
+            ended = runner.run_one(spec, python, out, timeout_s=args.run_timeout, env=env,
+                                   in_image=in_image,
                                    on_progress=on_progress, redactor=secrets)
             line = None
             parse_problem = None
@@ -534,9 +573,15 @@ def run(args: argparse.Namespace) -> int:
         return run_validate(args.validate, console)
     if args.report:
         return run_report(args.report, console, args.no_chart)
+    loaded = settings.from_args(args, "bench")
+    if args.explain:
+        base_url = args.url or loaded.settings.base_url()
+        sys.stdout.write(settings.explain(loaded, "bench") + f"# base URL: {redact.url(base_url)}\n")
+        return 0
+    args.recipe = loaded.settings.recipe
     if args.from_jsonl:
-        return run_from_jsonl(args, console, err)
-    return run_live(args, console, err)
+        return run_from_jsonl(args, loaded, console, err)
+    return run_live(args, loaded, console, err)
 
 
 COMMAND = Command(

@@ -154,12 +154,18 @@ def is_loopback(base_url: str) -> bool:
         return False
 
 
+# Where compose and the Kubernetes manifests mount the checkpoint in every service.
+SERVICE_MODEL_DIR = "/model"
+
+
 def in_container(environ: Mapping[str, str] | None = None) -> bool:
-    """True inside an sm12x service container (`docker compose exec`): compose sets
-    SM12X_MODEL_PATH in every service. Not /.dockerenv: a dev container or CI
-    job on the server's host is not the server's image."""
+    """True inside an sm12x service container (`docker compose exec`): compose
+    and the manifests set SM12X_MODEL_DIR=/model in every service (images
+    before the settings were unified set SM12X_MODEL_PATH). Not /.dockerenv: a
+    dev container or CI job on the server's host is not the server's image."""
     environ = os.environ if environ is None else environ
-    return bool(environ.get("SM12X_MODEL_PATH"))
+    return (environ.get("SM12X_MODEL_DIR") == SERVICE_MODEL_DIR
+            or bool(environ.get("SM12X_MODEL_PATH")))
 
 
 # --- commands -----------------------------------------------------------------
@@ -267,8 +273,13 @@ def _parse_probe(out: str | None) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def local_probe(python: str, timeout: float) -> tuple[dict[str, Any] | None, str | None]:
-    out, problem = run([python, "-c", PROBE], timeout)
+def local_probe(
+    python: str | Sequence[str], timeout: float
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The probe run by `python` (a path, or a command prefix such as a
+    `docker run ... IMAGE` that runs the image's python3)."""
+    prefix = [python] if isinstance(python, str) else list(python)
+    out, problem = run([*prefix, "-c", PROBE], timeout)
     probe = _parse_probe(out)
     return probe, (None if probe else problem or "unreadable probe answer")
 
@@ -282,6 +293,7 @@ class Overrides:
     image_digest: str | None = None
     gpus: list[str] = field(default_factory=list)
     container: str = "auto"  # auto | none | NAME
+    image_source: str = "--image"  # where `image` came from (a flag, SM12X_IMAGE in .env)
 
 
 @dataclass
@@ -302,7 +314,10 @@ def collect(
     timeout: float = 30.0,
     environ: Mapping[str, str] | None = None,
     inside: bool | None = None,
+    docker: str | None = None,
 ) -> Facts:
+    """What bench can learn of the server's image, versions and GPUs. docker:
+    the docker command (the settings' SM12X_DOCKER), else found on PATH."""
     environ = os.environ if environ is None else environ
     inside = in_container(environ) if inside is None else inside
     notes: list[str] = []
@@ -320,7 +335,7 @@ def collect(
     # The container on this machine.
     facts = None
     if overrides.container != "none" and not inside:
-        docker = docker_binary(environ)
+        docker = docker_binary(environ) if docker is None else shutil.which(docker)
         if docker is None:
             name, how = None, "docker is not installed here"
         elif overrides.container == "auto":
@@ -379,7 +394,7 @@ def collect(
         )
     if overrides.image:
         image = image.model_copy(update={"ref": overrides.image})
-        sources["image.ref"] = "--image"
+        sources["image.ref"] = overrides.image_source
         if image.version is None and ":" in overrides.image.rsplit("/", 1)[-1]:
             image = image.model_copy(update={"version": overrides.image.rsplit(":", 1)[1]})
     if overrides.image_digest:

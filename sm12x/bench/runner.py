@@ -12,6 +12,11 @@ so a renamed flag fails there. Each run:
   run is reported as failed (a hung server cannot hang bench);
 - keeps its full output in logs/c16.log and feeds tqdm's `n/total` counter
   to the progress display.
+
+Where: a Python of this machine that has sglang, or, when there is none,
+the sm12x image (InImage: `docker run --network host`, the output folder
+mounted at the same path, the key passed by name in the environment, never
+in argv).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sm12x import proc as bounded
 from sm12x.bench.lines import make_tag
 from verify.redact import Redactor
 
@@ -82,6 +88,57 @@ class Spec:
         return argv + list(self.extra_args)
 
 
+@dataclass(frozen=True)
+class InImage:
+    """Run the benchmark in the sm12x image, for a host without sglang.
+
+    Host networking, so the server's address means the same inside; the run
+    folder mounted at its own path (sglang writes --output-file there) and
+    the files the run reads (tokenizer, dataset) read-only at theirs; this
+    user's uid:gid, so what it writes is the caller's; the key by name
+    (`--env OPENAI_API_KEY`): docker copies its value from its own
+    environment, so it is never on a command line.
+    """
+
+    docker: str
+    image: str
+    user: str
+    reads: tuple[str, ...] = ()  # host paths the run reads
+
+    def argv(self, spec: Spec, output_file: Path, workdir: Path, name: str) -> list[str]:
+        argv = [
+            self.docker, "run", "--rm", "--name", name,
+            "--network", "host", "--init", "--user", self.user,
+            "--env", "OPENAI_API_KEY", "--env", "PYTHONUNBUFFERED=1", "--env", "HOME=/tmp",
+            "--volume", f"{workdir}:{workdir}", "--workdir", str(workdir),
+        ]  # fmt: skip
+        for path in self.reads:
+            argv += ["--volume", f"{path}:{path}:ro"]
+        # The image's entrypoint is `sm12x launch`: run its python3 instead.
+        python, *module = spec.argv("python3", output_file)
+        return [*argv, "--entrypoint", python, self.image, *module]
+
+    def stop(self, name: str) -> None:
+        """Remove the container: killing `docker run` does not stop it."""
+        bounded.run([self.docker, "rm", "--force", name], timeout=60)
+
+    def probe_prefix(self) -> list[str]:
+        """A command prefix that runs the image's python3 (provenance's probe)."""
+        return [self.docker, "run", "--rm", "--network", "none", "--entrypoint", "python3",
+                self.image]
+
+
+def image_problem(docker: str, image: str, timeout: float = 60.0) -> str | None:
+    """None when docker answers and the image is on this machine, else why not."""
+    done = bounded.run([docker, "image", "inspect", "--format", "{{.Id}}", image], timeout)
+    if done.error:
+        return done.error
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        return f"`{docker} image inspect {image}`: {said[-1] if said else done.returncode}"
+    return None
+
+
 @dataclass
 class Process:
     """How one benchmark process ended."""
@@ -112,10 +169,11 @@ def run_one(
     env: Mapping[str, str],
     on_progress: Callable[[int, int], None] | None = None,
     redactor: Redactor | None = None,
+    in_image: InImage | None = None,
 ) -> Process:
-    """Run one benchmark process; never raises for what the process does. Its
-    log and tail go through redactor (credentials in --base-url, a key the
-    server echoes)."""
+    """Run one benchmark process (in the image with in_image); never raises for
+    what the process does. Its log and tail go through redactor (credentials
+    in --base-url, a key the server echoes)."""
     clean = redactor.text if redactor is not None else (lambda text: text)
     runs = workdir / "runs"
     logs = workdir / "logs"
@@ -124,7 +182,11 @@ def run_one(
     output_file = runs / f"c{spec.concurrency}.jsonl"
     output_file.unlink(missing_ok=True)
     log_path = logs / f"c{spec.concurrency}.log"
-    argv = spec.argv(python, output_file)
+    name = f"sm12x-bench-{os.getpid()}-c{spec.concurrency}"
+    if in_image is not None:
+        argv = in_image.argv(spec, output_file, workdir, name)
+    else:
+        argv = spec.argv(python, output_file)
     started = time.monotonic()
     tail: list[str] = []
     with log_path.open("w", encoding="utf-8", errors="replace") as log:
@@ -141,7 +203,7 @@ def run_one(
                 start_new_session=True,  # its own process group, killed as one
             )
         except OSError as exc:
-            return Process(None, False, 0.0, [], error=f"could not start {python}: {exc}")
+            return Process(None, False, 0.0, [], error=f"could not start {argv[0]}: {exc}")
         reader = threading.Thread(
             target=_pump, args=(proc, log, tail, on_progress, clean), daemon=True
         )
@@ -155,6 +217,10 @@ def run_one(
         except BaseException:
             _kill_group(proc)
             raise
+        finally:
+            if in_image is not None and (timed_out or proc.returncode is None
+                                         or proc.returncode < 0):
+                in_image.stop(name)
         reader.join(timeout=10)
     wall = time.monotonic() - started
     lines = []

@@ -34,6 +34,7 @@ from sm12x.errors import UserError
 from sm12x.fields import HostName, parse
 from sm12x.launch import gpus as gpu_query
 from sm12x.recipe import Recipe, RecipeError, load_all, load_recipe
+from sm12x.settings import Loaded, load
 from sm12x.versions import load_versions
 
 MIN_DRIVER_MAJOR = 580
@@ -66,31 +67,20 @@ class Check:
 
 @dataclass
 class Options:
-    recipe: str = "auto"
+    """What doctor is asked. recipe, model_dir, image and env_file are settings
+    (sm12x.settings): given here they are flags; `loaded`, when the command has
+    read them already, replaces all four."""
+
+    recipe: str | None = None
     model_dir: str | None = None
-    env_file: Path = Path(".env")
+    env_file: Path | str | None = None
     peer: str | None = None
     peer_report: Path | None = None
     image: str | None = None
     min_free_gib: float = DISK_FAIL_GIB
     verify_hashes: bool = False
     ssh: bool = True
-
-
-def read_env_file(path: Path) -> dict[str, str]:
-    """KEY=value lines of a compose .env file (quotes stripped, comments skipped)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return {}
-    values = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, _, value = line.partition("=")
-        values[key.strip().removeprefix("export ").strip()] = value.strip().strip("'\"")
-    return values
+    loaded: Loaded | None = None
 
 
 class Doctor:
@@ -99,7 +89,11 @@ class Doctor:
         self.host = host
         self.options = options
         self.progress = progress or (lambda _message: None)
-        self.dotenv = read_env_file(options.env_file)
+        # As compose sees them: the shell's environment wins over .env.
+        self.loaded = options.loaded or load(
+            {"recipe": options.recipe, "model_dir": options.model_dir, "image": options.image},
+            options.env_file, environ=host.environ)
+        self.settings = self.loaded.settings
         self.checks: list[Check] = []
         self.gpus: list[gpu_query.Gpu] = []
         self.recipe: Recipe | None = None
@@ -110,11 +104,9 @@ class Doctor:
     # --- plumbing ---------------------------------------------------------------
 
     def setting(self, name: str) -> str | None:
-        """As compose sees it: the shell's environment wins over .env."""
-        value = self.host.environ.get(name)
-        if value is None or value == "":
-            value = self.dotenv.get(name)
-        return value or None
+        """A variable that is not an sm12x setting (NCCL_IB_HCA, ...), as compose
+        sees it: the shell's environment wins over .env."""
+        return self.loaded.variable(name)[0]
 
     def add(self, id: str, title: str, verdict: str, detail: str, fix: str | None = None, /,
             required: bool = True, **data: Any) -> Check:
@@ -211,9 +203,10 @@ class Doctor:
 
     def check_recipe(self) -> None:
         title = "recipe"
-        if self.options.recipe != "auto":
+        choice = self.settings.recipe
+        if choice != "auto":
             try:
-                self.recipe = load_recipe(self.options.recipe)
+                self.recipe = load_recipe(choice)
             except RecipeError as exc:
                 self.add("recipe", title, "fail", str(exc), "pass a name from recipes/")
                 return
@@ -242,7 +235,7 @@ class Doctor:
         try:
             pick = gpu_query.pick_recipe(self.gpus, load_all())
         except gpu_query.NoRecipeMatch as exc:
-            self.add("recipe", title, "fail", str(exc).removeprefix("RECIPE=auto "),
+            self.add("recipe", title, "fail", str(exc).removeprefix("SM12X_RECIPE=auto "),
                      "use a machine a recipe is written for (README support matrix), or write "
                      "a recipe (docs/recipes.md)")
             return
@@ -287,38 +280,33 @@ class Doctor:
     # --- Docker -----------------------------------------------------------------
 
     def image_ref(self) -> str:
-        return (self.options.image or self.setting("SM12X_IMAGE")
-                or load_versions()["SM12X_IMAGE"])
+        return self.settings.image or load_versions()["SM12X_IMAGE"]
 
     def check_docker(self) -> None:
         version = self.host.run(["docker", "version", "--format", "{{.Server.Version}}"])
+        missing = bool(version.error and "not installed" in version.error)
         if not version.ok:
             fix = ("install Docker Engine (https://docs.docker.com/engine/install/)"
-                   if version.error and "not installed" in version.error else
+                   if missing else
                    "start the daemon (sudo systemctl start docker) and make sure you may use it "
                    "(sudo usermod -aG docker $USER, then log in again)")
             self.add("docker", "Docker", "fail", f"the daemon does not answer: {version.why()}",
                      fix)
-            for id, title in (("compose", "docker compose"), ("nvidia-runtime",
-                              "NVIDIA container runtime"), ("image", "image")):
-                self.add(id, title, "skip", "needs Docker", required=False)
-            return
-        if not version.stdout.strip():
+        elif not version.stdout.strip():
             self.add("docker", "Docker", "fail", "the daemon answered without a version: "
                      "DOCKER_HOST may point at something that is not Docker",
                      "check DOCKER_HOST / the docker context (docker context ls)")
-            for id, title in (("compose", "docker compose"), ("nvidia-runtime",
-                              "NVIDIA container runtime"), ("image", "image")):
-                self.add(id, title, "skip", "needs Docker", required=False)
-            return
-        self.add("docker", "Docker", "ok", f"Docker Engine {version.stdout.strip()}")
-
-        compose = self.host.run(["docker", "compose", "version", "--short"])
-        if compose.ok:
-            self.add("compose", "docker compose", "ok", f"Compose {compose.stdout.strip()}")
         else:
-            self.add("compose", "docker compose", "fail", f"no Compose v2 plugin: {compose.why()}",
-                     "install the docker-compose-plugin package (Compose v2: `docker compose`)")
+            self.add("docker", "Docker", "ok", f"Docker Engine {version.stdout.strip()}")
+        # The CLI plugin answers without a daemon: checked whenever the CLI is here.
+        if missing:
+            self.add("compose", "docker compose", "skip", "needs the docker CLI", required=False)
+        else:
+            self.check_compose()
+        if not (version.ok and version.stdout.strip()):
+            for id, title in (("nvidia-runtime", "NVIDIA container runtime"), ("image", "image")):
+                self.add(id, title, "skip", "needs the Docker daemon", required=False)
+            return
 
         info = self.host.run(["docker", "info", "--format", "{{json .}}"])
         runtimes: list[str] = []
@@ -362,10 +350,62 @@ class Doctor:
                      "docker compose pull (docs/image.md: which tag, building it yourself)",
                      required=False, ref=ref)
 
+    def check_compose(self) -> None:
+        compose = self.host.run(["docker", "compose", "version", "--short"])
+        if compose.ok:
+            self.add("compose", "docker compose", "ok", f"Compose {compose.stdout.strip()}")
+            return
+        legacy = (" (the docker-compose here is a separate program: compose.yaml's commands "
+                  "are `docker compose`, the v2 plugin)" if self.host.which("docker-compose")
+                  else "")
+        self.add("compose", "docker compose", "fail",
+                 f"no Compose v2 plugin: {compose.why()}{legacy}; without it `docker compose "
+                 "up -d` says \"unknown shorthand flag: 'd'\"",
+                 f"install it: {self.compose_package()}")
+
+    def compose_package(self) -> str:
+        """The package that gives this machine `docker compose`, and how to install it.
+
+        Docker's own repositories call it docker-compose-plugin; Ubuntu's archive
+        docker-compose-v2 (beside its docker.io); Debian 13's docker-compose is v2
+        while Debian 12's is v1 only."""
+        release = _os_release(self.host.read("/etc/os-release") or "")
+        ids = {release.get("ID", ""), *release.get("ID_LIKE", "").split()}
+        debian_like = bool(ids & {"debian", "ubuntu"})
+        rpm_like = bool(ids & {"fedora", "rhel", "centos"})
+        query = (["dpkg-query", "-W", "-f=${Status}", "docker-ce-cli"] if debian_like else
+                 ["rpm", "-q", "docker-ce-cli"] if rpm_like else None)
+        from_docker = False
+        if query is not None:
+            out = self.host.run(query)
+            from_docker = out.ok and ("installed" in out.stdout if debian_like else True)
+        name = release.get("PRETTY_NAME") or release.get("ID") or "this system"
+        if from_docker:
+            tool = "apt-get" if debian_like else "dnf"
+            return (f"docker-compose-plugin, from Docker's repository like this machine's "
+                    f"docker-ce-cli: sudo {tool} install docker-compose-plugin")
+        if "ubuntu" in ids:
+            return (f"docker-compose-v2, {name}'s Compose v2 for its docker.io: "
+                    "sudo apt-get install docker-compose-v2")
+        if release.get("ID") == "debian":
+            major = re.match(r"\d+", release.get("VERSION_ID", ""))
+            if major and int(major[0]) >= 13:
+                return (f"docker-compose, which on {name} is Compose v2: "
+                        "sudo apt-get install docker-compose")
+            return (f"{name}'s archive has only Compose v1 (docker-compose 1.29, which "
+                    "`docker compose` does not run): install Docker Engine with "
+                    "docker-compose-plugin from Docker's repository "
+                    "(https://docs.docker.com/engine/install/debian/)")
+        if rpm_like:
+            return ("docker-compose-plugin from Docker's repository: "
+                    "sudo dnf install docker-compose-plugin")
+        return ("Compose v2: docker-compose-plugin from Docker's repository "
+                "(docker-compose-v2 with Ubuntu's docker.io, docker-compose on Debian 13)")
+
     # --- model ------------------------------------------------------------------
 
     def check_model(self) -> None:
-        where = self.options.model_dir or self.setting("SM12X_MODEL_DIR")
+        where = self.settings.model_dir
         if not where:
             self.add("model-dir", "model folder", "fail", "SM12X_MODEL_DIR is not set",
                      "cp .env.example .env and set SM12X_MODEL_DIR (or pass --model-dir)")
@@ -516,9 +556,10 @@ class Doctor:
         and ping as an argument, where '-oProxyCommand=...' would be an option."""
         if self.options.peer:
             return parse(HostName, self.options.peer, "--peer"), "--peer"
-        head = self.setting("SM12X_HEAD_ADDR")
+        head = self.settings.head_addr
         if head:
-            head = parse(HostName, head, "SM12X_HEAD_ADDR", f"fix it in {self.options.env_file}")
+            # SM12X_HEAD_ADDR may carry the dist-init port: the peer is the host.
+            head = re.sub(r"^\[(.*)\](:\d+)?$|^([^:]+):\d+$", lambda m: m[1] or m[3], head)
         if head and head not in self.local_addresses():
             return head, "SM12X_HEAD_ADDR (this is the second node)"
         return None, ("this is the head node (SM12X_HEAD_ADDR is one of its addresses)"
@@ -627,6 +668,16 @@ def _device_state(device: rdma.Device) -> str:
     if device.active:
         return "active"
     return device.ports[0].state if device.ports else "no port"
+
+
+def _os_release(text: str) -> dict[str, str]:
+    """KEY=value lines of /etc/os-release, quotes stripped."""
+    values = {}
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and not key.startswith("#"):
+            values[key] = value.strip().strip("'\"")
+    return values
 
 
 def _meminfo(host: Host) -> dict[str, int]:

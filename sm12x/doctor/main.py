@@ -1,7 +1,7 @@
 """`sm12x doctor`: is this machine ready to boot a recipe? Before the 30-minute wait.
 
 Checks the GPUs (model, count, compute capability 12.0/12.1, driver,
-memory), the recipe RECIPE=auto would pick, Docker with Compose v2 and the
+memory), the recipe SM12X_RECIPE=auto would pick, Docker with Compose v2 and the
 NVIDIA container runtime, the image, the model folder (config, index, every
 shard present and of the size its own header says), free disk, shared
 memory, and on a DGX Spark pair: RDMA ports, the NCCL/Gloo interfaces, the
@@ -21,13 +21,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sm12x import __version__
+from sm12x import __version__, settings
 from sm12x.cli import Command
 from sm12x.doctor.checks import Check, Doctor, Options
 from sm12x.doctor.host import Host
 from sm12x.fields import HostName, NonNegativeFloat, PositiveFloat, option_type
 
 SCHEMA_ID = "sm12x-doctor/1"
+# Read from the environment or .env as compose passes them (DGX Spark pair).
+SITE_VARIABLES = ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_GID_INDEX")
 STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 
 
@@ -65,18 +67,20 @@ def table(checks: list[Check], console: Console) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    host = make_host()
+    # The settings as the machine doctor looks at has them (tests record one).
+    loaded = settings.from_args(args, "doctor", environ=host.environ)
+    if args.explain:
+        sys.stdout.write(settings.explain(loaded, "doctor", SITE_VARIABLES))
+        return 0
     options = Options(
-        recipe=args.recipe,
-        model_dir=args.model_dir,
-        env_file=args.env_file,
+        loaded=loaded,
         peer=args.peer,
         peer_report=args.peer_report,
-        image=args.image,
         min_free_gib=args.min_free_gib,
         verify_hashes=args.hash,
         ssh=not args.no_ssh,
     )
-    host = make_host()
     host.timeout = args.timeout
     err = Console(stderr=True)
     if args.json:
@@ -106,15 +110,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--recipe", default="auto",
-                        help="check against this recipe (default auto: the one RECIPE=auto picks)")
-    parser.add_argument("--model-dir", help="the checkpoint folder (default $SM12X_MODEL_DIR, "
-                        "else SM12X_MODEL_DIR from --env-file)")
-    parser.add_argument("--env-file", type=Path, default=Path(".env"),
-                        help="compose's .env to read settings from (default ./.env)")
-    parser.add_argument("--image", help="image to look for (default SM12X_IMAGE from .env, else "
-                        "the pinned one)")
-    parser.add_argument("--peer", type=option_type(HostName), help="DGX Spark pair: the other node's address on the RoCE link "
+    parser.add_argument("--peer", type=option_type(HostName),
+                        help="DGX Spark pair: the other node's address on the RoCE link "
                         "(default SM12X_HEAD_ADDR on the second node)")
     parser.add_argument("--peer-report", type=Path, metavar="JSON",
                         help="the other node's `sm12x doctor --json`, to compare images")
@@ -127,6 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=option_type(PositiveFloat), default=20.0,
                         help="seconds each command may take (default 20)")
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
+    settings.add_arguments(parser, "doctor")
 
 
 COMMAND = Command(

@@ -1,6 +1,6 @@
 """What GPUs this machine has (nvidia-smi), and which recipe fits them.
 
-RECIPE=auto calls query_gpus() then pick_recipe(). Both raise UserError with
+SM12X_RECIPE=auto calls query_gpus() then pick_recipe(). Both raise UserError with
 a message that lists what was found and what the recipes need, so a machine
 that matches nothing says why.
 """
@@ -66,7 +66,7 @@ def parse_nvidia_smi(text: str) -> list[Gpu]:
         if len(fields) != 5:
             raise GpuQueryError(
                 f"cannot read nvidia-smi line {number} ({line.strip()!r}): expected "
-                "name, count, compute_cap, memory.total, driver_version; set RECIPE to "
+                "name, count, compute_cap, memory.total, driver_version; set SM12X_RECIPE (or --recipe) to "
                 "a recipe name instead of auto"
             )
         name, _count, cap, memory, driver = fields
@@ -80,9 +80,9 @@ def query_gpus(nvidia_smi: str | None = None) -> list[Gpu]:
     binary = nvidia_smi or shutil.which("nvidia-smi")
     if binary is None:
         raise GpuQueryError(
-            "RECIPE=auto needs nvidia-smi and it is not on PATH: no NVIDIA driver is "
+            "SM12X_RECIPE=auto needs nvidia-smi and it is not on PATH: no NVIDIA driver is "
             "visible (in Docker: install the NVIDIA Container Toolkit and grant the GPUs); "
-            "or set RECIPE to a recipe name"
+            "or set SM12X_RECIPE (or --recipe) to a recipe name"
         )
     try:
         result = subprocess.run(
@@ -90,17 +90,17 @@ def query_gpus(nvidia_smi: str | None = None) -> list[Gpu]:
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise GpuQueryError(
-            f"nvidia-smi did not run ({exc}): set RECIPE to a recipe name"
+            f"nvidia-smi did not run ({exc}): set SM12X_RECIPE (or --recipe) to a recipe name"
         ) from None
     if result.returncode != 0:
         said = (result.stdout + result.stderr).strip().splitlines()
         raise GpuQueryError(
             f"nvidia-smi failed (exit {result.returncode}: {said[0] if said else 'no output'}): "
-            "is the NVIDIA driver loaded? Or set RECIPE to a recipe name"
+            "is the NVIDIA driver loaded? Or set SM12X_RECIPE (or --recipe) to a recipe name"
         )
     gpus = parse_nvidia_smi(result.stdout)
     if not gpus:
-        raise GpuQueryError("nvidia-smi lists no GPU: set RECIPE to a recipe name")
+        raise GpuQueryError("nvidia-smi lists no GPU: set SM12X_RECIPE (or --recipe) to a recipe name")
     return gpus
 
 
@@ -136,8 +136,8 @@ def pick_recipe(gpus: Sequence[Gpu], recipes: Sequence[Recipe]) -> Pick:
     def no_match(why: str) -> NoRecipeMatch:
         listing = "; ".join(describe_recipe_hardware(r) for r in recipes)
         return NoRecipeMatch(
-            f"RECIPE=auto found no recipe for this machine ({why}). Found: {found}. "
-            f"Recipes: {listing}. Set RECIPE to one of them to override, or add a recipe"
+            f"SM12X_RECIPE=auto found no recipe for this machine ({why}). Found: {found}. "
+            f"Recipes: {listing}. Set SM12X_RECIPE to one of them to override, or add a recipe"
         )
 
     if not gpus:
@@ -172,6 +172,6 @@ def pick_recipe(gpus: Sequence[Gpu], recipes: Sequence[Recipe]) -> Pick:
     if len(gpus) > hw.gpus_per_node:
         reason += (
             f"; it uses {hw.gpus_per_node} of the {len(gpus)} GPUs (no recipe uses more "
-            "of them: set RECIPE to choose another)"
+            "of them: set SM12X_RECIPE (or --recipe) to choose another)"
         )
     return Pick(best, reason)

@@ -4,32 +4,42 @@
 that crashes on the first verify), so this asks the server the way a client
 does: the model id from /v1/models, then a one-token /v1/completions. Exit 0
 when a token came back, 1 with one line saying what failed.
+
+Where: the server the settings describe (SM12X_HOST or SM12X_BIND, and
+SM12X_PORT), or with --router the router (SM12X_ROUTER_BIND and
+SM12X_ROUTER_PORT), or --url.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
 
-from sm12x.apikey import read_api_key
+from sm12x import settings
 from sm12x.cli import Command
 from sm12x.errors import UserError
-from sm12x.recipe.model import Serve
+from sm12x.fields import PositiveFloat, option_type
+from sm12x.settings import Settings
+
+WILDCARDS = ("0.0.0.0", "::")
 
 
-def default_url(environ: Mapping[str, str]) -> str:
-    # The server binds SM12X_HOST (0.0.0.0 in a bridged container); probe
-    # loopback unless it is bound to one specific address.
-    host = environ.get("SM12X_HOST", "").strip()
-    if host in ("", "0.0.0.0", "::"):
-        host = "127.0.0.1"
-    port = environ.get("SM12X_PORT", "").strip() or str(Serve().port)
-    return f"http://{host}:{port}"
+def _url(host: str, port: int) -> str:
+    # A server bound to every address is asked on loopback.
+    host = "127.0.0.1" if host in WILDCARDS else host
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def default_url(s: Settings, router: bool = False) -> str:
+    """The server sglang binds (SM12X_HOST, 0.0.0.0 in a bridged container, else
+    SM12X_BIND), or the router."""
+    if router:
+        return _url(s.router_bind, s.router_port)
+    return _url(s.listen_host, s.port_or())
 
 
 def _request(url: str, api_key: str | None, timeout: float, body: dict | None = None) -> dict:
@@ -39,7 +49,7 @@ def _request(url: str, api_key: str | None, timeout: float, body: dict | None = 
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as exc:
         detail = exc.read()[:200].decode(errors="replace")
@@ -76,15 +86,31 @@ def check(url: str, api_key: str | None, timeout: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    url = (args.url or default_url(os.environ)).rstrip("/")
-    api_key = read_api_key(os.environ)
-    print(check(url, api_key, args.timeout))
+    loaded = settings.from_args(args, "healthcheck")
+    if args.explain:
+        sys.stdout.write(settings.explain(loaded, "healthcheck"))
+        return 0
+    url = (args.url or default_url(loaded.settings, args.router)).rstrip("/")
+    print(check(url, loaded.settings.key(), args.timeout))
     return 0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", help="server base URL (default from SM12X_HOST/SM12X_PORT)")
-    parser.add_argument("--timeout", type=float, default=20.0, help="seconds per request")
+    parser.add_argument(
+        "--url", help="server base URL (default: from SM12X_HOST or SM12X_BIND, and SM12X_PORT)"
+    )
+    parser.add_argument(
+        "--router",
+        action="store_true",
+        help="ask the router instead (SM12X_ROUTER_BIND, SM12X_ROUTER_PORT): its healthcheck",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=option_type(PositiveFloat),
+        default=20.0,
+        help="seconds per request (default 20)",
+    )
+    settings.add_arguments(parser, "healthcheck")
 
 
 COMMAND = Command(

@@ -1,9 +1,10 @@
 """`sm12x launch`: the image's entrypoint.
 
-Picks the recipe (RECIPE=<name>, or RECIPE=auto from nvidia-smi), renders the
-sglang command from it, and replaces itself with that command (exec, so
-sglang is the container's main process and gets its signals). --dry-run
-prints the command instead, ready to paste.
+Picks the recipe (SM12X_RECIPE=<name>, or auto from nvidia-smi), renders the
+sglang command from it and the settings (sm12x.settings: flags, environment,
+.env), and replaces itself with that command (exec, so sglang is the
+container's main process and gets its signals). --dry-run prints the command
+instead, ready to paste; --explain also says where each value came from.
 """
 
 from __future__ import annotations
@@ -15,14 +16,22 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from sm12x.apikey import BIND_ENV, exposure_problem
+from sm12x import settings
+from sm12x.apikey import ENV as KEY_ENV
+from sm12x.apikey import exposure_problem
 from sm12x.cli import Command
 from sm12x.errors import UserError
-from sm12x.fields import HostName, parse
 from sm12x.launch import gpus
-from sm12x.launch.render import LaunchContext, LaunchPlan, build_launch
+from sm12x.launch.render import (
+    HEAD_ADDR_ENV,
+    NODE_RANK_ENV,
+    LaunchContext,
+    LaunchPlan,
+    build_launch,
+)
 from sm12x.recipe import Recipe, load_all, load_recipe, warnings_for
 from sm12x.recipe.extra import check_extra
+from sm12x.settings import Loaded
 
 AUTO = "auto"
 
@@ -31,12 +40,14 @@ def _say(message: str) -> None:
     print(f"sm12x launch: {message}", file=sys.stderr)
 
 
-def select_recipe(choice: str, nvidia_smi: str | None = None) -> tuple[Recipe, str]:
-    """The recipe to run and a sentence saying why."""
+def select_recipe(
+    choice: str, nvidia_smi: str | None = None, origin: object = "default"
+) -> tuple[Recipe, str]:
+    """The recipe to run and a sentence saying why (origin: where the choice came from)."""
     if choice != AUTO:
-        return load_recipe(choice), f"recipe {choice} (RECIPE={choice})"
+        return load_recipe(choice), f"recipe {choice} (SM12X_RECIPE, from {origin})"
     pick = gpus.pick_recipe(gpus.query_gpus(nvidia_smi), load_all())
-    return pick.recipe, f"RECIPE=auto picked {pick.recipe.name}: {pick.reason}"
+    return pick.recipe, f"SM12X_RECIPE=auto picked {pick.recipe.name}: {pick.reason}"
 
 
 def gpu_mismatch(recipe: Recipe) -> str | None:
@@ -57,7 +68,7 @@ def gpu_mismatch(recipe: Recipe) -> str | None:
         return None
     return (
         f"{recipe.name} expects {hw.gpus_per_node}x {hw.gpu} ({hw.sm}) per node but this "
-        f"machine has {gpus.describe_gpus(found)}: check RECIPE"
+        f"machine has {gpus.describe_gpus(found)}: check SM12X_RECIPE"
     )
 
 
@@ -66,20 +77,20 @@ def check_multinode(recipe: Recipe, ctx: LaunchContext) -> None:
         return
     missing = [
         name
-        for name, value in (("NODE_RANK", ctx.node_rank), ("HEAD_ADDR", ctx.head_addr))
+        for name, value in ((NODE_RANK_ENV, ctx.node_rank), (HEAD_ADDR_ENV, ctx.head_addr))
         if value is None
     ]
     if missing:
         raise UserError(
             f"{recipe.name} runs on {recipe.hardware.nodes} nodes: set {' and '.join(missing)} "
-            "(NODE_RANK 0 on the head, 1 on the other; HEAD_ADDR the head's address on the "
-            f"RoCE link). With compose use the profiles {recipe.name}-node0 and "
+            f"({NODE_RANK_ENV} 0 on the head, 1 on the other; {HEAD_ADDR_ENV} the head's "
+            f"address on the RoCE link). With compose use the profiles {recipe.name}-node0 and "
             f"{recipe.name}-node1, one per machine"
         )
 
 
 def check_env(plan: LaunchPlan, environ: Mapping[str, str]) -> None:
-    # NODE_RANK/HEAD_ADDR placeholders are check_multinode's to explain.
+    # Rank and head address placeholders are check_multinode's to explain.
     missing = [ref for ref in plan.unresolved(environ) if ref.name in plan.recipe.env]
     if not missing:
         return
@@ -95,7 +106,7 @@ def check_env(plan: LaunchPlan, environ: Mapping[str, str]) -> None:
 
 def check_model_path(plan: LaunchPlan) -> None:
     path = plan.context.model_path
-    if path is None or not path.startswith("/"):
+    if path is None:
         return
     if not (Path(path) / "config.json").is_file():
         model = plan.recipe.model
@@ -106,32 +117,48 @@ def check_model_path(plan: LaunchPlan) -> None:
         )
 
 
-def check_exposure(plan: LaunchPlan, environ: Mapping[str, str]) -> None:
+def check_exposure(plan: LaunchPlan, loaded: Loaded) -> None:
     """Refuse to serve beyond loopback without a key (sm12x.apikey).
 
     Where clients reach the server: compose's published address (SM12X_BIND,
-    passed into the container) when there is one, else the address sglang binds.
+    passed into the container) when one is set, else the address sglang binds.
     """
-    published = environ.get(BIND_ENV, "").strip()
-    address = parse(HostName, published, BIND_ENV, "fix it in .env") if published else None
-    problem = exposure_problem(address or plan.context.host, environ, plan.recipe.name)
+    s = loaded.settings
+    address = s.bind if loaded.given("bind") else plan.context.host
+    problem = exposure_problem(
+        address, plan.context.api_key, s.insecure_no_api_key, plan.recipe.name
+    )
     if problem:
         raise UserError(problem)
 
 
+def process_env(environ: Mapping[str, str], loaded: Loaded) -> dict[str, str]:
+    """The environment sglang starts with: this process's, plus the key where it
+    came from .env or a file (sm12x.keyed reads it from SM12X_API_KEY)."""
+    env = dict(environ)
+    key = loaded.settings.key()
+    if key:
+        env[KEY_ENV] = key
+    return env
+
+
 def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> int:
     environ = os.environ if environ is None else environ
-    choice = args.recipe or environ.get("RECIPE", "").strip() or AUTO
-    recipe, why = select_recipe(choice)
+    loaded = settings.from_args(args, "launch", environ=environ)
+    dry_run = args.dry_run or args.explain
+    if args.explain:
+        sys.stdout.write(settings.explain(loaded, "launch"))
+    choice = loaded.settings.recipe
+    recipe, why = select_recipe(choice, origin=loaded.origin("recipe"))
     _say(why)
-    if choice != AUTO and not args.dry_run:
+    if choice != AUTO and not dry_run:
         mismatch = gpu_mismatch(recipe)
         if mismatch:
             _say(f"warning: {mismatch}")
     for finding in warnings_for(recipe):
         _say(str(finding))
 
-    ctx = LaunchContext.from_environ(environ)
+    ctx = LaunchContext.from_settings(loaded)
     if args.no_spec:
         ctx = replace(ctx, speculative=False)
         _say("--no-spec: speculative decoding off (the reference for verify --compare-url)")
@@ -142,25 +169,31 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
         extra = extra[1:]
     check_extra(recipe, extra)
     # A dry run shows what is missing as "$NAME" placeholders; a launch refuses.
+    variables = loaded.variables()
     for check in (
         lambda: check_multinode(recipe, ctx),
-        lambda: check_env(plan, environ),
-        lambda: check_exposure(plan, environ),
+        lambda: check_env(plan, variables),
+        lambda: check_exposure(plan, loaded),
     ):
         try:
             check()
         except UserError as exc:
-            if not args.dry_run:
+            if not dry_run:
                 raise
             _say(f"warning: {exc.message}")
-    exec_env, notes = plan.exec_env(environ)
+    exec_env, notes = plan.exec_env(process_env(environ, loaded))
     for note in notes:
         _say(note)
     if extra:
         _say(f"appending flags not in the recipe: {' '.join(extra)}")
 
     python = sys.executable
-    if args.dry_run:
+    if dry_run:
+        if args.explain:
+            site = [n for n, var in recipe.env.items() if var.from_host]
+            sys.stdout.write(settings.explain_variables(loaded, site, f"{recipe.name}'s site "
+                                                        "variables"))
+            sys.stdout.write(plan.explain())
         text = plan.shell(python=python)
         if extra:
             import shlex
@@ -169,7 +202,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
         sys.stdout.write(text)
         return 0
     check_model_path(plan)
-    command = plan.command(python=python, environ=environ) + extra
+    command = plan.command(python=python, environ=variables) + extra
     sys.stdout.flush()
     sys.stderr.flush()
     os.execvpe(python, command, exec_env)
@@ -188,10 +221,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the recipe without speculative decoding (its dspark flags dropped): the "
         "reference server for `sm12x verify --compare-url`",
     )
-    parser.add_argument(
-        "--recipe",
-        metavar="NAME",
-        help="recipe name or file; overrides $RECIPE (default: auto, from nvidia-smi)",
+    settings.add_arguments(
+        parser,
+        "launch",
+        explain_help="print each setting with where it came from, each flag and variable "
+        "with why it is there, and the command; start nothing",
     )
     parser.add_argument(
         "extra",
@@ -204,8 +238,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 COMMAND = Command(
     name="launch",
     help="start sglang for a recipe (the image's entrypoint)",
-    description="Start sglang for the recipe named by $RECIPE, or with RECIPE=auto the one "
-    "that fits the GPUs nvidia-smi lists. Multi-node recipes read NODE_RANK and HEAD_ADDR.",
+    description="Start sglang for the recipe named by SM12X_RECIPE (--recipe), or with auto "
+    "the one that fits the GPUs nvidia-smi lists. Multi-node recipes read SM12X_NODE_RANK and "
+    "SM12X_HEAD_ADDR.",
     add_arguments=add_arguments,
     run=run,
 )

@@ -17,15 +17,17 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sm12x.apikey import read_api_key
 from sm12x.errors import UserError
-from sm12x.fields import HostName, HostPort, NodeRank, Port, parse
 from sm12x.recipe.model import Recipe
+from sm12x.settings import Loaded
 
 SGLANG_MODULE = "sglang.launch_server"
 # With an API key, sglang is started through sm12x.keyed, which hands it the
 # key in memory: never on a command line (sm12x/keyed.py says why).
 KEYED_MODULE = "sm12x.keyed"
+# The per-node settings a multi-node recipe needs (sm12x.settings names).
+NODE_RANK_ENV = "SM12X_NODE_RANK"
+HEAD_ADDR_ENV = "SM12X_HEAD_ADDR"
 
 
 @dataclass(frozen=True)
@@ -66,9 +68,10 @@ class RenderedEnv:
 class LaunchContext:
     """What varies per machine and per node; everything else is the recipe.
 
-    from_environ() reads it the way the container gets it from compose:
-    NODE_RANK, HEAD_ADDR, SM12X_MODEL_PATH, SM12X_HOST, SM12X_PORT,
-    SM12X_API_KEY, SM12X_CACHE_DIR and the recipe's from_host variables.
+    from_settings() reads it from the settings (sm12x.settings: flags, the
+    environment, .env): SM12X_NODE_RANK, SM12X_HEAD_ADDR, SM12X_MODEL_DIR,
+    SM12X_HOST/SM12X_BIND, SM12X_PORT, SM12X_API_KEY, SM12X_CACHE_DIR, and
+    the recipe's site variables (host_env).
     """
 
     node_rank: int | None = None
@@ -84,28 +87,18 @@ class LaunchContext:
     speculative: bool = True
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> LaunchContext:
-        def get(name: str) -> str | None:
-            value = environ.get(name, "").strip()
-            return value or None
-
-        node_rank = get("NODE_RANK")
-        port = get("SM12X_PORT")
-        head = get("HEAD_ADDR")
-        host = get("SM12X_HOST")
+    def from_settings(cls, loaded: Loaded) -> LaunchContext:
+        s = loaded.settings
         return cls(
-            node_rank=parse(NodeRank, node_rank, "NODE_RANK", ENV_HINT) if node_rank else None,
-            head_addr=parse(HostPort, head, "HEAD_ADDR", ENV_HINT) if head else None,
-            model_path=get("SM12X_MODEL_PATH"),
-            host=parse(HostName, host, "SM12X_HOST", ENV_HINT) if host else "127.0.0.1",
-            port=parse(Port, port, "SM12X_PORT", ENV_HINT) if port else None,
-            api_key=read_api_key(environ) is not None,
-            cache_dir=get("SM12X_CACHE_DIR"),
-            host_env={k: v for k, v in environ.items() if v},
+            node_rank=s.node_rank,
+            head_addr=s.head_addr,
+            model_path=s.model_dir,
+            host=s.listen_host,
+            port=s.port,
+            api_key=s.key() is not None,
+            cache_dir=s.cache_dir,
+            host_env=loaded.variables(),
         )
-
-
-ENV_HINT = "fix it in .env"
 
 
 # Where JIT and compile caches go when SM12X_CACHE_DIR names a persistent
@@ -220,12 +213,8 @@ def _shell(value: Value) -> str:
     return value.shell() if isinstance(value, EnvRef) else shlex.quote(value)
 
 
-def _flag_value(value: str | int | float) -> str:
+def _flag_value(value: str | float) -> str:
     return value if isinstance(value, str) else repr(value)
-
-
-def _is_local_path(path: str) -> bool:
-    return path.startswith(("/", "./", "../", "~"))
 
 
 def speculative_args(recipe: Recipe) -> list[RenderedArg]:
@@ -263,7 +252,7 @@ def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> Launch
         RenderedArg(
             "--model-path",
             model_path,
-            "the checkpoint (model.hf_id, or SM12X_MODEL_PATH for a local folder)",
+            "the checkpoint: SM12X_MODEL_DIR, a local folder, else model.hf_id",
         )
     )
     if model_path == recipe.model.hf_id:
@@ -291,20 +280,22 @@ def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> Launch
 
     if recipe.is_multinode:
         assert recipe.multinode is not None
-        rank: Value = str(ctx.node_rank) if ctx.node_rank is not None else EnvRef("NODE_RANK")
+        rank: Value = str(ctx.node_rank) if ctx.node_rank is not None else EnvRef(NODE_RANK_ENV)
         if ctx.node_rank is not None and ctx.node_rank >= recipe.hardware.nodes:
             raise UserError(
-                f"NODE_RANK={ctx.node_rank} but {recipe.name} has {recipe.hardware.nodes} "
+                f"{NODE_RANK_ENV}={ctx.node_rank} but {recipe.name} has {recipe.hardware.nodes} "
                 f"nodes: use 0 on the head and 1..{recipe.hardware.nodes - 1} on the others"
             )
         port = recipe.multinode.dist_init_port
         if ctx.head_addr is None:
-            head: Value = EnvRef("HEAD_ADDR", f":{port}")
+            head: Value = EnvRef(HEAD_ADDR_ENV, f":{port}")
         else:
             head = ctx.head_addr if ":" in ctx.head_addr else f"{ctx.head_addr}:{port}"
         args += [
             RenderedArg("--nnodes", str(recipe.hardware.nodes), "hardware.nodes"),
-            RenderedArg("--node-rank", rank, "this node's rank (NODE_RANK: 0 on the head)"),
+            RenderedArg(
+                "--node-rank", rank, f"this node's rank ({NODE_RANK_ENV}: 0 on the head)"
+            ),
             RenderedArg("--dist-init-addr", head, recipe.multinode.why),
         ]
 
@@ -312,10 +303,11 @@ def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> Launch
         RenderedArg(
             "--host",
             ctx.host,
-            "SM12X_HOST: 0.0.0.0 inside a bridged container, 127.0.0.1 otherwise",
+            "SM12X_HOST, else SM12X_BIND: 0.0.0.0 inside a bridged container, 127.0.0.1 "
+            "by default",
         )
     )
-    args.append(RenderedArg("--port", str(ctx.port or recipe.serve.port), "serve.port"))
+    args.append(RenderedArg("--port", str(ctx.port or recipe.serve.port), "SM12X_PORT, else serve.port"))
 
     env: list[RenderedEnv] = []
     for name, var in recipe.env.items():

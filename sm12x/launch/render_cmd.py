@@ -1,25 +1,32 @@
 """`sm12x render RECIPE`: the launch command for people who do not use Docker.
 
+The same settings as `sm12x launch` (sm12x.settings: flags, environment,
+.env), so with SM12X_MODEL_DIR in .env it serves that folder. A comment
+first says which patches a stock sglang needs for the command to work
+(patches/sglang/patches.toml, for the sglang version it targets).
+
 `sm12x render --k8s RECIPE|router|all`: Kubernetes manifests (sm12x.k8s).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
 
+from sm12x import patch_series, settings
 from sm12x.cli import Command
 from sm12x.errors import UserError
-from sm12x.fields import HostName, HostPort, NodeRank, Port, build_model, option_type
+from sm12x.fields import build_model
+from sm12x.launch.main import AUTO, select_recipe
 from sm12x.launch.render import LaunchContext, build_launch
-from sm12x.recipe import load_recipe, warnings_for
+from sm12x.recipe import warnings_for
+from sm12x.versions import load_versions
 
 K8S_VALUES = (
     "namespace",
-    "image",
     "model_host_path",
     "model_pvc",
     "cache_pvc",
@@ -29,7 +36,9 @@ K8S_VALUES = (
 )
 K8S_SWITCHES = ("host_network", "insecure_no_api_key")
 K8S_ONLY = (*K8S_VALUES, *K8S_SWITCHES, "out")
-LAUNCH_ONLY = ("node_rank", "head_addr", "model_path", "host", "port")
+LAUNCH_ONLY = (
+    "node_rank", "head_addr", "model_dir", "host", "port", "bind", "cache_dir", "sglang"
+)
 
 
 def _flag(name: str) -> str:
@@ -48,7 +57,12 @@ def run_k8s(args: argparse.Namespace) -> int:
         )
     if args.model_pvc and args.model_host_path:
         raise UserError("--model-pvc or --model-host-path, not both")
+    if args.recipe is None:
+        raise UserError("--k8s needs what to render: a recipe name, `router` or `all`")
+    loaded = settings.from_args(args, "render")
     fields = {n: getattr(args, n) for n in K8S_VALUES if getattr(args, n) is not None}
+    if loaded.settings.image is not None:
+        fields["image"] = loaded.settings.image
     fields.update({n: True for n in K8S_SWITCHES if getattr(args, n)})
     opts = build_model(k8s.K8sOptions, fields, _flag)
     if args.recipe == k8s.ALL:
@@ -69,57 +83,70 @@ def run(args: argparse.Namespace) -> int:
     given = [_flag(n) for n in K8S_ONLY if getattr(args, n) not in (None, False)]
     if given:
         raise UserError(f"{', '.join(given)} only goes with --k8s")
-    recipe = load_recipe(args.recipe)
+    # Same settings as `sm12x launch`; the RECIPE argument is its --recipe.
+    loaded = settings.from_args(
+        args, "render", extra={"recipe": args.recipe}, flag_names={"recipe": "RECIPE"}
+    )
+    if args.explain:
+        sys.stdout.write(settings.explain(loaded, "render"))
+    recipe, why = select_recipe(loaded.settings.recipe, origin=loaded.origin("recipe"))
+    if loaded.settings.recipe == AUTO:
+        print(f"sm12x render: {why}", file=sys.stderr)
     for finding in warnings_for(recipe):
         print(f"sm12x render: {finding}", file=sys.stderr)
-    # Same inputs as `sm12x launch` (the environment), options win.
-    ctx = LaunchContext.from_environ(os.environ)
-    overrides = {
-        "node_rank": args.node_rank,
-        "head_addr": args.head_addr,
-        "model_path": args.model_path,
-        "host": args.host,
-        "port": args.port,
-    }
-    ctx = replace(ctx, **{k: v for k, v in overrides.items() if v is not None})
+    ctx = LaunchContext.from_settings(loaded)
     if args.no_spec:
         ctx = replace(ctx, speculative=False)
     plan = build_launch(recipe, ctx)
+    sglang = args.sglang or load_versions()["SGLANG_VERSION"]
+    if args.explain:
+        site = [n for n, var in recipe.env.items() if var.from_host]
+        sys.stdout.write(
+            settings.explain_variables(loaded, site, f"{recipe.name}'s site variables")
+        )
+    sys.stdout.write(patches_comment(sglang, "--sglang" if args.sglang else "versions.env"))
     if args.explain:
         sys.stdout.write(plan.explain())
     sys.stdout.write(plan.shell())
     return 0
 
 
+def patches_comment(version: str, source: str) -> str:
+    """Shell comments: the patches a stock sglang `version` needs for this command."""
+    if not re.fullmatch(r"[0-9][0-9A-Za-z.+-]*", version):
+        raise UserError(f"--sglang {version!r}: expected a version such as 0.5.16")
+    try:
+        series = patch_series.series(version)
+    except patch_series.PatchSeriesError as exc:
+        raise UserError(str(exc)) from None
+    known = sorted({v for p in patch_series.load_patches() for v in p["sglang"]})
+    if not series:
+        return (
+            f"# sglang {version} ({source}): sm12x has no patch series for it (it has one for "
+            f"{', '.join(known)}). A stock sglang crashes with DSPARK on sm_12x; run it in the "
+            "sm12x image, or a version sm12x patches.\n"
+        )
+    lines = [
+        (
+            f"# A stock sglang {version} ({source}) needs these patches for this command "
+            "(patches/sglang/patches.toml):"
+        ),
+        (
+            "# the sm12x image has them; on this machine run python3 scripts/apply-patches "
+            "from an sm12x checkout."
+        ),
+    ]
+    lines += [f"#   {p['file']}: {p['title']}" for p in series]
+    return "\n".join(lines) + "\n"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "recipe",
         metavar="RECIPE",
-        help="recipe name (see recipes/) or file; with --k8s also `router` or `all`",
-    )
-    parser.add_argument(
-        "--node-rank",
-        type=option_type(NodeRank),
-        help="multi-node: this node's rank (default $NODE_RANK)",
-    )
-    parser.add_argument(
-        "--head-addr",
-        type=option_type(HostPort),
-        help="multi-node: the head node's address (default $HEAD_ADDR)",
-    )
-    parser.add_argument(
-        "--model-path",
-        help="a local checkpoint folder (default: the Hub id at the recipe's revision)",
-    )
-    parser.add_argument(
-        "--host",
-        type=option_type(HostName),
-        help="address to serve on (default $SM12X_HOST or 127.0.0.1)",
-    )
-    parser.add_argument(
-        "--port",
-        type=option_type(Port),
-        help="port to serve on, 1-65535 (default $SM12X_PORT or the recipe's)",
+        nargs="?",
+        help="recipe name (see recipes/) or file (default: SM12X_RECIPE, else auto: the one "
+        "that fits the GPUs nvidia-smi lists); with --k8s also `router` or `all`",
     )
     parser.add_argument(
         "--no-spec",
@@ -127,9 +154,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="without speculative decoding (the reference for `sm12x verify --compare-url`)",
     )
     parser.add_argument(
-        "--explain",
-        action="store_true",
-        help="first list each flag and variable with why it is there",
+        "--sglang",
+        metavar="VERSION",
+        help="the sglang version the command is for, which decides the patches it needs "
+        "(default: SGLANG_VERSION in versions.env, the image's)",
+    )
+    settings.add_arguments(
+        parser,
+        "render",
+        explain_help="first list each setting with where it came from, then each flag and "
+        "variable with why it is there",
+        skip=("recipe",),
     )
     k8s = parser.add_argument_group(
         "Kubernetes (--k8s)",
@@ -139,7 +174,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     k8s.add_argument("--k8s", action="store_true", help="print Kubernetes manifests")
     k8s.add_argument("--namespace", help="namespace of every object (default sm12x)")
-    k8s.add_argument("--image", help="the sm12x image (default: SM12X_IMAGE in versions.env)")
     k8s.add_argument(
         "--model-host-path",
         help="the checkpoint folder on each GPU node, mounted read-only "

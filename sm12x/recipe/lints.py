@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sm12x import patch_series
+from sm12x.recipe.errors import RecipeError
 from sm12x.recipe.model import Recipe
 from sm12x.versions import load_versions
 
@@ -45,15 +46,15 @@ def lint(code: str) -> Callable[[LintFn], LintFn]:
 # Flags the launcher renders from other sections; writing them in `flags`
 # would put a second copy in the recipe (and sglang keeps the last one).
 DERIVED_FLAGS = {
-    "--model-path": "model.hf_id (or SM12X_MODEL_PATH at launch)",
+    "--model-path": "model.hf_id (or SM12X_MODEL_DIR at launch)",
     "--revision": "model.revision",
     "--served-model-name": "model.served_model_name",
-    "--host": "SM12X_HOST at launch",
+    "--host": "SM12X_HOST (else SM12X_BIND) at launch",
     "--port": "serve.port (or SM12X_PORT at launch)",
     "--api-key": "SM12X_API_KEY at launch",
     "--nnodes": "hardware.nodes",
-    "--node-rank": "NODE_RANK at launch",
-    "--dist-init-addr": "HEAD_ADDR at launch and multinode.dist_init_port",
+    "--node-rank": "SM12X_NODE_RANK at launch",
+    "--dist-init-addr": "SM12X_HEAD_ADDR at launch and multinode.dist_init_port",
     "--speculative-algorithm": "the dspark section (always DSPARK)",
     "--speculative-dspark-block-size": "dspark.block_size",
     "--speculative-num-draft-tokens": "dspark.block_size (sglang sets it to block size + 1)",
@@ -273,8 +274,6 @@ def lint_recipe(recipe: Recipe) -> list[Finding]:
 
 
 def raise_on_errors(recipe: Recipe, source: str) -> None:
-    from sm12x.recipe.load import RecipeError
-
     errors = [f for f in lint_recipe(recipe) if f.level == "error"]
     if errors:
         raise RecipeError(f"{source}: " + "; ".join(str(f) for f in errors))

@@ -14,15 +14,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from sm12x.errors import UserError
 from sm12x.paths import data_path
+from sm12x.recipe.errors import RecipeError
+from sm12x.recipe.lints import raise_on_errors
 from sm12x.recipe.model import RECIPE_NAME_MAX, RECIPE_NAME_PATTERN, Recipe
 
 SUFFIX = ".yaml"
-
-
-class RecipeError(UserError):
-    pass
+__all__ = ["RecipeError", "list_recipes", "load_all", "load_recipe", "recipe_path"]
 
 
 def recipes_dir() -> Path:
@@ -200,8 +198,6 @@ def load_recipe(name_or_path: str | Path, *, lint: bool = True) -> Recipe:
             f"{source}: name is {recipe.name!r} but the file is {path.name}: make them the same"
         )
     if lint:
-        from sm12x.recipe.lints import raise_on_errors
-
         raise_on_errors(recipe, source)
     return recipe
 

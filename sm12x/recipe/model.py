@@ -2,7 +2,7 @@
 
 A recipe is the single source of truth for one topology. The launcher turns
 it into the sglang command line (sm12x.launch.render), compose names it by
-RECIPE, verify reads its expectations and bench its reference figures. Every
+SM12X_RECIPE, verify reads its expectations and bench its reference figures. Every
 model rejects unknown keys (extra="forbid") so a typo never passes silently,
 and every server flag and environment variable carries a `why`.
 
@@ -173,7 +173,7 @@ class MultiNode(_Strict):
 
     dist_init_port: Annotated[int, Field(ge=1, le=65535)] = Field(
         description="Port on the head node for torch.distributed init; the launcher "
-        "renders --dist-init-addr HEAD_ADDR:port."
+        "renders --dist-init-addr SM12X_HEAD_ADDR:port."
     )
     why: Why
 
@@ -323,24 +323,6 @@ class Recipe(_Strict):
     @property
     def comparable_references(self) -> list[Reference]:
         return [r for r in self.references if r.comparable]
-
-    def launch_argv(self, node_rank: int = 0, head_addr: str | None = None, **context) -> list[str]:
-        """sglang's argv (after `python -m sglang.launch_server`) for one node.
-
-        context takes the other LaunchContext fields (model_path, host, port,
-        api_key, cache_dir, host_env). Values only known at launch print as
-        "$NAME" placeholders; see sm12x.launch.render.build_launch.
-        """
-        from sm12x.launch.render import LaunchContext, build_launch
-
-        ctx = LaunchContext(node_rank=node_rank, head_addr=head_addr, **context)
-        return build_launch(self, ctx).argv()
-
-    def launch_env(self, **context) -> dict[str, str]:
-        """The environment the recipe sets for sglang (same context as launch_argv)."""
-        from sm12x.launch.render import LaunchContext, build_launch
-
-        return build_launch(self, LaunchContext(**context)).env_dict()
 
 
 # sglang's DSpark argument hook sets max_running_requests to 48 when it is

@@ -262,11 +262,126 @@ def test_no_server(tmp_path):
     assert "Traceback" not in done.stderr
 
 
-def test_python_without_sglang(tmp_path, server):
-    done, _, _, _ = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4", stand_in=False)
+def test_python_without_sglang_and_no_docker(tmp_path, server):
+    done, _, _, _ = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4", stand_in=False,
+                          env={"SM12X_DOCKER": str(tmp_path / "no-docker")})
     assert done.returncode == 1
-    assert "has no sglang.benchmark.serving" in done.stderr
-    assert "docker compose exec" in done.stderr
+    errors = [line for line in done.stderr.splitlines() if ": error: " in line]
+    assert len(errors) == 1, done.stderr
+    assert "has no sglang.benchmark.serving" in errors[0] and "no docker" in errors[0]
+    assert "docker compose exec" in errors[0] and "pip install sglang" in errors[0]
+
+
+def test_an_explicit_python_without_sglang_is_not_swapped_for_the_image(tmp_path, server):
+    done, _, _, _ = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4", "--python",
+                          sys.executable, stand_in=False)
+    assert done.returncode == 1
+    assert "pass --python with one that has sglang" in done.stderr
+
+
+# --- a host without sglang: the benchmark in the image ------------------------------------
+
+
+IMAGE = "registry.local/sm12x:bench-test"
+
+
+def image_docker(tmp_path: Path, present: bool = True) -> tuple[Path, Path]:
+    """A `docker` whose `run` is the image: it reads docker's own options as
+    docker does, then runs the command in a clean environment holding only what
+    --env passed, in --workdir, with the stand-in sglang as the image's (what a
+    container can see is only what the options give it). Records each call."""
+    record = tmp_path / "docker-calls.jsonl"
+    script = tmp_path / "bin" / "docker"
+    script.parent.mkdir(exist_ok=True)
+    image_path = os.pathsep.join([str(FAKE_BENCH), str(ROOT), str(ROOT / "tests")])
+    script.write_text(f"""#!{sys.executable}
+import json, os, subprocess, sys
+args = sys.argv[1:]
+with open({str(record)!r}, "a") as f:
+    f.write(json.dumps(args) + "\\n")
+if args[:2] == ["image", "inspect"]:
+    if {present!r} and args[-1] == {IMAGE!r}:
+        print("sha256:" + "5e" * 32)
+        sys.exit(0)
+    print("Error: No such image: " + args[-1], file=sys.stderr)
+    sys.exit(1)
+if args[:1] == ["rm"]:
+    sys.exit(0)
+assert args[0] == "run", args
+i, env, workdir, entrypoint = 1, {{}}, "/", None
+while args[i].startswith("--"):
+    option = args[i]
+    if option in ("--rm", "--init"):
+        i += 1
+        continue
+    value, i = args[i + 1], i + 2
+    if option == "--env":
+        name, eq, given = value.partition("=")
+        if eq:
+            env[name] = given
+        elif name in os.environ:
+            env[name] = os.environ[name]
+    elif option == "--workdir":
+        workdir = value
+    elif option == "--entrypoint":
+        entrypoint = value
+assert args[i] == {IMAGE!r}, args[i]
+assert entrypoint == "python3", entrypoint
+inside = {{"PATH": "/usr/bin:/bin", "PYTHONPATH": {image_path!r}, **env}}
+for name in ("SM12X_FAKE_BENCH_SCENARIO", "SM12X_FAKE_BENCH_RECORD", "SM12X_CACHE"):
+    if name in os.environ:
+        inside[name] = os.environ[name]
+sys.exit(subprocess.run([sys.executable, *args[i + 1:]], env=inside, cwd=workdir).returncode)
+""")
+    script.chmod(0o755)
+    return script, record
+
+
+def test_a_host_without_sglang_runs_the_benchmark_in_the_image(tmp_path):
+    server = Server(api_key="sk-image")
+    try:
+        docker, record = image_docker(tmp_path)
+        (tmp_path / ".env").write_text(f"SM12X_API_KEY=sk-image\nSM12X_IMAGE={IMAGE}\n"
+                                       f"SM12X_DOCKER={docker}\n")
+        done, result, calls, out = bench(
+            tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4", "--container", "none",
+            "--concurrency", "16", stand_in=False, env={"SM12X_ENV_FILE": ""})
+    finally:
+        server.close()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "running the benchmark in the image registry.local/sm12x:bench-test" in done.stderr
+    runs = [json.loads(line) for line in record.read_text().splitlines()]
+    argv = next(a for a in runs if a[0] == "run" and "sglang.benchmark.serving" in a)
+    at = argv.index(IMAGE)
+    assert argv[:at + 1] == [
+        "run", "--rm", "--name", argv[3], "--network", "host", "--init",
+        "--user", f"{os.getuid()}:{os.getgid()}",
+        "--env", "OPENAI_API_KEY", "--env", "PYTHONUNBUFFERED=1", "--env", "HOME=/tmp",
+        "--volume", f"{out}:{out}", "--workdir", str(out), "--entrypoint", "python3", IMAGE,
+    ]
+    assert argv[3].startswith("sm12x-bench-") and argv[3].endswith("-c16")
+    # What follows the image is the host command's module part, unchanged, and
+    # sglang's own parser takes it (the stand-in in the "image" recorded it).
+    assert argv[at + 1:at + 3] == ["-m", "sglang.benchmark.serving"]
+    (call,) = calls
+    assert call["argv"] == argv[at + 3:]
+    parsed = bench_cli.real_parser(load_versions()["SGLANG_VERSION"]).parse_args(call["argv"])
+    assert parsed.output_file == str(out / "runs" / "c16.jsonl")
+    # The key went by name through docker's environment: never on a command line.
+    assert not [a for a in runs if "sk-image" in " ".join(a)]
+    assert [r["status"] for r in result["runs"]] == ["ok"]
+    assert server.requests.count(("POST", "/set_internal_state")) == 1
+
+
+def test_the_image_must_be_on_this_machine(tmp_path, server):
+    docker, _ = image_docker(tmp_path, present=False)
+    done, result, calls, _ = bench(
+        tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4", "--container", "none",
+        stand_in=False, env={"SM12X_DOCKER": str(docker), "SM12X_IMAGE": IMAGE})
+    assert done.returncode == 1 and result is None and calls == []
+    errors = [line for line in done.stderr.splitlines() if ": error: " in line]
+    assert len(errors) == 1 and "No such image" in errors[0]
+    assert "docker compose pull" in errors[0] and "--python" in errors[0]
 
 
 def test_recipe_auto_needs_gpus(tmp_path, server):

@@ -79,3 +79,51 @@ def test_boot_deadline():
 
 def test_scan_ignores_healthy_lines():
     assert all(scan(line) is None for line in (LOGS / "healthy.log").read_text().splitlines())
+
+
+def fake_docker(tmp_path: Path, log: str) -> tuple[Path, Path]:
+    """A `docker` that records each call: `compose ... up -d` returns at once,
+    `compose ... logs -f` prints a recorded boot log, `down` returns."""
+    calls = tmp_path / "calls.jsonl"
+    script = tmp_path / "docker"
+    script.write_text(
+        f"#!{PY}\nimport json, sys\n"
+        f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        f"if 'logs' in sys.argv:\n    sys.stdout.write(open({str(LOGS / log)!r}).read())\n"
+    )
+    script.chmod(0o755)
+    return script, calls
+
+
+def test_boot_starts_the_recipes_compose_service_through_the_launcher(tmp_path):
+    # verify.boot knows no compose: sm12x.launch.compose gives it the commands,
+    # with the head node's profile for a pair, the settings' docker and .env.
+    import json
+
+    docker, calls = fake_docker(tmp_path, "nccl.log")
+    env_file = tmp_path / "site.env"
+    env_file.write_text(f"SM12X_DOCKER={docker}\n")
+    done = verify("--boot", "--recipe", "dgx-spark-tp2", "--env-file", str(env_file),
+                  "--boot-timeout", "30", "--down", "--base-url",
+                  f"http://127.0.0.1:{free_port()}", "--no-files")
+    out = done.stdout + done.stderr
+    assert done.returncode == 3, out
+    ran = [json.loads(line) for line in calls.read_text().splitlines()]
+    base = ["compose", "--env-file", str(env_file), "--profile", "dgx-spark-tp2-node0"]
+    assert ran[0] == [*base, "up", "-d"]
+    assert [*base, "logs", "-f", "--no-color"] in ran and ran[-1] == [*base, "down"]
+    assert "start dgx-spark-tp2-node1 on the other node" in out
+    # Said in words, with no rich markup printed as text.
+    assert "boot failed: NCCL error" in out and "log tail:" in out
+    assert "[/]" not in out and "[dim]" not in out and "[bold" not in out
+
+
+def test_boot_without_a_recipe_starts_the_auto_service(tmp_path):
+    import json
+
+    docker, calls = fake_docker(tmp_path, "cuda-oom.log")
+    done = verify("--boot", "--docker", str(docker), "--boot-timeout", "30",
+                  "--base-url", f"http://127.0.0.1:{free_port()}", "--no-files")
+    assert done.returncode == 3, done.stdout + done.stderr
+    first = json.loads(calls.read_text().splitlines()[0])
+    assert first[0] == "compose" and first[-4:] == ["--profile", "auto", "up", "-d"]

@@ -1,32 +1,35 @@
 """compose.yaml, validated by the real Compose v2 binary and checked against the recipes.
 
-The services carry no sglang flag: each runs `sm12x launch` with RECIPE set.
+The services carry no sglang flag: each runs `sm12x launch` with SM12X_RECIPE set.
 What compose must repeat (GPU counts, host networking, devices, the site
 variables a recipe takes from .env, the image default) is proven equal here.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 import pytest
 import yaml
-
-from sm12x.recipe import Recipe, load_all
-from sm12x.versions import load_versions
 from support.compose import ROOT, compose, config
+
+from sm12x.launch.compose import profiles as compose_profiles
+from sm12x.recipe import load_all
+from sm12x.settings import Settings, env_name, load, meta
+from sm12x.settings.model import DEFAULT_PORT
+from sm12x.versions import load_versions
 
 RECIPES = load_all()
 COMPOSE_TEXT = (ROOT / "compose.yaml").read_text()
 ENV_EXAMPLE = ROOT / ".env.example"
 
 
-def profiles_of(recipe: Recipe) -> list[str]:
-    """One profile per node: a multi-node recipe runs one service on each machine."""
-    if recipe.hardware.nodes == 1:
-        return [recipe.name]
-    return [f"{recipe.name}-node{rank}" for rank in range(recipe.hardware.nodes)]
+# One profile per node: a multi-node recipe runs one service on each machine.
+# The launcher's own list (verify --boot starts the first): proven here against
+# compose.yaml itself.
+profiles_of = compose_profiles
 
 
 ALL_PROFILES = ["auto"] + [p for r in RECIPES for p in profiles_of(r)]
@@ -114,12 +117,12 @@ def test_each_recipe_has_its_profiles_and_gpu_counts(recipe, env_file):
         service = config(profile, env_file=env_file)["services"][profile]
         assert service["profiles"] == [profile]
         env = service["environment"]
-        assert env["RECIPE"] == recipe.name
+        assert env["SM12X_RECIPE"] == recipe.name
         assert gpu_count(service) == recipe.gpu_count_per_node
         if recipe.is_multinode:
-            assert env["NODE_RANK"] == str(rank)
+            assert env["SM12X_NODE_RANK"] == str(rank)
         else:
-            assert "NODE_RANK" not in env
+            assert "SM12X_NODE_RANK" not in env
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
@@ -131,9 +134,10 @@ def test_container_needs_match_the_recipe(recipe, env_file):
         assert [d["source"] for d in service.get("devices", [])] == want.devices
         assert service.get("cap_add", []) == want.cap_add
         if want.host_network:
-            # sglang binds the host's address and port itself.
+            # sglang binds the host's address (SM12X_BIND) and port itself.
             assert "ports" not in service
-            assert service["environment"]["SM12X_HOST"] == "127.0.0.1"
+            assert "SM12X_HOST" not in service["environment"]
+            assert service["environment"]["SM12X_BIND"] == "127.0.0.1"
             assert service["environment"]["SM12X_PORT"] == str(recipe.serve.port)
         else:
             # sglang listens on the recipe's port inside; compose publishes that port.
@@ -150,7 +154,7 @@ def test_site_variables_reach_the_container(recipe, env_file):
         environment = config(profile, env_file=env_file)["services"][profile]["environment"]
         assert site <= set(environment), f"{profile} does not pass {site - set(environment)}"
         if recipe.is_multinode:
-            assert "HEAD_ADDR" in environment
+            assert "SM12X_HEAD_ADDR" in environment
 
 
 def test_site_values_come_from_env(env_file, tmp_path):
@@ -162,7 +166,7 @@ def test_site_values_come_from_env(env_file, tmp_path):
         "environment"
     ]
     assert env["NCCL_IB_HCA"] == "roceP2p1s0f1"
-    assert env["HEAD_ADDR"] == "192.168.100.1"
+    assert env["SM12X_HEAD_ADDR"] == "192.168.100.1"
 
 
 def test_auto_takes_every_gpu(env_file):
@@ -195,7 +199,7 @@ def test_shared_settings(profile, env_file):
     assert model["bind"].get("create_host_path") in (None, False)
     assert (cache["type"], cache["source"], cache["target"]) == ("volume", "cache", "/cache")
     env = service["environment"]
-    assert env["SM12X_MODEL_PATH"] == "/model" and env["SM12X_CACHE_DIR"] == "/cache"
+    assert env["SM12X_MODEL_DIR"] == "/model" and env["SM12X_CACHE_DIR"] == "/cache"
     assert env["SM12X_API_KEY"] == "" and env["HF_HUB_OFFLINE"] == "1"
     assert env["SM12X_INSECURE_NO_API_KEY"] == ""
     health = service["healthcheck"]
@@ -253,6 +257,86 @@ def test_env_example_documents_every_variable_compose_reads():
     used = set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*)", COMPOSE_TEXT))
     documented = set(re.findall(r"(?m)^([A-Z_][A-Z0-9_]*)=", ENV_EXAMPLE.read_text()))
     assert used | {"COMPOSE_PROFILES"} == documented
+
+
+# --- compose and the settings agree (sm12x.settings) ---------------------------------
+
+COMPOSE_ONLY = {"COMPOSE_PROFILES"}
+
+
+def site_variables() -> set[str]:
+    return {name for r in RECIPES for name, var in r.env.items() if var.from_host}
+
+
+def interpolated() -> dict[str, set[str]]:
+    """Each variable compose reads from .env, with the defaults it writes for it."""
+    found: dict[str, set[str]] = {}
+    for name, default in re.findall(r"\$\{([A-Z_][A-Z0-9_]*)(?::-([^}]*))?", COMPOSE_TEXT):
+        found.setdefault(name, set()).update({default} if default else set())
+    return found
+
+
+def test_every_variable_compose_and_env_example_name_is_a_setting():
+    names = {env_name(n) for n in Settings.model_fields}
+    old = {o for n in Settings.model_fields for o in meta(n).old}
+    documented = set(re.findall(r"(?m)^([A-Z_][A-Z0-9_]*)=", ENV_EXAMPLE.read_text()))
+    for name in set(interpolated()) | documented:
+        assert name in names | site_variables() | COMPOSE_ONLY, f"{name} is no setting"
+        assert name not in old, f"{name} is an old name"
+
+
+@pytest.mark.parametrize("profile", [GATE, *ALL_PROFILES, *OTHER_PROFILES])
+def test_containers_get_settings_under_their_one_name(profile, env_file):
+    # What compose passes into a container is read by sm12x there under that name.
+    environment = config(profile, env_file=env_file)["services"][profile]["environment"]
+    names = {env_name(n) for n in Settings.model_fields}
+    old = {o for n in Settings.model_fields for o in meta(n).old}
+    for name in environment:
+        assert name not in old, f"{profile} passes {name}, an old name"
+        if name.startswith("SM12X_"):
+            assert name in names, f"{profile} passes {name}, which no setting reads"
+
+
+def test_compose_defaults_are_the_settings_defaults():
+    for name, defaults in interpolated().items():
+        field = next((n for n in Settings.model_fields if env_name(n) == name), None)
+        if field is None or not defaults:
+            continue
+        default = Settings.model_fields[field].default
+        if default is None:  # derived: the recipe's port, the pinned image
+            want = {"port": str(DEFAULT_PORT), "image": load_versions()["SM12X_IMAGE"]}[field]
+        else:
+            want = str(default)
+        assert defaults == {want}, f"compose's default for {name}: {defaults}, settings' {want}"
+
+
+def test_env_example_values_are_the_settings_defaults():
+    for name, value in re.findall(r"(?m)^(SM12X_[A-Z0-9_]+)=(.*)$", ENV_EXAMPLE.read_text()):
+        field = next(n for n in Settings.model_fields if env_name(n) == name)
+        default = Settings.model_fields[field].default
+        if value == "" or field == "model_dir":
+            continue  # unset, or the example path the user replaces
+        assert value == str(DEFAULT_PORT if default is None else default), name
+
+
+def test_the_host_reads_the_same_dotenv_as_the_containers(env_file, tmp_path):
+    # `sm12x <command>` on the host and the service in its container see one value.
+    custom = with_values(env_file, tmp_path, SM12X_BIND="192.168.1.20", SM12X_PORT="31000",
+                         SM12X_API_KEY="sk-one", SM12X_HEAD_ADDR="192.168.100.1")
+    on_host = load(env_file=custom, environ={}).settings
+    for profile in ("auto", "dgx-spark-tp2-node1"):
+        env = config(profile, env_file=custom)["services"][profile]["environment"]
+        inside = load(env_file=os.devnull, environ=env).settings
+        assert inside.key() == on_host.key() == "sk-one"
+        assert inside.bind == on_host.bind == "192.168.1.20"
+        if profile == "auto":
+            # Bridged: 0.0.0.0:30000 inside, published at SM12X_BIND:SM12X_PORT.
+            (port,) = config(profile, env_file=custom)["services"][profile]["ports"]
+            assert (port["host_ip"], port["published"]) == (on_host.bind, str(on_host.port))
+        else:
+            assert inside.port == on_host.port == 31000
+            assert inside.head_addr == on_host.head_addr == "192.168.100.1"
+            assert inside.listen_host == "192.168.1.20"
 
 
 def test_compose_file_parses_as_plain_yaml():
@@ -336,7 +420,7 @@ def test_the_launcher_refuses_it_again_inside_the_container(env_file, tmp_path):
     (tmp_path / "model" / "config.json").write_text("{}")
     custom = with_values(env_file, tmp_path, SM12X_BIND="0.0.0.0")
     env = config("rtx-pro-6000-tp4", env_file=custom)["services"]["rtx-pro-6000-tp4"]["environment"]
-    env = {**{k: v for k, v in env.items() if v}, "SM12X_MODEL_PATH": str(tmp_path / "model")}
+    env = {**{k: v for k, v in env.items() if v}, "SM12X_MODEL_DIR": str(tmp_path / "model")}
     assert_one_clear_error(
         run_sm12x("launch", env=env), "would listen on 0.0.0.0 with no API key", "SM12X_API_KEY"
     )

@@ -4,12 +4,14 @@ real sglang-router argument parser.
 compose.yaml gives the router container its environment; `sm12x router`
 turns that environment into sglang-router's arguments. These tests run both
 halves on the same data: the environment compose renders from a .env goes
-into RouterSettings.from_environ, and the resulting argv is parsed by the
-pinned sglang_router's own parser.
+into the settings (sm12x.settings) and RouterSettings, and the resulting argv
+is parsed by the pinned sglang_router's own parser. `sm12x router` run on the
+host with the same .env must come to the same arguments.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -17,7 +19,8 @@ import pytest
 from support.cli import assert_one_clear_error, run_sm12x
 from support.compose import compose, config
 
-from sm12x.router import RouterSettings, command, router_argv
+from sm12x.router import RouterSettings, command, router_argv, shell
+from sm12x.settings import load
 from sm12x.versions import load_versions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +55,11 @@ def router_service(env_file: Path) -> dict:
     return services["router"]
 
 
+def from_environ(env: dict[str, str]) -> RouterSettings:
+    """The router's settings from the container's environment alone (no .env there)."""
+    return RouterSettings.from_settings(load(environ=env, env_file=os.devnull))
+
+
 def parse_with_sglang_router(argv: list[str]):
     from sglang_router.launch_router import parse_router_args
 
@@ -78,9 +86,9 @@ def test_router_defaults_from_env_example(env_file):
     assert env == {
         "SM12X_ROUTER_WORKERS": "",
         "SM12X_ROUTER_POLICY": "cache_aware",
-        "SM12X_HOST": "127.0.0.1",
-        "SM12X_PORT": "8000",
-        "SM12X_ROUTER_METRICS_HOST": "127.0.0.1",
+        "SM12X_ROUTER_BIND": "127.0.0.1",
+        "SM12X_ROUTER_PORT": "8000",
+        "SM12X_ROUTER_METRICS_BIND": "127.0.0.1",
         "SM12X_ROUTER_METRICS_PORT": "29000",
         "SM12X_API_KEY": "",
         "SM12X_INSECURE_NO_API_KEY": "",
@@ -89,9 +97,9 @@ def test_router_defaults_from_env_example(env_file):
 
 def test_router_healthcheck_is_one_token_through_it(env_file):
     health = router_service(env_file)["healthcheck"]
-    # The same probe as the rigs (one generated token), pointed at the router by
-    # SM12X_HOST/SM12X_PORT in its environment.
-    assert health["test"] == ["CMD", "sm12x", "healthcheck"]
+    # The same probe as the rigs (one generated token), pointed at the router
+    # (SM12X_ROUTER_BIND/SM12X_ROUTER_PORT in its environment) by --router.
+    assert health["test"] == ["CMD", "sm12x", "healthcheck", "--router"]
     assert (health["interval"], health["timeout"], health["retries"]) == ("30s", "1m0s", 3)
     assert health["start_period"] == "2h0m0s"
     assert router_service(env_file)["restart"] == "on-failure"
@@ -115,7 +123,7 @@ def test_env_values_become_the_routers_arguments(env_file, tmp_path, workers):
         SM12X_API_KEY="sk-shared",
     )
     env = router_service(custom)["environment"]
-    settings = RouterSettings.from_environ(env)
+    settings = from_environ(env)
     # The key is not on the command line; sm12x.keyed adds it in memory.
     assert "sk-shared" not in " ".join(command(settings, environ=env))
     parsed = parse_with_sglang_router(router_argv(settings, env))
@@ -131,7 +139,7 @@ def test_no_key_in_env_means_no_api_key_flag(env_file, tmp_path):
     # be absent, which is why the entrypoint is `sm12x router`.
     custom = with_values(env_file, tmp_path, SM12X_ROUTER_WORKERS="http://127.0.0.1:30000")
     env = router_service(custom)["environment"]
-    argv = command(RouterSettings.from_environ(env), environ=env)
+    argv = command(from_environ(env), environ=env)
     assert "--api-key" not in argv
     assert parse_with_sglang_router(argv[3:]).api_key is None
 
@@ -144,7 +152,7 @@ def test_policy_can_be_changed(env_file, tmp_path):
         SM12X_ROUTER_POLICY="power_of_two",
     )
     env = router_service(custom)["environment"]
-    argv = command(RouterSettings.from_environ(env), environ=env)
+    argv = command(from_environ(env), environ=env)
     assert parse_with_sglang_router(argv[3:]).policy == "power_of_two"
 
 
@@ -171,5 +179,22 @@ def test_router_port_does_not_clash_with_a_rig_on_the_same_machine(env_file):
     # Host networking: the router and a local rig share the host's ports.
     router = router_service(env_file)["environment"]
     rig_port = config("auto", env_file=env_file)["services"]["auto"]["ports"][0]["published"]
-    assert router["SM12X_PORT"] != rig_port
-    assert router["SM12X_ROUTER_METRICS_PORT"] not in (rig_port, router["SM12X_PORT"])
+    assert router["SM12X_ROUTER_PORT"] != rig_port
+    assert router["SM12X_ROUTER_METRICS_PORT"] not in (rig_port, router["SM12X_ROUTER_PORT"])
+
+
+def test_the_router_on_the_host_reads_the_same_dotenv_as_the_container(env_file, tmp_path):
+    # One .env: compose renders the container's environment from it; `sm12x
+    # router` run by hand on the host reads it directly. Same router.
+    custom = with_values(
+        env_file, tmp_path,
+        SM12X_ROUTER_WORKERS='"http://192.168.1.10:30000 http://192.168.1.11:30000"',
+        SM12X_ROUTER_PORT="8080", SM12X_ROUTER_METRICS_BIND="0.0.0.0", SM12X_API_KEY="sk-both",
+        SM12X_ROUTER_POLICY="round_robin",
+    )
+    in_container = from_environ(router_service(custom)["environment"])
+    on_host = RouterSettings.from_settings(load(env_file=custom, environ={}))
+    assert on_host == in_container
+    result = run_sm12x("router", "--dry-run", "--env-file", str(custom))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == shell(in_container)

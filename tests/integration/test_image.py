@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support import containers, flashinfer_index, golden, standin, trees, wheels
 
 from sm12x import patch_series
 from sm12x.recipe import load_all
 from sm12x.versions import load_versions
-from support import containers, flashinfer_index, golden, standin, trees, wheels
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -232,10 +232,10 @@ def dry_run_cases():
 @pytest.mark.parametrize("recipe, rank, path", list(dry_run_cases()))
 def test_launch_dry_run_in_the_image_is_the_golden_command(image, recipe, rank, path):
     ctx = golden.context(recipe, rank)
-    environ = {"RECIPE": recipe.name, "SM12X_MODEL_PATH": ctx.model_path, "SM12X_HOST": ctx.host,
+    environ = {"SM12X_RECIPE": recipe.name, "SM12X_MODEL_DIR": ctx.model_path, "SM12X_HOST": ctx.host,
                "SM12X_API_KEY": "a-key", "SM12X_CACHE_DIR": ctx.cache_dir, **ctx.host_env}
     if ctx.node_rank is not None:
-        environ.update(NODE_RANK=str(ctx.node_rank), HEAD_ADDR=ctx.head_addr)
+        environ.update(SM12X_NODE_RANK=str(ctx.node_rank), SM12X_HEAD_ADDR=ctx.head_addr)
     result = containers.run(image.tag, "--dry-run", environ=environ)
     assert result.code == 0, result.explain()
     lines = result.stdout.splitlines()

@@ -17,6 +17,7 @@ and bad enum values in the envelope, not everything the API server would.
 from __future__ import annotations
 
 import copy
+import os
 import re
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from sm12x.keyed import with_key
 from sm12x.launch.render import LaunchContext, build_launch
 from sm12x.recipe import load_all
 from sm12x.router import RouterSettings, command
+from sm12x.settings import Settings, env_name, load, meta
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "k8s"
@@ -315,7 +317,7 @@ def test_the_model_is_mounted_read_only(recipe):
             else:
                 assert volume["hostPath"] == {"path": opts.model_host_path, "type": "Directory"}
             env = {e["name"]: e.get("value") for e in container["env"]}
-            assert env["SM12X_MODEL_PATH"] == "/model"
+            assert env["SM12X_MODEL_DIR"] == "/model"
 
 
 def test_model_default_is_the_env_example_folder():
@@ -358,7 +360,8 @@ def test_an_open_deployment_says_so_everywhere():
 
 def test_no_sglang_flag_is_written_in_the_manifests():
     # The pods run `sm12x launch`, which renders the flags from the recipe.
-    text = "".join(TREE.values())
+    # (`sm12x healthcheck --router` is the router's probe: sm12x's flag.)
+    text = "".join(TREE.values()).replace("- --router\n", "")
     assert not re.search(r"(?m)^[^#]*\s--[a-z]", text)
     for recipe in RECIPES:
         for name in recipe.flags:
@@ -367,7 +370,7 @@ def test_no_sglang_flag_is_written_in_the_manifests():
             (container,) = template["spec"]["containers"]
             assert container["command"] == ["sm12x", "launch"]
             env = {e["name"]: e.get("value") for e in container["env"]}
-            assert env["RECIPE"] == recipe.name
+            assert env["SM12X_RECIPE"] == recipe.name
 
 
 # --- the pods launch what compose launches ---------------------------------------------------
@@ -398,6 +401,27 @@ def kubernetes_env(
         elif "secretKeyRef" in ref and ref["secretKeyRef"]["key"] in secret:
             env[item["name"]] = secret[ref["secretKeyRef"]["key"]]
     return env
+
+
+def settings_of(env: dict[str, str]):
+    """What sm12x reads in the pod: its environment, no .env."""
+    return load(environ=env, env_file=os.devnull)
+
+
+def test_pods_get_settings_under_their_one_name():
+    names = {env_name(n) for n in Settings.model_fields}
+    old = {o for n in Settings.model_fields for o in meta(n).old}
+    for doc in [d for text in TREE.values() for d in docs_of(text)]:
+        spec = doc.get("spec", {})
+        templates = [spec["template"]] if "template" in spec else [
+            spec["leaderWorkerTemplate"][k] for k in ("leaderTemplate", "workerTemplate")
+        ] if "leaderWorkerTemplate" in spec else []
+        for template in templates:
+            for container in template["spec"]["containers"]:
+                for item in container.get("env", []):
+                    assert item["name"] not in old, item["name"]
+                    if item["name"].startswith("SM12X_"):
+                        assert item["name"] in names, item["name"]
 
 
 def argv_dict(argv: list[str]) -> dict[str, str | None]:
@@ -433,7 +457,7 @@ def test_pods_launch_the_recipe_with_their_rank_and_leader(recipe, tmp_path):
         env = kubernetes_env(container, injected, fields, site, {})
         assert env["SM12X_API_KEY_FILE"] == k8s.API_KEY_FILE
         env["SM12X_API_KEY_FILE"] = str(key_file)
-        plan = build_launch(recipe, LaunchContext.from_environ(env))
+        plan = build_launch(recipe, LaunchContext.from_settings(settings_of(env)))
         argv = plan.command("python3", env)
         args = argv_dict(plan.argv(env))
         # The key reaches sglang through sm12x.keyed, in memory: not in argv.
@@ -553,7 +577,7 @@ def test_router_runs_sm12x_router_with_discovery():
     (container,) = router_docs()["Deployment"]["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["sm12x", "router"]
     env = router_env()
-    parsed = parse_router_args(command(RouterSettings.from_environ(env), environ=env)[3:])
+    parsed = parse_router_args(command(RouterSettings.from_settings(settings_of(env)), environ=env)[3:])
     assert parsed.service_discovery is True
     assert parsed.service_discovery_namespace == "sm12x"
     assert parsed.service_discovery_port == RECIPES[0].serve.port
@@ -568,7 +592,7 @@ def test_router_selector_matches_serving_pods_only():
     from sglang_router.launch_router import parse_router_args
 
     env = router_env()
-    selector = parse_router_args(command(RouterSettings.from_environ(env))[3:]).selector
+    selector = parse_router_args(command(RouterSettings.from_settings(settings_of(env)))[3:]).selector
 
     def matches(labels: dict) -> bool:  # the router matches every pair exactly
         return all(labels.get(k) == v for k, v in selector.items())

@@ -180,8 +180,8 @@ def test_launch_keeps_the_key_out_of_every_argv(tmp_path, model_dir, source):
     env = {
         **base_env(tmp_path, root),
         "STANDIN_FLAGS": str(flags),
-        "RECIPE": "rtx-pro-6000-tp2",
-        "SM12X_MODEL_PATH": str(model_dir),
+        "SM12X_RECIPE": "rtx-pro-6000-tp2",
+        "SM12X_MODEL_DIR": str(model_dir),
         "SM12X_HOST": "0.0.0.0",
     }
     if source == "env":

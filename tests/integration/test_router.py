@@ -126,7 +126,8 @@ def test_stream_chunks_keep_their_fields_through_the_router(three):
 def test_the_compose_healthcheck_runs_through_the_router(three):
     _, router = three
     result = run_sm12x(
-        "healthcheck", env={"SM12X_HOST": "127.0.0.1", "SM12X_PORT": str(router.port)}
+        "healthcheck", "--router",
+        env={"SM12X_ROUTER_BIND": "127.0.0.1", "SM12X_ROUTER_PORT": str(router.port)},
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("ok: deepseek-ai/DeepSeek-V4-Flash-0731 generated 1 token")
@@ -221,7 +222,8 @@ def test_a_dead_rig_is_routed_around_and_rejoins(three, verify, tmp_path, record
         rig.stop()
     wait_until(lambda: not any(router.workers_health().values()), 60, "all rigs to be out")
     result = run_sm12x(
-        "healthcheck", env={"SM12X_HOST": "127.0.0.1", "SM12X_PORT": str(router.port)}
+        "healthcheck", "--router",
+        env={"SM12X_ROUTER_BIND": "127.0.0.1", "SM12X_ROUTER_PORT": str(router.port)},
     )
     assert_one_clear_error(result, str(router.port))
 
@@ -256,9 +258,10 @@ def test_api_key_is_enforced_by_the_router_and_reaches_the_rigs(processes, tmp_p
     )
     assert code == 0, {c["name"]: (c["verdict"], c["problem"]) for c in report["checks"]}
     # The compose healthcheck reads the key from the container's environment.
-    env = {"SM12X_HOST": "127.0.0.1", "SM12X_PORT": str(router.port)}
-    assert run_sm12x("healthcheck", env={**env, "SM12X_API_KEY": "sk-shared"}).returncode == 0
-    assert_one_clear_error(run_sm12x("healthcheck", env=env), "401")
+    env = {"SM12X_ROUTER_BIND": "127.0.0.1", "SM12X_ROUTER_PORT": str(router.port)}
+    keyed = run_sm12x("healthcheck", "--router", env={**env, "SM12X_API_KEY": "sk-shared"})
+    assert keyed.returncode == 0, keyed.stderr
+    assert_one_clear_error(run_sm12x("healthcheck", "--router", env=env), "401")
 
     # A rig the router learns of at run time without a key of its own, as
     # Kubernetes discovery adds pods, is served with the same key.

@@ -131,3 +131,46 @@ def test_no_server_still_writes_the_reports(tmp_path):
     assert health["verdict"] == "fail" and "cannot reach" in health["problem"]
     assert "nothing listens" in health["cause"]
     assert "<failure" in (tmp_path / "j.xml").read_text()
+
+
+# --- the settings every command reads (sm12x.settings) ---------------------------
+
+
+def sm12x_verify(*args: str, cwd: Path, env: dict[str, str] | None = None):
+    import os
+
+    # Discovery as a user has it: .env in the current folder, nothing named.
+    base = {**os.environ, "PYTHONPATH": str(ROOT), "SM12X_ENV_FILE": ""}
+    base.pop("SM12X_API_KEY", None)
+    return subprocess.run([PY, "-m", "sm12x.cli", "verify", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120, env={**base, **(env or {})})
+
+
+def test_verify_sends_the_key_and_asks_the_port_set_in_dotenv(tmp_path):
+    # The bug this settles: the key in .env, and verify got HTTP 401 and advised
+    # setting the variable that was set.
+    proc, url = start_fake("--api-key", "sk-dotenv")
+    port = url.rsplit(":", 1)[1]
+    try:
+        (tmp_path / ".env").write_text(f"SM12X_API_KEY=sk-dotenv\nSM12X_PORT={port}\n")
+        done = sm12x_verify("--only", "health,models,one-token", "--no-files", cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "sk-dotenv" not in done.stdout + done.stderr
+        # Without the key: the 401 is named, with the one variable to set.
+        (tmp_path / ".env").write_text(f"SM12X_PORT={port}\n")
+        done = sm12x_verify("--only", "health,models", "--no-files", cwd=tmp_path)
+        assert done.returncode == 1
+        assert "SM12X_API_KEY" in done.stdout and "OPENAI_API_KEY" not in done.stdout
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_verify_explain_says_where_the_server_and_key_come_from(tmp_path):
+    (tmp_path / ".env").write_text("SM12X_API_KEY=sk-x\nSM12X_BIND=0.0.0.0\n")
+    done = sm12x_verify("--explain", "--port", "31000", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "# SM12X_API_KEY=(set)" in out and "sk-x" not in out
+    assert "# SM12X_PORT=31000" in out and "flag --port" in out
+    assert "# base URL: http://127.0.0.1:31000" in out

@@ -26,6 +26,8 @@ def run_sm12x(
         "HOME": os.environ.get("HOME", "/tmp"),
         "PYTHONPATH": str(ROOT),
         "LANG": "C.UTF-8",
+        # No .env unless the test names one (--env-file or its own SM12X_ENV_FILE).
+        "SM12X_ENV_FILE": os.devnull,
     }
     return subprocess.run(
         [sys.executable, "-m", "sm12x.cli", *args],

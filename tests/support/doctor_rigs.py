@@ -13,6 +13,7 @@ thing at a time.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,7 +84,9 @@ def rig(tmp: Path, nvidia_smi: str, env: dict[str, str] | None = None) -> FakeHo
     )
     model = write_checkpoint(tmp / "model")
     host = FakeHost(
-        environ={"PATH": "/usr/bin", "SM12X_MODEL_DIR": str(model), **(env or {})},
+        # No .env unless a test writes one (the checkout's must not leak in).
+        environ={"PATH": "/usr/bin", "SM12X_MODEL_DIR": str(model), "SM12X_ENV_FILE": os.devnull,
+                 **(env or {})},
         root=root,
         tools={"nvidia-smi", "docker", "nvidia-container-runtime-hook"},
         disks={"/var/lib/docker": (2000 * GIB, 900 * GIB), "/dev/shm": (64 * GIB, 63 * GIB)},

@@ -171,7 +171,7 @@ def run(case: Case, python: str, workdir: Path) -> Outcome:
                    "SM12X_FAKE_BENCH_SCENARIO": str(scenario)}
         else:
             argv = ["sm12x.cli", "doctor", "--json", "--timeout", f"{D:g}", "--recipe",
-                    "rtx-pro-6000-tp2", "--env-file", str(workdir / "none.env")]
+                    "rtx-pro-6000-tp2", "--env-file", os.devnull]
             env = {"DOCKER_HOST": "tcp://" + server.url.split("//", 1)[1]}
         started = time.monotonic()
         done = subprocess.run([python, "-m", "tests.support.peak_rss", str(rss), *argv],

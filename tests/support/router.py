@@ -136,9 +136,9 @@ class Router:
             **os.environ,
             "PYTHONPATH": str(ROOT),
             "SM12X_ROUTER_WORKERS": " ".join(self.workers),
-            "SM12X_HOST": "127.0.0.1",
-            "SM12X_PORT": str(self.port),
-            "SM12X_ROUTER_METRICS_HOST": "127.0.0.1",
+            "SM12X_ROUTER_BIND": "127.0.0.1",
+            "SM12X_ROUTER_PORT": str(self.port),
+            "SM12X_ROUTER_METRICS_BIND": "127.0.0.1",
             "SM12X_ROUTER_METRICS_PORT": str(self.metrics_port),
             **self.env,
         }

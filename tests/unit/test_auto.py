@@ -1,4 +1,4 @@
-"""RECIPE=auto against recorded nvidia-smi answers, through the real CLI."""
+"""SM12X_RECIPE=auto against recorded nvidia-smi answers, through the real CLI."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import stat
 from pathlib import Path
 
 import pytest
+from support.cli import ROOT, assert_one_clear_error, run_sm12x
 
 from sm12x.launch import gpus
 from sm12x.recipe import load_all
-from support.cli import ROOT, assert_one_clear_error, run_sm12x
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
 QUERY = " ".join(gpus.QUERY[1:])
@@ -40,8 +40,8 @@ def recorded(tmp_path: Path, fixture: str) -> str:
 
 
 SPARK_ENV = {
-    "NODE_RANK": "0",
-    "HEAD_ADDR": "192.168.100.1",
+    "SM12X_NODE_RANK": "0",
+    "SM12X_HEAD_ADDR": "192.168.100.1",
     "NCCL_IB_HCA": "rocep1s0f0",
     "NCCL_SOCKET_IFNAME": "enp1s0f0np0",
     "GLOO_SOCKET_IFNAME": "enp1s0f0np0",
@@ -66,7 +66,7 @@ SPARK_ENV = {
 def test_auto_picks_the_rig(tmp_path, fixture, recipe, env, says):
     result = run_sm12x("launch", "--dry-run", path=recorded(tmp_path, fixture), env=env)
     assert result.returncode == 0, result.stderr
-    assert f"RECIPE=auto picked {recipe}: " in result.stderr
+    assert f"SM12X_RECIPE=auto picked {recipe}: " in result.stderr
     assert says in result.stderr
     # The printed command is that recipe's (same flags as `sm12x render`).
     assert "--tp-size " in result.stdout
@@ -77,7 +77,7 @@ def test_auto_picks_the_rig(tmp_path, fixture, recipe, env, says):
 def test_auto_is_the_default_and_explicit_auto_is_the_same(tmp_path):
     path = recorded(tmp_path, "rtx-pro-6000-x4.csv")
     default = run_sm12x("launch", "--dry-run", path=path)
-    explicit = run_sm12x("launch", "--dry-run", path=path, env={"RECIPE": "auto"})
+    explicit = run_sm12x("launch", "--dry-run", path=path, env={"SM12X_RECIPE": "auto"})
     assert default.stdout == explicit.stdout != ""
 
 
@@ -85,8 +85,8 @@ def test_auto_on_a_spark_without_node_settings_warns_in_a_dry_run_and_refuses_to
     path = recorded(tmp_path, "dgx-spark.csv")
     dry = run_sm12x("launch", "--dry-run", path=path)
     assert dry.returncode == 0
-    assert "set NODE_RANK and HEAD_ADDR" in dry.stderr
-    assert '--node-rank "$NODE_RANK"' in dry.stdout
+    assert "set SM12X_NODE_RANK and SM12X_HEAD_ADDR" in dry.stderr
+    assert '--node-rank "$SM12X_NODE_RANK"' in dry.stdout
     real = run_sm12x("launch", path=path)
     assert_one_clear_error(real, "dgx-spark-tp2 runs on 2 nodes", "dgx-spark-tp2-node0")
 
@@ -101,7 +101,7 @@ def test_auto_on_a_spark_without_node_settings_warns_in_a_dry_run_and_refuses_to
 )
 def test_unsupported_machine_lists_recipes_and_gpus(tmp_path, fixture, why):
     result = run_sm12x("launch", "--dry-run", path=recorded(tmp_path, fixture))
-    line = assert_one_clear_error(result, why, "Found: ", "Recipes: ", "Set RECIPE")
+    line = assert_one_clear_error(result, why, "Found: ", "Recipes: ", "Set SM12X_RECIPE")
     for name in ("rtx-pro-6000-tp2", "rtx-pro-6000-tp4", "rtx-5090-tp8", "dgx-spark-tp2"):
         assert name in line
     if fixture == "h100-x8.csv":
@@ -113,7 +113,7 @@ def test_no_nvidia_smi(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     result = run_sm12x("launch", "--dry-run", path=str(empty))
-    assert_one_clear_error(result, "nvidia-smi", "not on PATH", "set RECIPE")
+    assert_one_clear_error(result, "nvidia-smi", "not on PATH", "set SM12X_RECIPE")
 
 
 def test_nvidia_smi_without_a_driver(tmp_path):
@@ -135,9 +135,9 @@ def test_nvidia_smi_sees_no_gpu(tmp_path):
 
 
 def test_an_explicit_recipe_needs_no_nvidia_smi():
-    result = run_sm12x("launch", "--dry-run", env={"RECIPE": "rtx-5090-tp8"})
+    result = run_sm12x("launch", "--dry-run", env={"SM12X_RECIPE": "rtx-5090-tp8"})
     assert result.returncode == 0, result.stderr
-    assert "recipe rtx-5090-tp8 (RECIPE=rtx-5090-tp8)" in result.stderr
+    assert "recipe rtx-5090-tp8 (SM12X_RECIPE, from environment)" in result.stderr
 
 
 # --- the parser and picker on their own ---------------------------------------

@@ -4,6 +4,7 @@ thing fails the check it should, with a fix, and only that one."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,11 @@ from sm12x.doctor import main as doctor_main
 from sm12x.doctor import rdma
 from sm12x.doctor.checks import Doctor, Options
 from sm12x.doctor.host import Output
+from sm12x.errors import UserError
 
 
 def run(host, **options) -> dict[str, object]:
-    doctor = Doctor(host, Options(env_file=Path("/nonexistent/.env"), **options))
+    doctor = Doctor(host, Options(env_file=os.devnull, **options))
     checks = doctor.run()
     by_id = {c.id: c for c in checks}
     assert len(by_id) == len(checks), "check ids are unique"
@@ -146,7 +148,68 @@ def test_docker_daemon_down(tmp_path):
     checks = result["checks"]
     assert "Cannot connect" in checks["docker"].detail
     assert "systemctl start docker" in checks["docker"].fix
+    # `docker compose version` needs no daemon: Compose is still checked.
+    assert checks["compose"].verdict == "ok"
+    assert checks["nvidia-runtime"].verdict == checks["image"].verdict == "skip"
+
+
+def test_compose_missing_while_the_daemon_is_down_is_still_reported(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    host.answer(("docker", "version"), failing("Cannot connect to the Docker daemon"))
+    host.answer(("docker", "compose", "version"), failing("unknown flag: --short", 125))
+    result = run(host)
+    assert result["failed"] == ["docker", "compose"]
+    assert "unknown shorthand flag: 'd'" in result["checks"]["compose"].detail
+
+
+def test_no_docker_cli_skips_compose(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    host.tools.discard("docker")
+    checks = run(host)["checks"]
+    assert checks["docker"].verdict == "fail" and "install Docker Engine" in checks["docker"].fix
     assert checks["compose"].verdict == "skip"
+
+
+OS_RELEASE = {
+    "debian-12": 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n',
+    "debian-13": 'PRETTY_NAME="Debian GNU/Linux 13 (trixie)"\nID=debian\nVERSION_ID="13"\n',
+    "ubuntu-24.04": 'PRETTY_NAME="Ubuntu 24.04.2 LTS"\nID=ubuntu\nID_LIKE=debian\n'
+                    'VERSION_ID="24.04"\n',
+    "dgx-os": 'PRETTY_NAME="Ubuntu 24.04.3 LTS"\nID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"\n',
+    "fedora-41": 'PRETTY_NAME="Fedora Linux 41"\nID=fedora\nVERSION_ID=41\n',
+    "rocky-9": 'PRETTY_NAME="Rocky Linux 9.5"\nID="rocky"\nID_LIKE="rhel centos fedora"\n',
+    "arch": 'PRETTY_NAME="Arch Linux"\nID=arch\n',
+}
+
+
+@pytest.mark.parametrize(
+    ("system", "docker_ce", "fix"),
+    [
+        ("debian-12", False, "archive has only Compose v1"),
+        ("debian-12", True, "sudo apt-get install docker-compose-plugin"),
+        ("debian-13", False, "sudo apt-get install docker-compose"),
+        ("ubuntu-24.04", False, "sudo apt-get install docker-compose-v2"),
+        ("dgx-os", True, "sudo apt-get install docker-compose-plugin"),
+        ("fedora-41", True, "sudo dnf install docker-compose-plugin"),
+        ("rocky-9", False, "sudo dnf install docker-compose-plugin"),
+        ("arch", False, "docker-compose-plugin from Docker's repository"),
+    ],
+)
+def test_no_compose_plugin_names_the_package_of_this_distribution(tmp_path, system, docker_ce,
+                                                                  fix):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    host.answer(("docker", "compose", "version"),
+                failing("docker: 'compose' is not a docker command."))
+    (host.root / "etc").mkdir(exist_ok=True)
+    (host.root / "etc" / "os-release").write_text(OS_RELEASE[system])
+    host.tools |= {"dpkg-query", "rpm"}
+    host.answer(("dpkg-query",), "install ok installed" if docker_ce else failing(
+        "dpkg-query: no packages found matching docker-ce-cli"))
+    host.answer(("rpm",), "docker-ce-cli-28.0.1-1.fc41.x86_64\n" if docker_ce else failing(
+        "package docker-ce-cli is not installed"))
+    check = run(host)["checks"]["compose"]
+    assert check.verdict == "fail"
+    assert fix in check.fix, check.fix
 
 
 def test_no_nvidia_container_toolkit(tmp_path):
@@ -193,6 +256,18 @@ def test_model_dir_from_env_file(tmp_path):
     env_file.write_text(f"# compose settings\nSM12X_MODEL_DIR={model}\nNCCL_IB_HCA=\n")
     checks = Doctor(host, Options(env_file=env_file)).run()
     assert {c.id: c.verdict for c in checks}["model-shards"] == "ok"
+
+
+def test_a_relative_model_dir_in_env_file_is_taken_from_its_folder(tmp_path, monkeypatch):
+    # doctor run from another folder finds the same checkpoint compose mounts.
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    model = Path(host.environ.pop("SM12X_MODEL_DIR"))
+    env_file = model.parent / ".env"
+    env_file.write_text(f"SM12X_MODEL_DIR=./{model.name}\n")
+    monkeypatch.chdir(tmp_path / "root")
+    checks = {c.id: c for c in Doctor(host, Options(env_file=env_file)).run()}
+    assert checks["model-dir"].detail == str(model)
+    assert checks["model-shards"].verdict == "ok"
 
 
 @pytest.mark.parametrize(
@@ -367,7 +442,7 @@ def test_peer_image_from_its_report(tmp_path):
     checks = run(host)["checks"]
     assert checks["same-image"].verdict == "warn" and "--peer-report" in checks["same-image"].fix
     other = spark_rig(tmp_path / "other", node=0)
-    report = doctor_main.report(Doctor(other, Options(env_file=Path("/x"))).run(), None)
+    report = doctor_main.report(Doctor(other, Options(env_file=os.devnull)).run(), None)
     path = tmp_path / "peer.json"
     path.write_text(json.dumps(report))
     checks = run(host, peer_report=path)["checks"]
@@ -449,14 +524,19 @@ def test_commands_end_at_their_limit_whatever_they_do(tmp_path):
 PROXY = "-oProxyCommand=touch /tmp/sm12x-pwned"
 
 
-@pytest.mark.parametrize("where", ["--peer", "SM12X_HEAD_ADDR"])
+def test_an_option_disguised_as_a_head_address_is_refused_before_anything_runs(tmp_path):
+    # SM12X_HEAD_ADDR is a setting: checked as it is read, one clear error.
+    host = spark_rig(tmp_path)
+    host.environ["SM12X_HEAD_ADDR"] = PROXY
+    with pytest.raises(UserError, match="SM12X_HEAD_ADDR=.* in the environment: is not a host"):
+        run(host)
+    assert host.calls == []
+
+
+@pytest.mark.parametrize("where", ["--peer"])
 def test_an_option_disguised_as_a_peer_never_reaches_ssh_or_ping(tmp_path, where):
     host = spark_rig(tmp_path)
-    if where == "--peer":
-        result = run(host, peer=PROXY)
-    else:
-        host.environ["SM12X_HEAD_ADDR"] = PROXY
-        result = run(host)
+    result = run(host, peer=PROXY)
     peer = result["checks"]["peer"]
     assert peer.verdict == "fail" and "is not a host name or IP address" in peer.detail
     assert where in peer.detail

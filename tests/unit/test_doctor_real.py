@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import ast
 import json
+import re
+import shutil
 import zipfile
 
 import pytest
+from support import compose, wheels
+from support.cli import run_sm12x
 
 from sm12x.doctor.model_dir import ARCHITECTURE
-from support import wheels
-from support.cli import run_sm12x
 
 
 def test_doctor_process_on_a_machine_without_gpus(tmp_path):
@@ -40,3 +42,35 @@ def test_architecture_is_sglangs_deepseek_v4_entry_class(version):
     entry = next(n for n in tree.body if isinstance(n, ast.Assign)
                  and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in n.targets))
     assert ARCHITECTURE in [e.id for e in entry.value.elts]
+
+
+@pytest.mark.skipif(shutil.which("docker", path="/usr/bin:/bin") is None,
+                    reason="no docker CLI on this machine (scripts/test installs docker.io)")
+def test_compose_is_checked_by_the_real_cli_without_a_daemon(tmp_path):
+    """The docker CLI with the real Compose v2 binary as its plugin, and no daemon
+    (DOCKER_HOST points at nothing): Compose is still checked, not skipped."""
+    plugins = tmp_path / "docker-config" / "cli-plugins"
+    plugins.mkdir(parents=True)
+    (plugins / "docker-compose").symlink_to(compose.binary())
+    env = {"DOCKER_CONFIG": str(tmp_path / "docker-config"),
+           "DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock"}
+    result = run_sm12x("doctor", "--json", "--timeout", "20", env=env, cwd=tmp_path)
+    checks = {c["id"]: c for c in json.loads(result.stdout)["checks"]}
+    assert checks["docker"]["verdict"] == "fail"
+    assert checks["compose"]["verdict"] == "ok", checks["compose"]
+    assert checks["compose"]["detail"] == f"Compose {compose_version()}"
+    # The same CLI without the plugin: a failure that names the package to install.
+    (plugins / "docker-compose").unlink()
+    result = run_sm12x("doctor", "--json", "--timeout", "20", env=env, cwd=tmp_path)
+    check = {c["id"]: c for c in json.loads(result.stdout)["checks"]}["compose"]
+    assert check["verdict"] == "fail" and "unknown shorthand flag: 'd'" in check["detail"]
+    assert re.search(r"docker-compose-plugin|docker-compose-v2|sudo apt-get install "
+                     r"docker-compose", check["fix"]), check["fix"]
+
+
+def compose_version() -> str:
+    import subprocess
+
+    out = subprocess.run([str(compose.binary()), "version", "--short"], capture_output=True,
+                         text=True, timeout=60, check=True)
+    return out.stdout.strip()

@@ -7,9 +7,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from support.cli import assert_one_clear_error, run_sm12x
 
 from sm12x.launch.health import default_url
-from support.cli import assert_one_clear_error, run_sm12x
+from sm12x.settings import load
 
 
 class FakeServer:
@@ -119,7 +120,16 @@ def test_nothing_listening_is_unhealthy():
         ({}, "http://127.0.0.1:30000"),
         ({"SM12X_HOST": "0.0.0.0"}, "http://127.0.0.1:30000"),
         ({"SM12X_HOST": "192.168.1.5", "SM12X_PORT": "8000"}, "http://192.168.1.5:8000"),
+        # Host networking on a bare host: sglang binds SM12X_BIND itself.
+        ({"SM12X_BIND": "192.168.1.7"}, "http://192.168.1.7:30000"),
+        # A bridged container: sglang binds 0.0.0.0 inside, SM12X_BIND is the host's.
+        ({"SM12X_HOST": "0.0.0.0", "SM12X_BIND": "192.168.1.7"}, "http://127.0.0.1:30000"),
     ],
 )
 def test_default_url_follows_where_the_server_binds(env, url):
-    assert default_url(env) == url
+    assert default_url(load(environ=env).settings) == url
+
+
+def test_the_router_healthcheck_asks_the_router():
+    env = {"SM12X_ROUTER_BIND": "0.0.0.0", "SM12X_ROUTER_PORT": "8001", "SM12X_PORT": "30001"}
+    assert default_url(load(environ=env).settings, router=True) == "http://127.0.0.1:8001"

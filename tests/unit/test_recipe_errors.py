@@ -63,7 +63,7 @@ def test_missing_recipe_file(tmp_path):
 
 
 def test_missing_recipe_through_launch():
-    result = run_sm12x("launch", "--dry-run", env={"RECIPE": "nope"})
+    result = run_sm12x("launch", "--dry-run", env={"SM12X_RECIPE": "nope"})
     assert_one_clear_error(result, "no recipe named 'nope'")
 
 

@@ -20,6 +20,7 @@ from sm12x.router import (
     command,
     router_argv,
 )
+from sm12x.settings import load
 from sm12x.versions import load_versions
 
 WORKERS = ("http://192.168.1.10:30000", "http://192.168.1.11:30000/")
@@ -105,7 +106,7 @@ def test_extra_flags_are_appended_and_win():
     [
         (("--api-key", "sk-x"), "sets --api-key from SM12X_API_KEY"),
         (("--api-key=sk-x",), "sets --api-key"),
-        (("--host", "0.0.0.0"), "sets --host from SM12X_HOST"),
+        (("--host", "0.0.0.0"), "sets --host from SM12X_ROUTER_BIND"),
         (("--polic", "random"), "sets --policy from SM12X_ROUTER_POLICY"),
         (("--max-payload-size", "inf"), "not a finite number"),
     ],
@@ -117,14 +118,21 @@ def test_extra_flags_that_repeat_a_rendered_one_are_refused(extra, needle):
         check_extra(RouterSettings(workers=WORKERS, extra=extra))
 
 
-def test_from_environ():
-    settings = RouterSettings.from_environ(
+def from_environ(environ: dict[str, str]) -> RouterSettings:
+    return RouterSettings.from_settings(load(environ=environ))
+
+
+def test_from_settings():
+    settings = from_environ(
         {
             "SM12X_ROUTER_WORKERS": "http://a:30000,http://b:30000  http://c:30000",
-            "SM12X_HOST": "0.0.0.0",
-            "SM12X_PORT": "8080",
+            "SM12X_ROUTER_BIND": "0.0.0.0",
+            "SM12X_ROUTER_PORT": "8080",
             "SM12X_ROUTER_POLICY": "round_robin",
             "SM12X_API_KEY": "k",
+            # The rigs' own bind and port are not the router's.
+            "SM12X_BIND": "127.0.0.9",
+            "SM12X_PORT": "30000",
         }
     )
     assert settings.workers == ("http://a:30000", "http://b:30000", "http://c:30000")
@@ -153,8 +161,15 @@ def test_bad_settings_say_what_to_fix(settings, needle):
 
 
 def test_bad_port_in_env():
-    with pytest.raises(UserError, match="SM12X_PORT"):
-        RouterSettings.from_environ({"SM12X_PORT": "eighty"})
+    with pytest.raises(UserError, match="SM12X_ROUTER_PORT='eighty' in the environment"):
+        from_environ({"SM12X_ROUTER_PORT": "eighty"})
+    with pytest.raises(UserError, match="SM12X_ROUTER_POLICY='least_busy'"):
+        from_environ({"SM12X_ROUTER_POLICY": "least_busy"})
+
+
+def test_the_old_metrics_name_still_works():
+    settings = from_environ({"SM12X_ROUTER_METRICS_HOST": "0.0.0.0"})
+    assert settings.metrics_host == "0.0.0.0"
 
 
 def test_cli_dry_run_prints_the_command_without_the_secret():
@@ -178,3 +193,44 @@ def test_cli_explain_lists_reasons():
 
 def test_cli_without_rigs_is_one_clear_error():
     assert_one_clear_error(run_sm12x("router"), "SM12X_ROUTER_WORKERS")
+
+
+def test_cli_uses_the_rigs_and_key_from_dotenv(tmp_path):
+    # The bug this settles: workers in .env, and `sm12x router` said to set them there.
+    (tmp_path / ".env").write_text(
+        f"SM12X_ROUTER_WORKERS={' '.join(WORKERS)}\nSM12X_API_KEY=sk-dotenv\n"
+        "SM12X_ROUTER_PORT=8100\nSM12X_PORT=30000\n"
+    )
+    result = run_sm12x("router", "--dry-run", cwd=tmp_path, env={"SM12X_ENV_FILE": ""})
+    assert result.returncode == 0, result.stderr
+    assert "--worker-urls http://192.168.1.10:30000 http://192.168.1.11:30000" in result.stdout
+    assert "-m sm12x.keyed" in result.stdout and "sk-dotenv" not in result.stdout
+    assert "--port 8100" in result.stdout
+
+
+def test_cli_flags_win_over_dotenv(tmp_path):
+    (tmp_path / ".env").write_text(f"SM12X_ROUTER_WORKERS={WORKERS[0]}\n")
+    result = run_sm12x(
+        "router", "--dry-run", "--env-file", str(tmp_path / ".env"),
+        "--router-workers", WORKERS[1], "--router-policy", "round_robin",
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"--worker-urls {WORKERS[1].rstrip('/')}" in result.stdout
+    assert "--policy round_robin" in result.stdout
+
+
+def test_cli_hands_the_dotenv_key_to_the_router_in_its_environment(tmp_path, monkeypatch):
+    import argparse
+
+    from sm12x import router
+
+    (tmp_path / ".env").write_text(f"SM12X_ROUTER_WORKERS={WORKERS[0]}\nSM12X_API_KEY=sk-dot\n")
+    calls = []
+    monkeypatch.setattr(router.os, "execve", lambda *a: calls.append(a))
+    parser = argparse.ArgumentParser()
+    router.add_arguments(parser)
+    args = parser.parse_args(["--env-file", str(tmp_path / ".env")])
+    router.run(args, environ={"PATH": "/usr/bin"})
+    [(_, argv, env)] = calls
+    assert argv[1:4] == ["-m", "sm12x.keyed", "sglang_router.launch_router"]
+    assert env["SM12X_API_KEY"] == "sk-dot" and "sk-dot" not in " ".join(argv)
