@@ -117,11 +117,12 @@ PROSE = {
     "multiline": "Two steps:\n\n1. look it up\n2. answer `<ok>`",
     "ends-angle": "Vectors are written <v",
     "quotes": 'She said "hi" and \'bye\' \\ then left.',
+    "trailing-angle": "Remember: 1 <",
 }
 
 REASONING = {
     "short": "The user wants the weather; I will call the tool.",
-    "tricky": "Check a < b, then <think> is not a tag here? Use 東京 😀.\nSecond line.",
+    "tricky": "Check a < b, then <tag> is not a tool here? Use 東京 😀.\nSecond line.",
 }
 
 
