@@ -37,6 +37,7 @@ import subprocess
 import sys
 import time
 import types
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,6 +176,8 @@ def load(site: Path) -> Serving:
                                f"{existing.__sm12x_tree__}; load {site} in another process")
         for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
             del sys.modules[name]
+    # FastAPI deprecates the ORJSONResponse sglang answers errors with: noise here
+    warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")
     if "sglang" not in sys.modules:
         package = _module("sglang", __path__=[str(package_dir)], __sm12x_tree__=str(site))
         package.__file__ = str(package_dir / "__init__.py")
