@@ -139,15 +139,3 @@ def test_api_key(fake, verify, monkeypatch):
     code, report = verify("--base-url", server.base_url, "--only", "health,models,one-token")
     assert code == 0
 
-
-def test_unpatched_sglang_fails_naming_the_symptom(fake, verify):
-    """The stand-in serving sglang without sm12x's streaming patches: DSPARK's
-    multi-token chunks cut the text before a tool call, and verify says so."""
-    server = fake(patched=False)
-    code, report = verify("--base-url", server.base_url, *SMALL_SOAK)
-    assert code == 1
-    failed = {n for n, v in verdicts(report).items() if v != "pass"}
-    assert failed and failed <= {"tools-stream", "tools-parallel", "tool-choice", "soak"}, report
-    said = " ".join(_text(check(report, name)) for name in failed)
-    assert "text before a tool call lost" in said
-    assert "sm12x image" in said

@@ -178,6 +178,8 @@ def load(site: Path) -> Serving:
             del sys.modules[name]
     # FastAPI deprecates the ORJSONResponse sglang answers errors with: noise here
     warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")
+    # sglang reads the deprecated max_tokens itself, for every request
+    warnings.filterwarnings("ignore", message="max_tokens is deprecated")
     if "sglang" not in sys.modules:
         package = _module("sglang", __path__=[str(package_dir)], __sm12x_tree__=str(site))
         package.__file__ = str(package_dir / "__init__.py")

@@ -249,7 +249,7 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
         ids = tokenizer.encode(gen.raw(broken_json="bad-tool-json" in F),
                                add_special_tokens=False) + [eos]
         finish = {"type": "stop", "matched": eos}
-        limit = req.max_completion_tokens or req.max_tokens
+        limit = body.get("max_completion_tokens") or body.get("max_tokens")
         if limit is not None and len(ids) > limit:
             ids, finish = ids[:limit], {"type": "length", "length": limit}
         rng = random.Random(seed)
