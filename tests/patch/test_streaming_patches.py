@@ -10,6 +10,8 @@ the image applies them.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -22,19 +24,24 @@ STREAMING = [f for f in SERIES if f.removesuffix(".patch") in stream_checks.CHEC
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    """{last patch applied: {check: (passed, detail)}} for every prefix of the series."""
-    out = {}
+    """{last patch applied: {check: (passed, detail)}} for every prefix of the series,
+    checked in one process (each tree's sglang modules replace the last's)."""
+    sites = {}
     for last in [SERIES[SERIES.index(STREAMING[0]) - 1], *STREAMING]:
         base = tmp_path_factory.mktemp(f"upto-{last[:4]}")
         site = trees.unpack_sglang(VERSION, base / "site")
         patches = trees.series_upto(VERSION, last, base / "patches")
         applied = trees.apply_patches(site, "--patches", str(patches))
         assert applied.returncode == 0, applied.stderr
-        proc = trees.run_python([site], ["-m", "tests.support.stream_checks", "--site", str(site)],
-                                timeout=600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        out[last] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return out
+        sites[last] = site
+    args = ["-m", "tests.support.stream_checks"]
+    for site in sites.values():
+        args += ["--site", str(site)]
+    proc = subprocess.run([sys.executable, *args], cwd=trees.REPO, capture_output=True,
+                          text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {last: found[str(site)] for last, site in sites.items()}
 
 
 def test_every_streaming_patch_has_a_check():

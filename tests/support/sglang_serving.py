@@ -165,13 +165,17 @@ def _stub_engine_side() -> None:
     _module("sglang.srt.observability.req_time_stats", monotonic_time=time.monotonic)
 
 
-def load(site: Path) -> Serving:
-    """Import the serving modules of the sglang tree in `site` (once per process)."""
+def load(site: Path, replace: bool = False) -> Serving:
+    """Import the serving modules of the sglang tree in `site`.
+
+    A process holds one tree: loading another raises, unless `replace`, which
+    drops every sglang module first (objects from the old tree must not be
+    used after that)."""
     site = Path(site)
     package_dir = site / "sglang"
     existing = sys.modules.get("sglang")
     if existing is not None and getattr(existing, "__sm12x_tree__", None) != str(site):
-        if any(n.startswith("sglang.srt.entrypoints") for n in sys.modules):
+        if not replace and any(n.startswith("sglang.srt.entrypoints") for n in sys.modules):
             raise RuntimeError(f"this process already imported sglang from "
                                f"{existing.__sm12x_tree__}; load {site} in another process")
         for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:

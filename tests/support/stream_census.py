@@ -416,8 +416,8 @@ class _SchemaChecks:
 
 
 class Runner:
-    def __init__(self, site: Path):
-        self.serving = sglang_serving.load(site)
+    def __init__(self, site: Path, replace: bool = False):
+        self.serving = sglang_serving.load(site, replace=replace)
         module = self.serving.serving_chat
         if hasattr(module, "Draft202012Validator"):
             module.Draft202012Validator = _SchemaChecks(module.Draft202012Validator)
