@@ -24,7 +24,7 @@ import random
 import sys
 import time
 import traceback
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 

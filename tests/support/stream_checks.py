@@ -126,7 +126,7 @@ def text_after_block(runner):
         case = CASES[name]
         ids = runner.tokens(case)
 
-        async def go():
+        async def go(case=case, ids=ids):
             return [await runner.respond(case, ids, [[len(ids)]], False),
                     await runner.respond(case, ids, [[1]] * len(ids), True)]
 
