@@ -78,3 +78,18 @@ def test_the_census_corpus_round_trips(enc, tok):
         ids = tok.encode(text, add_special_tokens=False)
         assert ids[-1] == tok.eos_token_id, case.name
         assert tok.decode(ids) == text, case.name
+
+
+def test_loaded_as_autotokenizer_loads_it(tok, enc):
+    """load() builds directly what transformers.AutoTokenizer builds from the folder."""
+    from transformers import AutoTokenizer
+
+    auto = AutoTokenizer.from_pretrained(str(dsv4_tokenizer.folder()))
+    assert type(auto) is type(tok) and len(auto) == len(tok)
+    assert (auto.bos_token, auto.eos_token, auto.eos_token_id) == (
+        tok.bos_token, tok.eos_token, tok.eos_token_id)
+    text = stream_census.render(enc, stream_census.cases()[-1])
+    ids = auto.encode(text, add_special_tokens=False)
+    assert tok.encode(text, add_special_tokens=False) == ids
+    for skip in (True, False):
+        assert tok.decode(ids, skip_special_tokens=skip) == auto.decode(ids, skip_special_tokens=skip)
