@@ -138,6 +138,7 @@ class ServerArgsView:
     tokenizer_metrics_allowed_custom_labels: Optional[list] = None
     tokenizer_metrics_custom_labels_header: str = "x-custom-labels"
     speculative_algorithm: Optional[str] = "DSPARK"
+    revision: Optional[str] = None
 
 
 @dataclass
@@ -151,9 +152,14 @@ class TemplateManagerView:
     reasoning_config: Any = None
 
 
+class HfConfigView(SimpleNamespace):
+    def to_dict(self) -> dict:
+        return dict(vars(self))
+
+
 @dataclass
 class ModelConfigView:
-    hf_config: Any = field(default_factory=lambda: SimpleNamespace(
+    hf_config: Any = field(default_factory=lambda: HfConfigView(
         architectures=["DeepseekV4ForCausalLM"], model_type="deepseek_v4"))
     is_multimodal: bool = False
 
@@ -177,6 +183,14 @@ class TokenizerManagerStandIn:
         self.detokenizer = Detokenizer(serving, tokenizer)
         # awaited between deliveries (the stand-in server paces its stream here)
         self.on_delivery = on_delivery
+
+    def config_value(self, name: str):
+        """sglang >= 0.5.18 reads server configuration through this."""
+        return getattr(self.server_args, name)
+
+    @property
+    def model_path(self) -> str:
+        return MODEL_ID
 
     def create_abort_task(self, obj):
         return None

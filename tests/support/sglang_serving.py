@@ -141,6 +141,9 @@ class ServerArgs:
 
 
 def _stub_engine_side() -> None:
+    # Nothing here may reach a model hub (sglang >= 0.5.18 looks for the
+    # checkpoint's encoder file there when it is not on disk): fail at once.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from pydantic import BaseModel, ConfigDict
 
     # transformers decides whether torchvision exists when first imported; it
