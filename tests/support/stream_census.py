@@ -39,7 +39,7 @@ DSML = "｜DSML｜"
 
 # What can go wrong in a stream, in the order the table shows them.
 FAILURES = {
-    "prose-cut": "content before a tool call cut short (its end lost)",
+    "prose-cut": "content cut short: its end lost (before a call, or a reply ending in \"<\")",
     "prose-lost": "content lost entirely",
     "separator-in-content": "the blank line before the tool-call block streamed as content",
     "markup-in-content": "DSML or think markup in content",
