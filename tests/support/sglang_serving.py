@@ -16,9 +16,9 @@ drags in the scheduler, the model configs and CUDA-only packages:
   tokenizer manager receives (here a plain record of the keyword arguments);
 - `sglang.srt.server_args.ServerArgs` (serving_base only tests isinstance);
 - `sglang.srt.observability.req_time_stats.monotonic_time`;
-- `xgrammar`: the grammar library; the stand-in engine does not constrain
-  decoding, so only the names the parsers import exist (its real package
-  imports torch and triton kernels);
+- `xgrammar`, unless already imported: the grammar library; the stand-in
+  engine does not constrain decoding, so only the names the parsers import
+  exist (the real package costs the stand-in seconds at every start);
 - `torchvision.io.decode_jpeg`, imported by sglang's utilities (torchvision
   would pull a CUDA torch).
 
@@ -31,6 +31,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import importlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -158,10 +159,14 @@ def _stub_engine_side() -> None:
             raise AttributeError(name)
         return type(name, (StructuralTag,), {})
 
-    structural_tag = _module("xgrammar.structural_tag", __getattr__=grammar_format)
-    _module("xgrammar", StructuralTag=StructuralTag, structural_tag=structural_tag, __path__=[])
-    io = _module("torchvision.io", decode_jpeg=lambda *args, **kwargs: None)
-    _module("torchvision", io=io, __path__=[])
+    # A real xgrammar or torchvision already imported in this process stays.
+    if "xgrammar" not in sys.modules:
+        structural_tag = _module("xgrammar.structural_tag", __getattr__=grammar_format)
+        _module("xgrammar", StructuralTag=StructuralTag, structural_tag=structural_tag,
+                __path__=[])
+    if "torchvision" not in sys.modules and importlib.util.find_spec("torchvision") is None:
+        io = _module("torchvision.io", decode_jpeg=lambda *args, **kwargs: None)
+        _module("torchvision", io=io, __path__=[])
     _module("sglang.srt.managers.io_struct", GenerateReqInput=GenerateReqInput,
             EmbeddingReqInput=EmbeddingReqInput)
     _module("sglang.srt.server_args", ServerArgs=ServerArgs)
