@@ -141,7 +141,9 @@ class ServerArgs:
     """isinstance target only (serving_base); the emulated manager's args are not one."""
 
 
-def _stub_engine_side() -> None:
+def _stub_engine_side() -> list[str]:
+    """Install the stubs; returns the third-party module names stubbed, which
+    are only needed while sglang's modules import (see load)."""
     # Nothing here may reach a model hub (sglang >= 0.5.18 looks for the
     # checkpoint's encoder file there when it is not on disk): fail at once.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -160,17 +162,21 @@ def _stub_engine_side() -> None:
         return type(name, (StructuralTag,), {})
 
     # A real xgrammar or torchvision already imported in this process stays.
+    stubbed = []
     if "xgrammar" not in sys.modules:
+        stubbed += ["xgrammar", "xgrammar.structural_tag"]
         structural_tag = _module("xgrammar.structural_tag", __getattr__=grammar_format)
         _module("xgrammar", StructuralTag=StructuralTag, structural_tag=structural_tag,
                 __path__=[])
     if "torchvision" not in sys.modules and importlib.util.find_spec("torchvision") is None:
+        stubbed += ["torchvision", "torchvision.io"]
         io = _module("torchvision.io", decode_jpeg=lambda *args, **kwargs: None)
         _module("torchvision", io=io, __path__=[])
     _module("sglang.srt.managers.io_struct", GenerateReqInput=GenerateReqInput,
             EmbeddingReqInput=EmbeddingReqInput)
     _module("sglang.srt.server_args", ServerArgs=ServerArgs)
     _module("sglang.srt.observability.req_time_stats", monotonic_time=time.monotonic)
+    return stubbed
 
 
 def load(site: Path, replace: bool = False) -> Serving:
@@ -192,10 +198,22 @@ def load(site: Path, replace: bool = False) -> Serving:
     warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")
     # sglang reads the deprecated max_tokens itself, for every request
     warnings.filterwarnings("ignore", message="max_tokens is deprecated")
+    stubbed = []
     if "sglang" not in sys.modules:
         package = _module("sglang", __path__=[str(package_dir)], __sm12x_tree__=str(site))
         package.__file__ = str(package_dir / "__init__.py")
-        _stub_engine_side()
+        stubbed = _stub_engine_side()
+    try:
+        return _import(site, package_dir)
+    finally:
+        # sglang took what it needs from them at import. Left in sys.modules,
+        # a stub module would mislead other code in this process (transformers
+        # asks whether torchvision is installed when lm-eval loads it).
+        for name in stubbed:
+            sys.modules.pop(name, None)
+
+
+def _import(site: Path, package_dir: Path) -> Serving:
     from importlib.metadata import distributions
 
     dists = list(distributions(name="sglang", path=[str(site)]))
