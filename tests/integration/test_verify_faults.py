@@ -138,4 +138,3 @@ def test_api_key(fake, verify, monkeypatch):
     monkeypatch.setenv("SM12X_API_KEY", "sekrit")
     code, report = verify("--base-url", server.base_url, "--only", "health,models,one-token")
     assert code == 0
-
