@@ -27,7 +27,7 @@ variable "CUDA_VERSION" { default = "13.0" }
 variable "SGLANG_ROUTER_VERSION" { default = "0.3.2" }
 variable "SM12X_VERSION" { default = "0.1.0" }
 variable "FLASHINFER_PREBUILT" { default = "1" }
-variable "SM12X_PATCHES" { default = "0001-sm120-sparse-mla-topk-dispatch.patch,0010-dsv4-prompt-tools-as-sent.patch,0011-dspark-swa-eviction.patch,0020-dsv4-compress-plan-verify-rows.patch,0021-dsv4-compress-plan-barrier.patch,0022-dsv4-kv-store-skip-invalid-index.patch" }
+variable "SM12X_PATCHES" { default = "0001-sm120-sparse-mla-topk-dispatch.patch,0002-dsml-stream-partial-json-value.patch,0003-dsml-stream-failure-keeps-markup-out.patch,0004-dsml-stream-preamble.patch,0005-tool-stream-end-releases-held-text.patch,0006-dsml-stream-block-whitespace.patch,0007-dsml-text-after-block.patch,0008-dsml-string-values-verbatim.patch,0010-dsv4-prompt-tools-as-sent.patch,0011-dspark-swa-eviction.patch,0020-dsv4-compress-plan-verify-rows.patch,0021-dsv4-compress-plan-barrier.patch,0022-dsv4-kv-store-skip-invalid-index.patch" }
 # The commit (CI: github.sha).
 variable "SM12X_REVISION" { default = "unknown" }
 # Placeholder owner until the project's repository is known (docs/image.md).

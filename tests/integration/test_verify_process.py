@@ -20,7 +20,9 @@ def start_fake(*args: str) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([PY, "-m", "tests.support.fake_sglang", "--port", str(port), *args],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    # it imports sglang's serving code and DeepSeek-V4's tokenizer (and builds
+    # the sglang tree on a fresh cache) before it listens
+    deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         try:
             if httpx.get(url + "/health", timeout=1).status_code == 200:
@@ -174,3 +176,25 @@ def test_verify_explain_says_where_the_server_and_key_come_from(tmp_path):
     assert "# SM12X_API_KEY=(set)" in out and "sk-x" not in out
     assert "# SM12X_PORT=31000" in out and "flag --port" in out
     assert "# base URL: http://127.0.0.1:31000" in out
+
+
+def test_unpatched_sglang_fails_naming_the_symptom(tmp_path):
+    """The stand-in serving sglang without sm12x's streaming patches
+    (--sglang-patches none): DSPARK's multi-token chunks cut the text before a
+    tool call, and verify fails saying so; the same stand-in on the patched
+    code passes (test_verify_faults.py's healthy case)."""
+    proc, url = start_fake("--sglang-patches", "none")
+    try:
+        done = verify("--base-url", url, "--soak-concurrency", "16", "--soak-rounds", "2",
+                      "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml"),
+                      timeout=300)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert done.returncode == 1, done.stdout
+    report = json.loads((tmp_path / "r.json").read_text())
+    failed = {c["name"]: c for c in report["checks"] if c["verdict"] == "fail"}
+    assert failed and set(failed) <= {"tools-stream", "tools-parallel", "tool-choice", "soak"}
+    assert {c["verdict"] for c in report["checks"]} <= {"pass", "fail", "skip"}
+    said = " ".join(f"{c['problem']} {c['cause']} {c['fix']}" for c in failed.values())
+    assert "text before a tool call lost" in said and "sm12x image" in said

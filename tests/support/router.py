@@ -98,7 +98,9 @@ class Backend:
         )
         return self
 
-    def wait_ready(self, timeout: float = 60) -> Backend:
+    def wait_ready(self, timeout: float = 120) -> Backend:
+        # A stand-in imports sglang's serving code and DeepSeek-V4's tokenizer
+        # before it listens: seconds each, and several start at once on 2 cores.
         def up() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
                 raise AssertionError(f"fake server on {self.port} exited {self.proc.returncode}")

@@ -68,3 +68,25 @@ def selftest(trees: list[Path], out: Path, *extra: str) -> tuple[subprocess.Comp
     proc = run_python(trees, ["-m", "sm12x.selftest", "--json", str(out), *extra])
     report = json.loads(out.read_text()) if out.exists() else {}
     return proc, report
+
+
+def series_upto(version: str, last: str, dest: Path) -> Path:
+    """A patches/sglang folder whose series for `version` stops at patch file `last`
+    (apply-patches --patches DIR applies exactly that prefix)."""
+    import tomllib
+
+    source = REPO / "patches" / "sglang"
+    meta = tomllib.loads((source / "patches.toml").read_text())
+    names = sorted(p["file"] for p in meta["patch"] if version in p["sglang"])
+    if last not in names:
+        raise ValueError(f"{last} is not in sglang {version}'s series: {names}")
+    keep = names[: names.index(last) + 1]
+    (dest / version).mkdir(parents=True, exist_ok=True)
+    lines = []
+    for patch in meta["patch"]:
+        if version in patch["sglang"] and patch["file"] in keep:
+            (dest / version / patch["file"]).write_bytes((source / version / patch["file"]).read_bytes())
+            lines.append("[[patch]]\n" + "".join(
+                f"{key} = {json.dumps(value)}\n" for key, value in patch.items()))
+    (dest / "patches.toml").write_text("\n".join(lines))
+    return dest

@@ -19,6 +19,8 @@ from verify.result import Evidence
 from verify.stream import Merged, merge
 
 PARSER_FIX = "launch sglang with --tool-call-parser deepseekv4 (the recipes do)"
+STREAM_FIX = ("serve with the sm12x image: its sglang patches fix the streaming tool parser "
+              "(docs/streaming.md); or stream without DSPARK")
 DSML = "｜DSML｜"
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
 
@@ -140,18 +142,49 @@ def streamed_calls_of(ev: Evidence, m: Merged, where: str) -> list[tuple[str, di
         if not call.id:
             ev.fail(f"{where}: streamed call {index} never carried an id",
                     "tool results cannot be matched", "check the sglang version")
-        if len(call.names) != 1:
+        if not call.names:
+            ev.fail(f"{where}: streamed call {index} arrived without a name "
+                    f"(arguments {call.arguments[:80]!r})",
+                    "a call without a name: the streaming tool parser lost the call's first "
+                    "fragment (sglang 0.5.16/0.5.17 under DSPARK's multi-token chunks)",
+                    STREAM_FIX)
+        if len(call.names) > 1:
             ev.fail(f"{where}: call {index} named {len(call.names)} times: {call.names}",
                     "the name should come once, in the call's first fragment",
                     "check the sglang version")
         args = validate(ev, call.name, call.arguments, f"{where} streamed call {index}")
         out.append((call.name, args))
     if DSML in m.content:
-        ev.fail(f"{where}: DSML markup leaked into streamed content: {m.content[:120]!r}",
-                "the streaming tool parser lost track of the markup", PARSER_FIX)
+        ev.fail(f"{where}: DSML markup in streamed content: {m.content[:120]!r}",
+                "markup in content: the streaming tool parser lost track of the tool-call "
+                "markup (sglang 0.5.16/0.5.17 under DSPARK's multi-token chunks)", STREAM_FIX)
     ev.saw(f"{where}: {len(out)} streamed call(s) over "
            f"{sum(c.fragments for c in m.calls.values())} fragments, ids stable, args valid")
     return out
+
+
+def same_prose(ev: Evidence, plain: str | None, streamed: str, where: str) -> None:
+    """The text a tool-call turn writes before its calls, streamed and not.
+
+    Whitespace at the ends is not compared (sglang's non-streamed path strips
+    the blank line before the calls). A streamed text that is a strict prefix
+    of the non-streamed one, or empty, is the streaming parser dropping what
+    shared a chunk with the call's opening markup; any other difference is
+    noted, not failed (two generations may word it differently)."""
+    plain, got = (plain or "").strip(), (streamed or "").strip()
+    if got == plain:
+        if plain:
+            ev.saw(f"{where}: text before the calls streamed whole ({len(plain)} chars)")
+        return
+    if plain.startswith(got):
+        lost = "all of it" if not got else f"its last {len(plain) - len(got)} chars"
+        ev.fail(f"{where}: text before a tool call lost in the stream ({lost}): streamed "
+                f"{got[-60:]!r}, non-streamed {plain[-60:]!r}",
+                "text before a tool call lost: the streaming tool parser drops prose that "
+                "arrives in the same chunk as the call's markup (sglang 0.5.16/0.5.17 under "
+                "DSPARK's multi-token chunks)", STREAM_FIX)
+    ev.saw(f"{where}: streamed text before the calls differs from the non-streamed one: "
+           f"{got[:60]!r} vs {plain[:60]!r}")
 
 
 def _same(ev: Evidence, plain, streamed, where: str) -> None:
@@ -176,23 +209,26 @@ def tools(ctx: Context, ev: Evidence) -> None:
 
 def tools_stream(ctx: Context, ev: Evidence) -> None:
     for label, prompt in CASES:
-        plain = calls_of(ev, request(ctx, scenarios.user(prompt), scenarios.tools(), what=label),
-                         label)
-        streamed = streamed_calls_of(ev, stream(ctx, scenarios.user(prompt), scenarios.tools(),
-                                                what=label), label)
+        choice = request(ctx, scenarios.user(prompt), scenarios.tools(), what=label)
+        plain = calls_of(ev, choice, label)
+        m = stream(ctx, scenarios.user(prompt), scenarios.tools(), what=label)
+        streamed = streamed_calls_of(ev, m, label)
+        same_prose(ev, choice.message.content, m.content, label)
         _same(ev, plain, streamed, label)
     ev.saw("streamed arguments merged by index equal the non-streamed ones (as objects)")
 
 
 def parallel(ctx: Context, ev: Evidence) -> None:
     msgs = scenarios.user(scenarios.PARALLEL)
-    plain = calls_of(ev, request(ctx, msgs, [scenarios.GET_WEATHER], what="parallel"), "parallel")
+    choice = request(ctx, msgs, [scenarios.GET_WEATHER], what="parallel")
+    plain = calls_of(ev, choice, "parallel")
     if len(plain) < 2:
         ev.fail(f"asked for two parallel calls, got {len(plain)}",
                 "the parser keeps only the first invoke, or the model made one call",
                 "check the sglang version's deepseekv4 parser")
     m = stream(ctx, msgs, [scenarios.GET_WEATHER], what="parallel streamed")
     streamed = streamed_calls_of(ev, m, "parallel streamed")
+    same_prose(ev, choice.message.content, m.content, "parallel")
     if len(m.calls) < 2:
         ev.fail(f"streamed: {len(m.calls)} distinct index(es) for two calls",
                 "parallel calls streamed under one index merge into invalid arguments",

@@ -39,6 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--boot-log", type=Path, help="print this recorded log first")
     parser.add_argument("--boot-line-delay", type=float, default=0.01)
     parser.add_argument("--crash", action="store_true", help="exit 1 after the boot log")
+    parser.add_argument("--sglang-version",
+                        help="the sglang release whose serving code answers (default: the "
+                             "image's pin, versions.env SGLANG_VERSION)")
+    parser.add_argument("--sglang-patches", choices=["all", "none"], default="all",
+                        help="serve through sglang patched by scripts/apply-patches (all, the "
+                             "image's state) or unpatched (none)")
     args = parser.parse_args(argv)
     try:
         faults = Faults.parse(args.fault, every=args.corrupt_every,
@@ -56,10 +62,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from tests.support.fake_sglang.app import create_app
 
-    app = create_app(faults, accept_length=args.accept_length, token_delay=args.token_delay,
-                     api_key=args.api_key)
-    print(f"fake sglang on http://{args.host}:{args.port} faults={sorted(faults.active) or ['healthy']}",
-          flush=True)
+    try:
+        app = create_app(faults, accept_length=args.accept_length, token_delay=args.token_delay,
+                         api_key=args.api_key, sglang_version=args.sglang_version,
+                         patched=args.sglang_patches == "all")
+    except (FileNotFoundError, RuntimeError) as exc:
+        print(f"fake sglang: cannot load sglang's serving code: {exc}", file=sys.stderr)
+        return 2
+    print(f"fake sglang on http://{args.host}:{args.port} faults={sorted(faults.active) or ['healthy']}"
+          f" sglang={args.sglang_version or 'pinned'} patches={args.sglang_patches}", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", lifespan="off")
     return 0
 

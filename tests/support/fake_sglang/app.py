@@ -2,15 +2,21 @@
 
 The HTTP surface is sglang's (`/health`, `/v1/models`, `/v1/chat/completions`
 streamed and not, `/server_info`, `/get_server_info`, `/metrics`, and a
-one-token `/v1/completions` for `sm12x healthcheck` through a router), and the
-responses are built the way sglang 0.5.16's `serving_chat.py` builds them:
-scripted raw model text (model.py) goes through sglang's real
-`ReasoningParser("deepseek-v4")` and `FunctionCallParser(tools, "deepseekv4")`,
-non-streamed in one piece and streamed step by step (each step one to a few
-tokens, as speculative decoding delivers them), and is serialised with
-sglang's own protocol models and SSE helper.
+one-token `/v1/completions` for `sm12x healthcheck` through a router).
 
-Faults (`Faults`) reproduce what verify must catch; see FAULTS.
+Chat completions are served by sglang's own `OpenAIServingChat.handle_request`
+(tests/support/sglang_serving.py), from the image's sglang release patched by
+scripts/apply-patches, or unpatched (`patched=False`, `--sglang-patches none`):
+request validation, the DeepSeek-V4 prompt encoder, the `deepseek-v4`
+reasoning parser, the `deepseekv4` tool-call detector, response and SSE
+building are sglang's. Behind it, the engine (tests/support/dspark_engine.py)
+replays the scripted model's text (model.py), tokenized with DeepSeek-V4's
+tokenizer, as DSPARK delivers it: decode steps of 1 to gamma+1 tokens, and,
+while other requests are in flight, several steps merged into one chunk of up
+to 16 tokens, through sglang's own incremental detokenizer.
+
+Faults (`Faults`) reproduce what verify must catch; see FAULTS. Those of the
+model change its text; those of the serving layer rewrite sglang's response.
 """
 
 from __future__ import annotations
@@ -29,8 +35,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from sm12x.versions import load_versions
+from tests.support import dspark_engine, dsv4_tokenizer, sglang_serving
 from tests.support.fake_sglang import corruption, model
-from tests.support.fake_sglang.sglang_parsers import load
 
 MODEL_ID = "deepseek-ai/DeepSeek-V4-Flash-0731"
 
@@ -99,12 +106,62 @@ def _error(message: str, status: int, kind: str = "BadRequestError") -> JSONResp
                          "code": status}, status_code=status)
 
 
+# DSPARK's draft depth behind the stand-in: a decode step accepts 1..GAMMA+1
+# tokens; under load the tokenizer manager merges steps into chunks of up to
+# MERGED_MAX tokens.
+GAMMA = 4
+MERGED_MAX = 16
+
+
+def serving_version() -> str:
+    """The sglang release the stand-in serves: the image's pin (versions.env),
+    unless SM12X_STANDIN_SGLANG names another cached release."""
+    return os.environ.get("SM12X_STANDIN_SGLANG") or load_versions()["SGLANG_VERSION"]
+
+
+def deliveries(n: int, rng: random.Random, merge: bool) -> list[list[int]]:
+    """DSPARK decode steps of n tokens, one per chunk, or merged when `merge`."""
+    steps, left = [], n
+    while left:
+        k = min(left, rng.randint(1, GAMMA + 1))
+        steps.append(k)
+        left -= k
+    if not merge:
+        return [[k] for k in steps]
+    out, current = [], []
+    for k in steps:
+        if current and sum(current) + k > rng.randint(GAMMA + 1, MERGED_MAX):
+            out.append(current)
+            current = []
+        current.append(k)
+    return out + [current] if current else out
+
+
 def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
-               token_delay: float = 0.001, api_key: str | None = None) -> Starlette:
-    sg = load()
-    P = sg.protocol
+               token_delay: float = 0.001, api_key: str | None = None,
+               sglang_version: str | None = None, patched: bool = True) -> Starlette:
     state = State(faults or Faults(), accept_length, token_delay, api_key)
     F = state.faults
+    version = sglang_version or serving_version()
+    serving = sglang_serving.load(sglang_serving.tree(version, patched))
+    P = serving.protocol
+    tokenizer = dsv4_tokenizer.load()
+    eos = tokenizer.eos_token_id
+
+    async def pace() -> None:
+        if state.token_delay:
+            await asyncio.sleep(state.token_delay)
+
+    args = dspark_engine.ServerArgsView(
+        reasoning_parser=None if "no-reasoning-parser" in F else "deepseek-v4",
+        tool_call_parser=None if "no-tool-parser" in F else "deepseekv4",
+        speculative_algorithm=None if "no-spec" in F else "DSPARK")
+    # rid -> the request's plan, made when sglang hands the request to the
+    # engine (after its own validation: an invalid request never reaches it)
+    pending: dict[str, tuple] = {}
+    chat_handler = dspark_engine.serving_chat(
+        serving, tokenizer, lambda obj: plan_for(*pending.pop(obj.rid)),
+        server_args=args, on_delivery=pace)
 
     async def hang_if_asked() -> None:
         if "hang" in F:
@@ -134,10 +191,10 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
         return {
             "model_path": MODEL_ID, "served_model_name": MODEL_ID, "tp_size": 4,
             "speculative_algorithm": "DSPARK" if spec_on else None,
-            "speculative_num_draft_tokens": 5 if spec_on else None,
-            "reasoning_parser": None if "no-reasoning-parser" in F else "deepseek-v4",
-            "tool_call_parser": None if "no-tool-parser" in F else "deepseekv4",
-            "internal_states": [internal], "version": sg.version,
+            "speculative_num_draft_tokens": GAMMA + 1 if spec_on else None,
+            "reasoning_parser": args.reasoning_parser, "tool_call_parser": args.tool_call_parser,
+            "internal_states": [internal], "version": serving.version,
+            "sm12x_patches": patched,
         }
 
     async def server_info(request: Request) -> Response:
@@ -170,6 +227,35 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
         )
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
+    def plan_for(body: dict, req, seed: int, number: int) -> dspark_engine.Plan:
+        """What the scripted model writes for this request, as DSPARK delivers it."""
+        plain = {
+            "messages": body["messages"],
+            "tools": [t.model_dump() for t in req.tools or []],
+            "tool_choice": req.tool_choice.model_dump() if isinstance(req.tool_choice, P.ToolChoice)
+            else req.tool_choice,
+        }
+        thinking = bool((req.chat_template_kwargs or {}).get("thinking") is True)
+        gen = model.generate(plain, thinking=thinking)
+        if ({"loop", "salad"} & F.active and state.in_flight >= F.min_concurrency
+                and number % F.every == 0):
+            gen = model.corrupt(gen, "loop" if "loop" in F else "salad", seed)
+        if corruption.FAULTS.keys() & F.active:
+            gen = corruption.apply(gen, F.active, seed=seed,
+                                   loaded=state.in_flight >= F.min_concurrency,
+                                   nth=number % F.every == 0)
+        if "think-leak" in F:
+            gen = model.leak_think(gen)
+        ids = tokenizer.encode(gen.raw(broken_json="bad-tool-json" in F),
+                               add_special_tokens=False) + [eos]
+        finish = {"type": "stop", "matched": eos}
+        limit = body.get("max_completion_tokens") or body.get("max_tokens")
+        if limit is not None and len(ids) > limit:
+            ids, finish = ids[:limit], {"type": "length", "length": limit}
+        rng = random.Random(seed)
+        return dspark_engine.Plan(ids, deliveries(len(ids), rng, merge=state.in_flight > 1),
+                                  finish)
+
     async def chat(request: Request) -> Response:
         await hang_if_asked()
         if not authorised(request):
@@ -183,213 +269,72 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
         try:
             body = await request.json()
             req = P.ChatCompletionRequest(**body)
-        except (ValidationError, ValueError) as exc:
+        except (ValidationError, ValueError, TypeError) as exc:
             return _error(str(exc)[:500], 400)
-        if req.tools and isinstance(req.tool_choice, P.ToolChoice):
-            names = {t.function.name for t in req.tools}
-            if req.tool_choice.function.name not in names:
-                return _error(f"Tool '{req.tool_choice.function.name}' not found in tools", 400)
-        thinking = bool((req.chat_template_kwargs or {}).get("thinking") is True)
-        plain = {
-            "messages": [m if isinstance(m, dict) else m.model_dump() for m in body["messages"]],
-            "tools": [t.model_dump() for t in req.tools or []],
-            "tool_choice": req.tool_choice.model_dump() if isinstance(req.tool_choice, P.ToolChoice)
-            else req.tool_choice,
-        }
-        seed = model.seed_of(plain) + state.requests
-        gen = model.generate(plain, thinking=thinking)
         state.in_flight += 1
+        req.rid = uuid.uuid4().hex
+        pending[req.rid] = (body, req, model.seed_of(body) + number, number)
         try:
-            if ({"loop", "salad"} & F.active and state.in_flight >= F.min_concurrency
-                    and state.requests % F.every == 0):
-                gen = model.corrupt(gen, "loop" if "loop" in F else "salad", seed)
-            if corruption.FAULTS.keys() & F.active:
-                gen = corruption.apply(gen, F.active, seed=seed,
-                                       loaded=state.in_flight >= F.min_concurrency,
-                                       nth=number % F.every == 0)
-            if "think-leak" in F:
-                gen = model.leak_think(gen)
-            tokens = model.tokenize(gen.raw(broken_json="bad-tool-json" in F), seed)
-            limit = body.get("max_completion_tokens") or body.get("max_tokens")
-            finish = "stop"
-            if limit is not None and len(tokens) > limit:
-                tokens, finish = tokens[:limit], "length"
-            prompt_tokens = sum(len(model.tokenize(model.message_text(m)))
-                                for m in plain["messages"])
-            ctx = _Ctx(req, thinking, tokens, finish, prompt_tokens, seed)
-            if req.stream:
-                stream = _stream(ctx)
-                return StreamingResponse(_counted(stream), media_type="text/event-stream")
-            return _complete(ctx)
+            response = await chat_handler.handle_request(req, request)
+        except BaseException:
+            state.in_flight -= 1
+            raise
         finally:
             if not req.stream:
-                state.in_flight -= 1
-                state.generated += 1
-
-    async def _counted(stream):
-        try:
-            async for piece in stream:
-                yield piece
-        finally:
-            state.in_flight -= 1
-            state.generated += 1
-
-    @dataclass
-    class _Ctx:
-        req: object
-        thinking: bool
-        tokens: list[str]
-        finish: str
-        prompt_tokens: int
-        seed: int
-        rid: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-    def reasoning_parser(ctx: _Ctx, stream: bool):
-        if "no-reasoning-parser" in F or not ctx.req.separate_reasoning:
-            return None
-        return sg.ReasoningParser("deepseek-v4",
-                                  stream_reasoning=ctx.req.stream_reasoning if stream else False,
-                                  force_reasoning=ctx.thinking, request=ctx.req)
-
-    def tool_parser(ctx: _Ctx):
-        req = ctx.req
-        if "no-tool-parser" in F or not req.tools or req.tool_choice == "none":
-            return None
-        return sg.FunctionCallParser(req.tools, "deepseekv4")
-
-    def usage(ctx: _Ctx):
-        return P.UsageInfo(prompt_tokens=ctx.prompt_tokens, completion_tokens=len(ctx.tokens),
-                           total_tokens=ctx.prompt_tokens + len(ctx.tokens))
-
-    def _complete(ctx: _Ctx) -> Response:
-        text = "".join(ctx.tokens)
-        reasoning = None
-        rp = reasoning_parser(ctx, stream=False)
-        if rp is not None:
-            reasoning, text = rp.parse_non_stream(text)
-        finish = ctx.finish
-        tool_calls = None
-        fcp = tool_parser(ctx)
-        if fcp is not None and fcp.has_tool_call(text):
-            text, items = fcp.parse_non_stream(text)
-            if items:
-                tool_calls = [
-                    P.ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", index=item.tool_index,
-                               function=P.FunctionResponse(name=item.name, arguments=item.parameters))
-                    for item in items
-                ]
-                if finish == "stop" and "wrong-finish-reason" not in F:
-                    finish = "tool_calls"
-        response = P.ChatCompletionResponse(
-            id=ctx.rid, created=int(time.time()), model=ctx.req.model,
-            choices=[P.ChatCompletionResponseChoice(
-                index=0,
-                message=P.ChatMessage(role="assistant", content=text or "", tool_calls=tool_calls,
-                                      reasoning_content=reasoning or None),
-                finish_reason=finish, matched_stop=None)],
-            usage=usage(ctx),
-        )
+                pending.pop(req.rid, None)
+        if isinstance(response, StreamingResponse):
+            return StreamingResponse(_faulty_stream(response.body_iterator, req.rid),
+                                     media_type="text/event-stream")
+        state.in_flight -= 1
+        if isinstance(response, Response):  # an error sglang answered
+            return response
+        state.generated += 1
         data = response.model_dump(mode="json")
         if "no-usage" in F:
             data["usage"] = None
+        if "wrong-finish-reason" in F:
+            for choice in data["choices"]:
+                if choice["finish_reason"] == "tool_calls":
+                    choice["finish_reason"] = "stop"
         return JSONResponse(data)
 
-    def chunk(ctx: _Ctx, delta, finish_reason=None) -> str:
-        body = P.ChatCompletionStreamResponse(
-            id=ctx.rid, created=int(time.time()), model=ctx.req.model,
-            choices=[P.ChatCompletionResponseStreamChoice(index=0, delta=delta,
-                                                          finish_reason=finish_reason)])
-        return f"data: {body.model_dump_json()}\n\n"
+    def _rewrite(event: str, first_args: set) -> str | None:
+        """A serving-layer fault applied to one SSE event of sglang's stream."""
+        if not event.startswith("data: {"):
+            return None if (event.startswith("data: [DONE]") and "no-done" in F) else event
+        chunk = json.loads(event[len("data: "):])
+        if chunk.get("usage") and not chunk.get("choices") and "no-usage" in F:
+            return None
+        for choice in chunk.get("choices") or []:
+            if choice.get("finish_reason") == "tool_calls" and "wrong-finish-reason" in F:
+                choice["finish_reason"] = "stop"
+            calls = (choice.get("delta") or {}).get("tool_calls") or []
+            for call in calls:
+                function = call.get("function") or {}
+                if "tool-id-change" in F and not call.get("id"):
+                    call["id"] = f"call_{uuid.uuid4().hex[:24]}"
+                if "truncated-tool-stream" in F and not function.get("name"):
+                    if call.get("index") in first_args:
+                        function["arguments"] = ""
+                    first_args.add(call.get("index"))
+        return "data: " + json.dumps(chunk, ensure_ascii=False) + "\n\n"
 
-    def sse(ctx: _Ctx, **kw) -> str:
-        return sg.build_sse_content(chunk_id=ctx.rid, created=int(time.time()),
-                                    model=ctx.req.model, index=0, **kw)
-
-    def unstreamed_args(fcp) -> str:
-        """What sglang flushes at the end when the detector knows more arguments
-        than it streamed (serving_chat's end-of-stream check)."""
-        det = fcp.detector
-        done = getattr(det, "prev_tool_call_arr", None)
-        sent = getattr(det, "streamed_args_for_tool", None)
-        if not done or not sent or len(done) > len(sent):
-            return ""
-        last = len(done) - 1
-        expected = done[last].get("arguments", {})
-        if not isinstance(expected, str):
-            expected = json.dumps(expected, ensure_ascii=False)
-        return expected[len(sent[last]):] if expected.startswith(sent[last]) else ""
-
-    async def _stream(ctx: _Ctx):
-        rng = random.Random(ctx.seed)
-        rp = reasoning_parser(ctx, stream=True)
-        fcp = tool_parser(ctx)
-        include_usage = bool(ctx.req.stream_options and ctx.req.stream_options.include_usage)
-        has_calls = False
-        ids: dict[int, str] = {}
-        truncated: set[int] = set()
-        sent_chunks = 0
-        yield sse(ctx, role="assistant", content="")
-        sent_chunks = 1
-        # Steps of 1-4 tokens: speculative decoding hands back several at once.
-        steps, i = [], 0
-        while i < len(ctx.tokens):
-            n = rng.randint(1, 4)
-            steps.append("".join(ctx.tokens[i:i + n]))
-            i += n
-        for number, delta in enumerate(steps):
-            last = number == len(steps) - 1
-            out: list[str] = []
-            if rp is not None:
-                reasoning_text, delta = rp.parse_stream_chunk(delta)
-                if last:
-                    end_r, end_n = rp.parse_stream_end()
-                    reasoning_text = (reasoning_text or "") + (end_r or "")
-                    delta = (delta or "") + (end_n or "")
-                if reasoning_text:
-                    out.append(sse(ctx, reasoning_content=reasoning_text))
-            if fcp is not None:
-                normal, calls = fcp.parse_stream_chunk(delta or "")
-                if normal:
-                    out.append(chunk(ctx, P.DeltaMessage(content=normal)))
-                for item in calls:
-                    has_calls = True
-                    call_id = None
-                    if item.name:
-                        call_id = ids[item.tool_index] = f"call_{uuid.uuid4().hex[:24]}"
-                    elif "tool-id-change" in F:
-                        call_id = f"call_{uuid.uuid4().hex[:24]}"
-                    if "truncated-tool-stream" in F and not item.name:
-                        if item.tool_index in truncated:
-                            continue
-                        truncated.add(item.tool_index)
-                    out.append(chunk(ctx, P.DeltaMessage(tool_calls=[P.ToolCall(
-                        id=call_id, index=item.tool_index,
-                        function=P.FunctionResponse(name=item.name, arguments=item.parameters))])))
-                if last and "truncated-tool-stream" not in F:
-                    rest = unstreamed_args(fcp)
-                    if rest:
-                        index = len(fcp.detector.prev_tool_call_arr) - 1
-                        out.append(chunk(ctx, P.DeltaMessage(tool_calls=[P.ToolCall(
-                            index=index, function=P.FunctionResponse(arguments=rest))])))
-            elif delta:
-                out.append(sse(ctx, content=delta))
-            for piece in out:
-                yield piece
-                sent_chunks += 1
-                if "stall" in F and sent_chunks == 2:
+    async def _faulty_stream(events, rid: str):
+        sent, first_args = 0, set()
+        try:
+            async for event in events:
+                event = event if isinstance(event, str) else event.decode()
+                event = _rewrite(event, first_args)
+                if event is None:
+                    continue
+                yield event
+                sent += 1
+                if "stall" in F and sent == 2:
                     await asyncio.sleep(F.stall_seconds)
-            if state.token_delay:
-                await asyncio.sleep(state.token_delay)
-        finish = ctx.finish
-        if has_calls and finish == "stop" and "wrong-finish-reason" not in F:
-            finish = "tool_calls"
-        yield sse(ctx, finish_reason=finish)
-        if include_usage and "no-usage" not in F:
-            body = P.ChatCompletionStreamResponse(id=ctx.rid, created=int(time.time()),
-                                                  model=ctx.req.model, choices=[], usage=usage(ctx))
-            yield f"data: {body.model_dump_json()}\n\n"
-        if "no-done" not in F:
-            yield "data: [DONE]\n\n"
+        finally:
+            pending.pop(rid, None)
+            state.in_flight -= 1
+            state.generated += 1
 
     async def completions(request: Request) -> Response:
         """Just enough of /v1/completions for `sm12x healthcheck` (one token)."""

@@ -1,10 +1,12 @@
 """The scripted "model": raw DeepSeek-V4 output text for a chat request.
 
 It writes what the real model writes before sglang's parsers see it: the
-reasoning (the chat template has already opened `<think>` when thinking is
-on, so the text starts inside it and closes it with `</think>`), then either
-plain content or DSML tool-call markup. The server (app.py) runs this text
-through sglang's real parsers.
+reasoning (the prompt has already opened `<think>` when thinking is on, so the
+text starts inside it and closes it with `</think>`), then either plain
+content or a sentence and DSML tool-call markup, laid out as sglang's
+DeepSeek-V4 encoder lays out an assistant turn. The server (app.py) tokenizes
+it with DeepSeek-V4's tokenizer and serves it through sglang's real chat
+serving code.
 
 How it decides, deterministically:
 - the last message is a `tool` result: an answer that quotes the results;
@@ -157,39 +159,6 @@ def render_dsml(calls: list[Call], *, broken_json: bool = False) -> str:
     return "".join(out)
 
 
-# Whitespace before a think tag is a token of its own: otherwise `\s*[^...]`
-# would glue it to the tag's `<` and split the tag (text that ends in a space,
-# like a repetition loop, would then hide its `</think>` from the parser).
-_TOKEN = re.compile(
-    r"<think>|</think>|\s+(?=</?think>)|\s*[A-Za-z0-9_]+|\s*[^\sA-Za-z0-9_]|\s+"
-)
-
-
-def tokenize(raw: str, seed: int = 0) -> list[str]:
-    """Split raw text the way a BPE vocabulary roughly would.
-
-    `<think>` and `</think>` stay whole (one token each in DeepSeek's
-    vocabulary; sglang's streaming reasoning parser needs them whole). DSML
-    markup is cut into random 1-4 character pieces: the tool parser must cope
-    with its tags split anywhere.
-    """
-    rng = random.Random(seed)
-    tokens: list[str] = []
-    position = 0
-    for match in re.finditer(r"</?｜DSML｜[^>]*>", raw):
-        tokens.extend(_TOKEN.findall(raw[position : match.start()]))
-        tag = match.group(0)
-        i = 0
-        while i < len(tag):
-            step = rng.randint(1, 4)
-            tokens.append(tag[i : i + step])
-            i += step
-        position = match.end()
-    tokens.extend(_TOKEN.findall(raw[position:]))
-    assert "".join(tokens) == raw
-    return tokens
-
-
 def _text(content) -> str:
     if content is None:
         return ""
@@ -310,7 +279,11 @@ def generate(request: dict, *, thinking: bool) -> Generation:
         return Generation(REASONING if thinking else None, content)
     calls = _tool_calls(messages, tools, tool_choice) if tools and tool_choice != "none" else []
     if calls:
-        return Generation(REASONING_TOOL if thinking else None, "", calls)
+        # A sentence before the calls, as DeepSeek-V4 often writes: the text a
+        # streaming parser loses when it arrives with the opener's first tokens.
+        names = " and ".join(dict.fromkeys(c.name for c in calls))
+        return Generation(REASONING_TOOL if thinking else None, f"Let me call {names} for that.",
+                          calls)
     user = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
     return Generation(REASONING if thinking else None, _answer(user))
 
