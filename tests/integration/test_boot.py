@@ -1,5 +1,6 @@
 """Boot mode with a stand-in server command and recorded sglang boot logs."""
 
+import os
 import subprocess
 import sys
 import time
@@ -24,8 +25,12 @@ CRASHES = {
 
 
 def verify(*args, timeout=120):
+    # scripts/test exports SM12X_DOCKER for the image tests; here the docker a
+    # boot uses must come from the flags or the .env a test names, and the
+    # environment outranks .env, so it is dropped.
+    env = {k: v for k, v in os.environ.items() if k != "SM12X_DOCKER"}
     return subprocess.run([PY, "-m", "verify", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
 
 
 @pytest.mark.parametrize("log", sorted(CRASHES))
