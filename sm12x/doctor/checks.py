@@ -20,6 +20,7 @@ Verdicts: ok; warn (works, but something is off or unknown); fail; skip
 from __future__ import annotations
 
 import json
+import platform
 import re
 import socket
 from collections.abc import Callable
@@ -346,9 +347,19 @@ class Doctor:
                      + (f", {digest_list[0].split('@')[-1][:19]}" if digest_list else "") + ")",
                      required=False, ref=ref, id=image_id, digests=digest_list)
         else:
-            self.add("image", "image", "warn", f"{ref} is not pulled here",
-                     "docker compose pull (docs/image.md: which tag, building it yourself)",
-                     required=False, ref=ref)
+            self.add("image", "image", "warn", f"{ref} is not on this machine",
+                     f"until the image is published, build it in the sm12x checkout: "
+                     f"{self.build_command()} (README.md, \"Serve it\"); once it is, "
+                     "docker compose pull (docs/image.md)", required=False, ref=ref)
+
+    def build_command(self) -> str:
+        """The README's build command for this machine's architecture: the recipe's
+        when one is known, else this host's."""
+        arch = self.recipe.hardware.cpu_arch if self.recipe is not None else platform.machine()
+        target = {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(arch)
+        if target is None:
+            return "docker buildx bake image-amd64 --load (image-arm64 on arm64)"
+        return f"docker buildx bake image-{target} --load"
 
     def check_compose(self) -> None:
         compose = self.host.run(["docker", "compose", "version", "--short"])
@@ -608,7 +619,9 @@ class Doctor:
         title = "same image on both nodes"
         if not self.image_id:
             self.add("same-image", title, "skip", "no local image to compare",
-                     "docker compose pull on both nodes", required=False)
+                     "build it on one node and copy it to the other (docker save IMAGE | "
+                     "ssh PEER docker load), or, once it is published, docker compose pull "
+                     "on both", required=False)
             return
         other, source = self._peer_image()
         if other is None:
@@ -618,7 +631,9 @@ class Doctor:
         elif other != self.image_id:
             self.add("same-image", title, "fail",
                      f"this node {self.image_id[:19]}, the peer {other[:19]} ({source})",
-                     "pull the same tag on both (best: pin the digest, docs/image.md)",
+                     "run one image on both: copy this node's to the other (docker save "
+                     "IMAGE | ssh PEER docker load; two builds differ), or pull one digest on "
+                     "both once it is published (pin it, docs/image.md)",
                      local=self.image_id, peer=other)
         else:
             self.add("same-image", title, "ok", f"{self.image_id[:19]} on both ({source})",

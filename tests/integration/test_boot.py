@@ -100,11 +100,14 @@ def fake_docker(tmp_path: Path, log: str) -> tuple[Path, Path]:
     return script, calls
 
 
-def test_boot_starts_the_recipes_compose_service_through_the_launcher(tmp_path):
+def test_boot_starts_the_recipes_compose_service_through_the_launcher(tmp_path, monkeypatch):
     # verify.boot knows no compose: sm12x.launch.compose gives it the commands,
     # with the head node's profile for a pair, the settings' docker and .env.
     import json
 
+    # The docker comes from .env here; scripts/test's own SM12X_DOCKER (the
+    # environment wins over .env) must not reach the command.
+    monkeypatch.delenv("SM12X_DOCKER", raising=False)
     docker, calls = fake_docker(tmp_path, "nccl.log")
     env_file = tmp_path / "site.env"
     env_file.write_text(f"SM12X_DOCKER={docker}\n")

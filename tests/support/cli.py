@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import os
+import shlex
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +40,28 @@ def run_sm12x(
         timeout=120,
         check=False,
     )
+
+
+def fake_nvidia_smi(tmp_path: Path, body: str) -> str:
+    """A bin folder whose nvidia-smi runs `body`; returns a PATH with it first.
+
+    The fake refuses any other arguments than the query sm12x documents, so a
+    change to the query shows up here.
+    """
+    from sm12x.launch import gpus
+
+    query = " ".join(gpus.QUERY[1:])
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "nvidia-smi"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$*" != {shlex.quote(query)} ]; then echo "unexpected args: $*" >&2; exit 64; fi\n'
+        + body
+        + "\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return f"{bin_dir}:/usr/bin:/bin"
 
 
 def raw_recipe(name: str) -> dict:

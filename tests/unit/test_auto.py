@@ -3,36 +3,15 @@
 from __future__ import annotations
 
 import shlex
-import stat
 from pathlib import Path
 
 import pytest
-from support.cli import ROOT, assert_one_clear_error, run_sm12x
+from support.cli import ROOT, assert_one_clear_error, fake_nvidia_smi, run_sm12x
 
 from sm12x.launch import gpus
 from sm12x.recipe import load_all
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
-QUERY = " ".join(gpus.QUERY[1:])
-
-
-def fake_nvidia_smi(tmp_path: Path, body: str) -> str:
-    """A bin folder whose nvidia-smi runs `body`; returns a PATH with it first.
-
-    The fake refuses any other arguments than the query sm12x documents, so a
-    change to the query shows up here.
-    """
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    script = bin_dir / "nvidia-smi"
-    script.write_text(
-        "#!/bin/sh\n"
-        f'if [ "$*" != {shlex.quote(QUERY)} ]; then echo "unexpected args: $*" >&2; exit 64; fi\n'
-        + body
-        + "\n"
-    )
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return f"{bin_dir}:/usr/bin:/bin"
 
 
 def recorded(tmp_path: Path, fixture: str) -> str:

@@ -235,7 +235,17 @@ def test_image_not_pulled_is_a_warning(tmp_path):
     result = run(host)
     assert result["failed"] == []
     assert result["checks"]["image"].verdict == "warn"
+    # Not published yet: build it (README, "Serve it") for the recipe's arch; pull later.
+    assert "docker buildx bake image-amd64 --load" in result["checks"]["image"].fix
     assert "docker compose pull" in result["checks"]["image"].fix
+
+
+def test_image_to_build_follows_the_recipes_arch(tmp_path):
+    host = spark_rig(tmp_path)
+    host.answer(("docker", "image", "inspect"), failing("Error: No such image"))
+    result = run(host)
+    assert "docker buildx bake image-arm64 --load" in result["checks"]["image"].fix
+    assert "docker save" in result["checks"]["same-image"].fix
 
 
 # --- the model folder ----------------------------------------------------------------------------
@@ -433,7 +443,8 @@ def test_different_image_on_the_peer(tmp_path):
     host.answer(("ssh",), "sha256:" + "ff" * 32 + "\n")
     result = run(host)
     assert result["failed"] == ["same-image"]
-    assert "pin the digest" in result["checks"]["same-image"].fix
+    assert "docker save" in result["checks"]["same-image"].fix
+    assert "pin it" in result["checks"]["same-image"].fix
 
 
 def test_peer_image_from_its_report(tmp_path):

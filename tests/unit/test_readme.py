@@ -8,24 +8,25 @@ import tomllib
 
 import pytest
 import yaml
+from support.cli import ROOT
+from support.doc_commands import docs
 
 from sm12x import cli
 from sm12x.recipe import list_recipes, load_all
 from sm12x.recipe.matrix import BEGIN, END, block
-from support.cli import ROOT
 
 README = (ROOT / "README.md").read_text()
-# Written in parallel by issue 4 (the image); the lead merges both.
 
 
 def section(title: str) -> str:
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", README, re.S | re.M)
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", README, re.DOTALL | re.MULTILINE)
     assert match, f"README has no '## {title}' section"
     return match[1]
 
 
 def code_blocks(text: str) -> list[str]:
-    return re.findall(r"```(?:sh|bash)?\n(.*?)```", text, re.S)
+    """The `sh` blocks' bodies in text, in order."""
+    return re.findall(r"^ *```sh\n(.*?)^ *```$", text, re.DOTALL | re.MULTILINE)
 
 
 def test_run_the_tests_is_exactly_the_ci_command():
@@ -43,6 +44,31 @@ def test_serve_it_is_the_documented_two_steps():
     compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
     assert "auto" in compose["services"]
     assert "COMPOSE_PROFILES=auto" in (ROOT / ".env.example").read_text()
+
+
+def test_serve_it_says_to_build_the_image_until_it_is_published():
+    text = section("Serve it")
+    build = code_blocks(text)[1]
+    assert build.split("#")[0].strip() == "docker buildx bake image-amd64 --load"
+    assert "image-arm64" in build  # the DGX Spark's arch
+    assert "not published" in text and "docker compose pull" in text
+    # The name built is the one compose runs (tests/unit/test_doc_commands.py
+    # reads the bake file for it).
+    image = (ROOT / "versions.env").read_text().split("SM12X_IMAGE=")[1].split()[0]
+    assert f"`{image}`" in text and f"docker save {image}" in text
+
+
+GLOSSARY_TERMS = ("C16", "TP", "pass^k", "TTFT", "ITL", "SPS", "depth", "block size", "gamma",
+                  "DSPARK", "acceptance length", "sm_120", "rig", "recipe", "stand-in", "p99")
+
+
+def test_glossary_defines_the_jargon():
+    rows = [line for line in section("Glossary").splitlines() if line.startswith("| ")][1:]
+    terms = {t.strip() for row in rows for t in row.split("|")[1].split(",")}
+    defined = " ".join(terms)
+    for term in GLOSSARY_TERMS:
+        assert term in defined, f"the glossary does not define {term}"
+    assert "[glossary](#glossary)" in README.split("## Serve it")[0]
 
 
 def test_support_matrix_is_generated_from_the_recipes():
@@ -71,12 +97,12 @@ def test_sm12x_commands_named_in_the_readme_exist():
     commands = {c.name for c in cli.commands()}
     code = code_blocks(README) + re.findall(r"`([^`\n]+)`", README)
     named = {m for snippet in code for m in re.findall(r"(?:^|\s|/)sm12x ([a-z][\w-]*)", snippet,
-                                                          re.M)}
+                                                          re.MULTILINE)}
     assert {"doctor", "verify", "bench", "render"} <= named
     assert named <= commands, named - commands
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/bench.md", "docs/doctor.md"])
+@pytest.mark.parametrize("doc", [p.relative_to(ROOT).as_posix() for p in docs()])
 def test_relative_links_point_at_files(doc):
     text = (ROOT / doc).read_text()
     base = (ROOT / doc).parent
@@ -92,7 +118,7 @@ def test_relative_links_point_at_files(doc):
 
 def test_anchors_point_at_headings():
     headings = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
-                for h in re.findall(r"^#+ (.+)$", README, re.M)}
+                for h in re.findall(r"^#+ (.+)$", README, re.MULTILINE)}
     for anchor in re.findall(r"\]\(#([^)]+)\)", README):
         assert anchor in headings, anchor
 

@@ -1,0 +1,564 @@
+"""Every command README.md and docs/*.md tell a reader to type, run here where
+it can run, and classified with the reason where it cannot.
+
+The commands are the lines of the `sh` blocks (tests/support/doc_commands.py
+reads them as a shell would: continuations, `&&`, comments, prompts). Each
+runs in a folder set up as the reader's checkout at that point: compose.yaml,
+.env.example, and `.env` copied from it with the lines of the `dotenv` blocks
+above the command in the same document.
+
+- `sm12x ...` and `python -m verify ...`: the real CLI, installed as the
+  README installs it. Commands that need nothing but files run as written
+  (`render`, `bench --report/--validate/--from-jsonl`, with a result produced
+  by the real CLI from recorded sglang lines); the rest, which need a server,
+  GPUs or a peer, run with `--explain`, which parses every flag with the real
+  parser, reads the settings (flags, environment, the reader's .env) and exits
+  0 only when all of it is accepted. GPUs are a recorded `nvidia-smi` answer
+  (tests/fixtures/nvidia-smi/rtx-pro-6000-x4.csv): the one stand-in here.
+- `docker compose ...`: the real Compose v2 binary runs `config` on the
+  reader's checkout with the same profiles: the project must be valid with the
+  reader's .env, each named profile must start something, and the services an
+  `exec`/`cp` names must exist and mount the paths it uses; the command an
+  `exec` runs inside is run like any other. Starting containers needs GPUs.
+- Everything else is in RUN or NOT_HERE below, by its exact text. A command
+  in neither fails the test: a new command in a document needs a decision.
+
+Static checks hold for every command, run or not: repository paths exist,
+bake targets, pip extras, compose profiles and Kubernetes names are real.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import hcl2
+import pytest
+import yaml
+from support import compose as compose_cli
+from support import doc_commands as dc
+from support.cli import fake_nvidia_smi
+
+from sm12x.versions import load_versions
+
+ROOT = dc.ROOT
+BENCH_LINES = ROOT / "tests" / "fixtures" / "bench"
+GPUS = ROOT / "tests" / "fixtures" / "nvidia-smi" / "rtx-pro-6000-x4.csv"
+PY = sys.executable
+
+
+@dataclass(frozen=True)
+class Run:
+    """Run as written, from the repository root; `ok` are the accepted exit codes."""
+
+    why: str = ""
+    ok: tuple[int, ...] = (0,)
+
+
+@dataclass(frozen=True)
+class Help:
+    """A long job or benchmark: its --help runs, and must list every flag the doc uses."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class NotHere:
+    why: str
+
+
+GPU = "needs an sm_12x GPU rig and the checkpoint"
+REGISTRY = "needs the published image (a registry: none is reachable from CI)"
+GPU_BENCH = "a GPU benchmark's setup (docs/benchmarks.md says on which machine)"
+
+CLASSIFIED: dict[str, Run | Help | NotHere] = {
+    # README.md
+    "scripts/test": NotHere("the test suite itself (this test runs inside it); .ci/run runs it"),
+    "hf download deepseek-ai/DeepSeek-V4-Flash-0731 --revision "
+    "9e165c30e2704aec5d9d593cce3eebd58bbef1cb --local-dir /srv/models/DeepSeek-V4-Flash-0731":
+        NotHere("downloads the 150 GB checkpoint (test_readme checks the revision is the "
+                "recipes')"),
+    "python3 -m venv .venv": Run("the host install's first step"),
+    ".venv/bin/pip install -e '.[bench]'": NotHere(
+        "installs from PyPI into a new virtualenv: scripts/test makes the same editable "
+        "install (extras checked below)"),
+    ". .venv/bin/activate": NotHere("changes the reader's shell only"),
+    "docker buildx bake image-amd64 --load": NotHere(
+        "builds on sglang's real base image (Docker Hub) and flashinfer's index, neither "
+        "reachable here: tests/integration/test_image.py builds the same Dockerfile on a "
+        "stand-in base; the target and its tag are checked below"),
+    # docs/bench.md
+    "python -m sglang.benchmark.serving --backend sglang --base-url URL --dataset-name "
+    "random-ids --random-input-len 1024 --random-output-len 512 --random-range-ratio 1.0 "
+    "--num-prompts 160 --max-concurrency 16 --output-file OUT/runs/c16.jsonl --tag "
+    "sm12x:c16:n160 --ready-check-timeout-sec 60": NotHere(
+        "what bench runs against a server; tests/integration/test_bench_process.py parses "
+        "this exact command with sglang's parser rebuilt from the wheels"),
+    "digest=$(docker image inspect --format '{{index .RepoDigests 0}}' \"$(docker inspect "
+    "--format '{{.Image}}' \"$(docker compose ps -q auto)\")\")": NotHere(
+        "needs the running container and a pulled image's registry digest"),
+    # docs/benchmarks.md
+    "scripts/apply-patches --site-packages /tmp/site": NotHere(
+        GPU_BENCH + "; tests/patch/test_apply_patches.py runs apply-patches on every wheel"),
+    "PYTHONPATH=/tmp/site:$PWD python3 -m pytest tests/gpu -q": NotHere(
+        "needs a CUDA GPU (tests/gpu skips without one)"),
+    "PYTHONPATH=/tmp/site:$PWD python3 benchmarks/dispatch_overhead.py --json run1.json":
+        NotHere("needs a CUDA GPU"),
+    "pip download --no-deps --only-binary=:all: -d wheels sglang==0.5.16 sglang==0.5.17":
+        NotHere(GPU_BENCH + "; scripts/test fetches the same wheels (tests/support/wheels.py)"),
+    "pip download --no-deps --only-binary=:all: --python-version 3.12 --platform "
+    "manylinux_2_28_x86_64 -d wheels apache-tvm-ffi==0.1.11": NotHere(GPU_BENCH),
+    "benchmarks/dsv4_kernel_check.sh wheels out": NotHere("needs a CUDA GPU and nvcc"),
+    ".cache/venv/bin/python benchmarks/router_overhead.py --json router-overhead.json":
+        Help("a benchmark (minutes, and timing needs an idle machine)"),
+    ".cache/venv/bin/python benchmarks/verify_headroom.py --concurrency 64 --rounds 5":
+        Help("a benchmark (minutes, and timing needs an idle machine)"),
+    "SM12X_PYTHON312=.cache/venv312/bin/python .cache/venv/bin/python "
+    "benchmarks/hostile_bounds.py --json out.json":
+        Help("a benchmark (minutes, and timing needs an idle machine)"),
+    # docs/image.md
+    "docker pull ghcr.io/sm12x/sm12x:0.1.0": NotHere(REGISTRY),
+    "scripts/test tests/integration/test_image.py": NotHere(
+        "part of the test suite this test runs in"),
+    "docker buildx bake image --push": NotHere("pushes to a registry; builds on the real base"),
+    "docker build $(scripts/image-args --format flags) -t ghcr.io/sm12x/sm12x:0.1.0 .": NotHere(
+        "builds on sglang's real base image (Docker Hub): tests/integration/test_image.py "
+        "builds with the same scripts/image-args on a stand-in base"),
+    "scripts/pin-digests --check": Run("exit 1 while a digest is unresolved, as documented",
+                                       ok=(0, 1)),
+    "scripts/pin-digests": NotHere("needs registry access to resolve the digest"),
+    "cosign verify ghcr.io/<owner>/sm12x:0.1.0 --certificate-identity-regexp "
+    "'^https://github.com/<owner>/sm12x/\\.github/workflows/image\\.yml@' "
+    "--certificate-oidc-issuer https://token.actions.githubusercontent.com": NotHere(REGISTRY),
+    "docker buildx imagetools inspect ghcr.io/<owner>/sm12x:0.1.0 --format '{{json .SBOM}}'":
+        NotHere(REGISTRY),
+    "docker buildx imagetools inspect ghcr.io/<owner>/sm12x:0.1.0 --format "
+    "'{{json .Provenance}}'": NotHere(REGISTRY),
+    "docker run --rm --entrypoint cat ghcr.io/<owner>/sm12x:0.1.0 "
+    "/opt/sm12x/selftest/report.txt": NotHere(
+        REGISTRY + "; tests/integration/test_image.py reads the report of the image it builds"),
+    # docs/scale-out.md
+    "kubectl apply -f deploy/k8s/namespace.yaml": NotHere("needs a Kubernetes cluster"),
+    "kubectl -n sm12x create secret generic sm12x-api-key "
+    "--from-literal=api-key=\"$(openssl rand -hex 32)\"": NotHere("needs a Kubernetes cluster"),
+    "kubectl -n sm12x create configmap sm12x-site --from-literal=NCCL_IB_HCA=rocep1s0f0 "
+    "--from-literal=NCCL_SOCKET_IFNAME=enp1s0f0np0 "
+    "--from-literal=GLOO_SOCKET_IFNAME=enp1s0f0np0": NotHere("needs a Kubernetes cluster"),
+    "kubectl apply -f deploy/k8s/rtx-pro-6000-tp4.yaml": NotHere("needs a Kubernetes cluster"),
+    "kubectl apply -f deploy/k8s/router.yaml": NotHere("needs a Kubernetes cluster"),
+    "kubectl -n sm12x scale deployment sm12x-rtx-pro-6000-tp4 --replicas 3":
+        NotHere("needs a Kubernetes cluster"),
+    # docs/streaming.md
+    "scripts/test tests/unit/test_dsv4_tokenizer.py": NotHere(
+        "part of the test suite this test runs in"),
+    ".cache/venv/bin/python scripts/stream-census --json census.json":
+        Help("the census takes minutes (tests/patch/test_stream_census.py runs a sample)"),
+    # docs/verify.md
+    "python -m tests.support.fake_sglang --port 30001 --fault loop --accept-length 3.4 "
+    "--token-delay 0.001": Help("a server that runs until stopped; the integration tests "
+                                "start it with these flags"),
+    "pip install 'sm12x[accuracy]'": NotHere(
+        "installs from PyPI; scripts/test installs the same extra (checked below)"),
+}
+
+COMMANDS = dc.all_commands()
+
+
+def by_rule(command: dc.Command) -> bool:
+    words = command.words
+    return bool(words) and (
+        words[0] == "sm12x"
+        or words[:3] in (["python", "-m", "verify"], ["python3", "-m", "verify"])
+        or words[:2] == ["docker", "compose"]
+        or command.text == "cp .env.example .env"
+    )
+
+
+# --- the reader's checkout ------------------------------------------------------
+
+
+def dotenv(lines: list[dc.EnvLine]) -> str:
+    """.env.example with each line's NAME set (appended when .env.example lacks it)."""
+    text = (ROOT / ".env.example").read_text()
+    for line in lines:
+        pattern = re.compile(rf"^{re.escape(line.name)}=.*$", re.MULTILINE)
+        if pattern.search(text):
+            text = pattern.sub(lambda _, line=line: f"{line.name}={line.value}", text)
+        else:
+            text += f"{line.name}={line.value}\n"
+    return text
+
+
+def checkout(tmp_path: Path, command: dc.Command, with_env: bool = True) -> Path:
+    home = tmp_path / "checkout"
+    home.mkdir()
+    for name in ("compose.yaml", ".env.example"):
+        shutil.copy(ROOT / name, home / name)
+    if with_env:
+        (home / ".env").write_text(dotenv(dc.env_before(command)))
+    return home
+
+
+def reader_env(tmp_path: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """A login shell's environment after `. .venv/bin/activate` on a rig: sm12x on
+    PATH, nvidia-smi answering as 4x RTX PRO 6000. No SM12X_ENV_FILE: the .env
+    of the current folder is read, as for the reader."""
+    path = fake_nvidia_smi(tmp_path, f"cat {shlex.quote(str(GPUS))}")
+    return {"PATH": f"{Path(PY).parent}:{path}", "HOME": str(tmp_path), "LANG": "C.UTF-8",
+            "PYTHONPATH": str(ROOT), **(extra or {})}
+
+
+# --- sm12x ----------------------------------------------------------------------
+
+FILE_ONLY = {"--report", "--validate", "--from-jsonl"}
+
+
+@pytest.fixture(scope="module")
+def bench_result(tmp_path_factory) -> Path:
+    """result.json written by `sm12x bench --from-jsonl` from recorded sglang lines."""
+    work = tmp_path_factory.mktemp("bench")
+    lines = [(BENCH_LINES / f"c{c}.json").read_text().strip() for c in (16, 32, 64)]
+    (work / "runs.jsonl").write_text("\n".join(lines) + "\n")
+    done = subprocess.run(
+        [PY, "-m", "sm12x.cli", "bench", "--from-jsonl", "runs.jsonl", "--recipe",
+         "rtx-pro-6000-tp4", "--out", "out", "--no-chart"],
+        cwd=work, capture_output=True, text=True, timeout=120,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(work), "PYTHONPATH": str(ROOT)}, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return work / "out" / "result.json"
+
+
+def stage(words: list[str], cwd: Path, bench_result: Path) -> None:
+    """The files a file-only bench command names, where it names them."""
+    for flag in ("--report", "--validate", "--from-jsonl"):
+        if flag in words:
+            target = cwd / words[words.index(flag) + 1]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if flag == "--from-jsonl":
+                shutil.copy(bench_result.parent.parent / "runs.jsonl", target)
+            else:
+                shutil.copy(bench_result, target)
+
+
+def without_redirection(words: list[str]) -> tuple[list[str], str | None]:
+    if ">" in words:
+        k = words.index(">")
+        return words[:k] + words[k + 2:], words[k + 1]
+    return words, None
+
+
+def run_sm12x(words: list[str], cwd: Path, env: dict[str, str],
+              bench_result: Path) -> subprocess.CompletedProcess[str]:
+    words, into = without_redirection(words)
+    if words[0] in ("python", "python3"):  # python -m verify ...
+        words = ["sm12x", "verify", *words[3:]]
+    sub, args = words[1], words[2:]
+    real = sub == "render" or (sub == "bench" and FILE_ONLY & set(args))
+    if sub == "bench" and real:
+        stage(args, cwd, bench_result)
+    argv = [str(Path(PY).parent / "sm12x"), sub, *args, *([] if real else ["--explain"])]
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "Traceback" not in out, out
+    assert "old name" not in done.stderr, f"the doc uses a deprecated name: {done.stderr}"
+    if not real:
+        assert done.stdout.startswith(f"# sm12x {sub} settings"), out
+    if into:
+        (cwd / into).write_text(done.stdout)
+    return done
+
+
+def test_sm12x_runs_as_the_readme_installs_it():
+    assert (Path(PY).parent / "sm12x").is_file(), "scripts/test installs sm12x (-e .) in its venv"
+
+
+# --- docker compose ---------------------------------------------------------------
+
+
+def compose_config(cwd: Path, profiles: list[str]) -> dict:
+    flags = [a for p in profiles for a in ("--profile", p)]
+    done = subprocess.run([str(compose_cli.binary()), *flags, "config", "--format", "json"],
+                          cwd=cwd, env={"PATH": "/usr/bin:/bin", "HOME": str(cwd)},
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def mount_targets(service: dict) -> list[str]:
+    return [v["target"] for v in service.get("volumes", [])]
+
+
+def under_a_mount(service: dict, path: str) -> bool:
+    return any(path == t or path.startswith(t.rstrip("/") + "/") for t in mount_targets(service))
+
+
+def run_compose(words: list[str], cwd: Path, tmp_path: Path, bench_result: Path) -> None:
+    rest, profiles = words[2:], []
+    while rest and rest[0] == "--profile":
+        profiles.append(rest[1])
+        rest = rest[2:]
+    assert rest and not rest[0].startswith("-"), f"a global flag this test does not know: {rest}"
+    sub, args = rest[0], rest[1:]
+    config = compose_config(cwd, profiles)
+    services = config["services"]
+    for profile in profiles:
+        assert any(profile in s.get("profiles", []) for s in services.values()), profile
+    if sub == "up":
+        assert args == ["-d"], args
+        assert services, "nothing would start"
+    elif sub == "exec":
+        name, inner = args[0], args[1:]
+        assert name in services, (name, sorted(services))
+        for word in inner:
+            if word.startswith("/"):
+                assert under_a_mount(services[name], word), (word, mount_targets(services[name]))
+        inside = tmp_path / "container"
+        inside.mkdir()
+        environment = {k: v for k, v in (services[name].get("environment") or {}).items()
+                       if v is not None}
+        run_sm12x(inner, inside, reader_env(tmp_path, environment), bench_result)
+    elif sub == "cp":
+        source = args[0]
+        name, path = source.split(":", 1)
+        assert name in services, (name, sorted(services))
+        assert under_a_mount(services[name], path), (path, mount_targets(services[name]))
+    else:
+        pytest.fail(f"docker compose {sub}: add it to this test (what can run here?)")
+
+
+# --- the rest ---------------------------------------------------------------------
+
+
+def run_as_written(command: dc.Command, how: Run) -> None:
+    done = subprocess.run(["bash", "-c", command.text], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={"PATH": f"{Path(PY).parent}:/usr/bin:/bin",
+                                                       "HOME": "/tmp"}, check=False)
+    assert done.returncode in how.ok, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def run_help(command: dc.Command) -> None:
+    """`PROGRAM --help` (a repository script, or `python -m MODULE`), which must
+    list every flag the documented command passes."""
+    words = command.words
+    while words and dc.ASSIGNMENT.match(words[0]):
+        words = words[1:]
+    if words[0].endswith(("/python", "/python3")) or words[0] in ("python", "python3"):
+        words = words[1:]
+        if words[0] == "-m":
+            program, words = [PY, "-m", words[1]], words[1:]
+        else:
+            assert (ROOT / words[0]).is_file(), words[0]
+            program = [PY, str(ROOT / words[0])]
+    else:
+        assert (ROOT / words[0]).is_file(), words[0]
+        program = [str(ROOT / words[0])]
+    done = subprocess.run([*program, "--help"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    for flag in (w.split("=")[0] for w in words[1:] if w.startswith("--")):
+        assert flag in done.stdout, f"{words[0]} --help does not list {flag}"
+
+
+def run_python_venv(tmp_path: Path) -> None:
+    done = subprocess.run([PY, "-m", "venv", "--without-pip", str(tmp_path / ".venv")],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[c.id for c in COMMANDS])
+def test_every_command_runs_or_says_why_not(command, tmp_path, bench_result):
+    words = command.words
+    how = CLASSIFIED.get(command.text)
+    if by_rule(command):
+        assert how is None, f"{command.text!r} is run by rule: drop it from CLASSIFIED"
+        if command.text == "cp .env.example .env":
+            home = checkout(tmp_path, command, with_env=False)
+            subprocess.run(["bash", "-c", command.text], cwd=home, check=True, timeout=30)
+            assert (home / ".env").read_text() == (ROOT / ".env.example").read_text()
+            compose_config(home, [])  # compose accepts the copied .env as it is
+        elif words[:2] == ["docker", "compose"]:
+            run_compose(words, checkout(tmp_path, command), tmp_path, bench_result)
+        else:
+            home = checkout(tmp_path, command)
+            run_sm12x(words, home, reader_env(tmp_path), bench_result)
+        return
+    assert how is not None, (
+        f"{command.id}: `{command.text}` is neither run by a rule of this test nor in "
+        "CLASSIFIED: add it (Run, Help or NotHere with the reason)"
+    )
+    if isinstance(how, NotHere):
+        assert len(how.why) > 10
+        pytest.skip(f"not run here: {how.why}")
+    if isinstance(how, Help):
+        run_help(command)
+    elif command.text == "python3 -m venv .venv":
+        run_python_venv(tmp_path)
+    else:
+        run_as_written(command, how)
+
+
+def test_classified_commands_are_in_the_docs():
+    stale = set(CLASSIFIED) - {c.text for c in COMMANDS}
+    assert not stale, f"CLASSIFIED names commands no document has any more: {stale}"
+
+
+def test_every_block_says_what_it_holds():
+    allowed = dc.COMMAND_LANGS | dc.DOTENV_LANGS | dc.SHOWN_LANGS
+    for block in dc.all_blocks():
+        assert block.lang in allowed, (
+            f"{block.doc}:{block.line}: a block without a language (or `{block.lang}`): "
+            f"say `sh` (commands), `dotenv` (.env lines) or `text`/`json` (shown only)"
+        )
+
+
+# --- static checks: what a command names exists ---------------------------------------
+
+REPO_PATH = re.compile(r"^(?:scripts|tests|deploy|benchmarks|docs|recipes|patches|sm12x|verify)/")
+
+
+def words_of_all() -> list[tuple[dc.Command, str]]:
+    found = []
+    for command in COMMANDS:
+        try:
+            words = command.words
+        except ValueError:
+            words = command.text.split()
+        found += [(command, w) for w in words]
+    return found
+
+
+def test_repository_paths_named_by_commands_exist():
+    for command, word in words_of_all():
+        for part in re.split(r"[=:]", word):
+            if REPO_PATH.match(part):
+                assert (ROOT / part).exists(), f"{command.id}: {part} does not exist"
+
+
+def unquote(value):
+    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    return value
+
+
+def bake() -> dict[str, dict]:
+    """docker-bake.hcl's targets, groups and variables, names unquoted."""
+    data = hcl2.loads((ROOT / "docker-bake.hcl").read_text())
+    return {kind: {unquote(name): body for entry in data.get(kind, [])
+                   for name, body in entry.items()}
+            for kind in ("target", "group", "variable")}
+
+
+def bake_tags(name: str) -> list[str]:
+    """What `docker buildx bake NAME` tags, with bake's variable defaults (what a
+    reader gets without setting any)."""
+    parsed = bake()
+    target = parsed["target"][name]
+    while "tags" not in target:
+        target = parsed["target"][unquote(target["inherits"][0])]
+    defaults = {k: unquote(v.get("default")) for k, v in parsed["variable"].items()}
+    tags = []
+    for tag in map(unquote, target["tags"]):
+        tags.append(re.sub(r"\$\{(\w+)\}", lambda m: str(defaults[m[1]]), tag))
+    return tags
+
+
+def test_bake_targets_named_by_commands_exist():
+    named = [(c, c.words[c.words.index("bake") + 1]) for c in COMMANDS
+             if c.words[:3] == ["docker", "buildx", "bake"]]
+    assert named
+    parsed = bake()
+    for command, target in named:
+        assert target in parsed["target"] or target in parsed["group"], command.id
+
+
+def test_the_build_command_makes_the_image_compose_runs():
+    """README's "Serve it": build it yourself until it is published; then compose
+    finds the image locally under the name it would pull."""
+    compose_default = re.search(r"image: &image \$\{SM12X_IMAGE:-([^}]+)\}",
+                                (ROOT / "compose.yaml").read_text())[1]
+    assert compose_default == load_versions()["SM12X_IMAGE"]
+    for arch in ("amd64", "arm64"):
+        assert compose_default in bake_tags(f"image-{arch}"), bake_tags(f"image-{arch}")
+        platforms = [unquote(p) for p in bake()["target"][f"image-{arch}"]["platforms"]]
+        assert platforms == [f"linux/{arch}"]
+    for command in COMMANDS:
+        if command.words[:2] == ["docker", "build"]:
+            tag = command.words[command.words.index("-t") + 1]
+            assert tag == compose_default, f"{command.id}: tag it {compose_default}"
+        if command.words[:2] == ["docker", "pull"]:
+            assert command.words[2] == compose_default, command.id
+
+
+def test_pip_extras_named_by_commands_exist():
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    named = [(c, m) for c in COMMANDS for w in c.words for m in re.findall(r"\[([\w,]+)\]", w)
+             if "pip" in c.text]
+    assert named
+    for command, names in named:
+        for name in names.split(","):
+            assert name in extras, f"{command.id}: pyproject.toml has no extra {name!r}"
+
+
+def test_kubernetes_names_exist_in_the_manifests():
+    docs = [d for path in sorted((ROOT / "deploy" / "k8s").glob("*.yaml"))
+            for d in yaml.safe_load_all(path.read_text()) if d]
+    names = {(d["kind"].lower(), d["metadata"]["name"]) for d in docs}
+    namespaces = {d["metadata"].get("namespace") for d in docs} - {None}
+    secrets = {v["secret"]["secretName"] for d in docs for v in _volumes(d) if "secret" in v}
+    secrets |= {ref["secretKeyRef"]["name"] for d in docs for ref in _env_refs(d)
+                if "secretKeyRef" in ref}
+    configmaps = {ref["configMapKeyRef"]["name"] for d in docs for ref in _env_refs(d)
+                  if "configMapKeyRef" in ref}
+    configmaps |= {ref["configMapRef"]["name"] for d in docs for ref in _env_from(d)
+                   if "configMapRef" in ref}
+    for command in COMMANDS:
+        words = command.words
+        if words[0] != "kubectl":
+            continue
+        if "-n" in words:
+            assert words[words.index("-n") + 1] in namespaces, command.id
+        if words[3:6] == ["create", "secret", "generic"]:
+            assert words[6] in secrets, f"{command.id}: no manifest reads secret {words[6]}"
+        if words[3:5] == ["create", "configmap"]:
+            assert words[5] in configmaps, f"{command.id}: no manifest reads {words[5]}"
+        if words[3:5] == ["scale", "deployment"]:
+            assert ("deployment", words[5]) in names, command.id
+
+
+def _pod_specs(doc: dict) -> list[dict]:
+    specs = []
+    spec = doc.get("spec", {})
+    if "template" in spec:
+        specs.append(spec["template"]["spec"])
+    lws = spec.get("leaderWorkerTemplate", {})
+    specs += [lws[k]["spec"] for k in ("leaderTemplate", "workerTemplate") if k in lws]
+    return specs
+
+
+def _volumes(doc: dict) -> list[dict]:
+    return [v for s in _pod_specs(doc) for v in s.get("volumes", [])]
+
+
+def _containers(doc: dict) -> list[dict]:
+    return [c for s in _pod_specs(doc) for c in s.get("containers", [])]
+
+
+def _env_refs(doc: dict) -> list[dict]:
+    return [e["valueFrom"] for c in _containers(doc) for e in c.get("env", [])
+            if "valueFrom" in e]
+
+
+def _env_from(doc: dict) -> list[dict]:
+    return [e for c in _containers(doc) for e in c.get("envFrom", [])]
