@@ -3,8 +3,8 @@
 scripts/test runs `python tests/support/wheels.py --download` once; tests then
 only read the cache and fail with a message naming the missing wheel.
 Which versions: every sglang the patch series applies to, and every flashinfer
-the series was verified against (patches/sglang/patches.toml), plus the pins in
-versions.env.
+the series was verified against (patches/sglang/patches.toml), plus every
+track's pins in versions.env.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from sm12x.versions import load_versions  # noqa: E402
+from sm12x.versions import load_versions, tracks  # noqa: E402
 
 
 def cache_dir() -> Path:
@@ -31,10 +31,10 @@ def patch_series() -> dict:
 
 
 def wanted() -> list[tuple[str, str]]:
-    pins = load_versions()
     series = patch_series()
-    sglang = {pins["SGLANG_VERSION"]}
-    flashinfer = {pins["FLASHINFER_VERSION"], pins["FLASHINFER_CANARY_VERSION"]}
+    sglang = {load_versions(t)["SGLANG_VERSION"] for t in tracks()}
+    flashinfer = {load_versions(t)["FLASHINFER_VERSION"] for t in tracks()}
+    flashinfer.add(load_versions()["FLASHINFER_CANARY_VERSION"])
     for patch in series["patch"]:
         sglang.update(patch["sglang"])
         flashinfer.update(patch.get("flashinfer_verified", []))
