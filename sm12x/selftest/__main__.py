@@ -115,8 +115,10 @@ def main(argv: list[str] | None = None) -> int:
                                          "summary": {k: dict(v) for k, v in table.items()},
                                          "calls": census.as_records(results)}, indent=1))
     if failures or mirror_error:
-        print(f"sm12x dispatch self-test FAILED: {len(failures)} {verdict} calls abort, fall "
-              "back to Triton or get wrong arguments", file=sys.stderr)
+        reasons = [f"{len(failures)} {verdict} calls abort, fall back to Triton or get wrong "
+                   "arguments"] if failures else []
+        reasons += [f"the dispatch patch's prefill mirror: {mirror_error}"] if mirror_error else []
+        print("sm12x dispatch self-test FAILED: " + "; ".join(reasons), file=sys.stderr)
         return 1
     if verdict not in scenarios:
         return 0
