@@ -58,7 +58,7 @@ variable "CURRENT_FLASHINFER_JIT_CACHE_VERSION" { default = "0.7.2" }
 variable "CURRENT_FLASHINFER_JIT_CACHE_VERSION_AMD64" { default = "" }
 variable "CURRENT_FLASHINFER_JIT_CACHE_VERSION_ARM64" { default = "" }
 # The patch series scripts/image-args computes for the track's sglang.
-variable "CURRENT_SM12X_PATCHES" { default = "0022-dsv4-kv-store-skip-invalid-index.patch" }
+variable "CURRENT_SM12X_PATCHES" { default = "0022-dsv4-kv-store-skip-invalid-index.patch,0023-dsv4-recipe-block-newlines.patch" }
 
 group "default" {
   targets = ["image"]

@@ -5,6 +5,9 @@ applies to (`sglang`) and when it may go (`retire_sglang`, and for the
 dispatch patch `retire_flashinfer`). For a release the rule is:
 
 - the patches whose `sglang` list holds it are its series, applied in name order;
+- a patch whose `since_sglang` is newer than the release is not for it: the
+  release predates the code the patch changes (0023 changes deepseek-recipe's
+  output parser, which 0.5.17 and 0.5.18 lack);
 - every other patch of the file must be retired for it: the release is at
   least the patch's `retire_sglang` and, where the patch names one, the
   flashinfer beside it at least its `retire_flashinfer`. A release with an
@@ -91,11 +94,19 @@ class Plan:
     series: list[dict]
     retired: list[Retirement]
     unretired: list[Retirement]
+    predates: list[Retirement] = ()  # patches for code this release does not have
 
     @property
     def known(self) -> bool:
-        """A series to apply, or nothing needed: every patch retired."""
+        """A series to apply, or nothing needed: every patch retired. (A series may
+        lack patches of later releases: 0.5.16's is the dispatch and kernel fixes.)"""
         return bool(self.series) or not self.unretired
+
+    @property
+    def complete(self) -> bool:
+        """Every patch of the file is in the series or retired: what a track's image
+        must be (scripts/image-args), so no fix is silently left behind."""
+        return not self.unretired
 
 
 def plan(patches: list[dict], sglang: str, flashinfer: str | None) -> Plan:
@@ -115,13 +126,23 @@ def plan(patches: list[dict], sglang: str, flashinfer: str | None) -> Plan:
         held = newest.get(patch["file"])
         if held is None or version_key(top) > version_key(max(held["sglang"], key=version_key)):
             newest[patch["file"]] = patch
-    verdicts = [retirement(newest[name], sglang, flashinfer) for name in sorted(newest)]
+    predates, verdicts = [], []
+    for name in sorted(newest):
+        patch = newest[name]
+        since = patch.get("since_sglang")
+        if since and not at_least(sglang, since):
+            predates.append(Retirement(name, patch["title"], False,
+                                       f"sglang {sglang} predates the code it changes "
+                                       f"(from {since})"))
+        else:
+            verdicts.append(retirement(patch, sglang, flashinfer))
     return Plan(sglang, chosen, [v for v in verdicts if v.retired],
-                [v for v in verdicts if not v.retired])
+                [v for v in verdicts if not v.retired], predates)
 
 
 def describe(result: Plan) -> list[str]:
     """Lines for people: the retired patches and why, then what still blocks."""
     lines = [f"{v.file}: retired ({v.reason})" for v in result.retired]
+    lines += [f"{v.file}: not for it ({v.reason})" for v in result.predates]
     lines += [f"{v.file}: NOT retired ({v.reason})" for v in result.unretired]
     return lines

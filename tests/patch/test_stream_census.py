@@ -1,7 +1,7 @@
 """The DSPARK streaming census, sampled: sglang's real chat streaming path on
 0.5.16 and 0.5.17 unpatched, 0.5.17 patched, and 0.5.23 (the current track)
-unpatched (scripts/stream-census runs the full one; docs/streaming.md has its
-table)."""
+unpatched and patched (scripts/stream-census runs the full one; docs/streaming.md
+has its table)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 from support import sglang_serving, stream_census, trees
 
 CONFIGS = {"0.5.16": ("0.5.16", False), "0.5.17": ("0.5.17", False),
-           "0.5.17+patches": ("0.5.17", True), "0.5.23": ("0.5.23", False)}
+           "0.5.17+patches": ("0.5.17", True), "0.5.23": ("0.5.23", False),
+           "0.5.23+patches": ("0.5.23", True)}
 GAMMAS = ["gamma3", "gamma4", "gamma5", "gamma6", "gamma7"]
 
 
@@ -85,3 +86,20 @@ def test_on_0_5_23_no_stream_differs_from_the_non_streamed_response(reports):
     # The same outputs differ without streaming, and only those.
     oracle = {o["case"] for o in report["oracle"] if o["failures"]}
     assert {r["case"] for r in report["streams"] if r["failures"]} == oracle
+
+
+def test_patched_0_5_23_has_no_divergence_in_v4_s_format(reports):
+    """The current track's series (0023): no output in DeepSeek-V4's own format
+    differs, in any mode or without streaming; what remains is the shapes outside
+    it, exactly as unpatched, and still no stream differs from the non-streamed
+    response."""
+    report, unpatched = reports["0.5.23+patches"], reports["0.5.23"]
+    assert report["sglang"] == "0.5.23"
+    assert not [r for r in report["streams"] if r["failures"] and r["in_format"]]
+    assert not [o for o in report["oracle"] if o["failures"] and o["in_format"]]
+    assert not [r for r in report["streams"] if r["stream_only"]]
+    remaining = {(r["case"], r["mode"], tuple(r["failures"])) for r in report["streams"]
+                 if r["failures"]}
+    before = {(r["case"], r["mode"], tuple(r["failures"])) for r in unpatched["streams"]
+              if r["failures"] and not r["in_format"]}
+    assert remaining == before

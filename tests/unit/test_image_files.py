@@ -389,7 +389,16 @@ def test_image_args_refuses_an_sglang_without_patches():
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "image-args"),
                            "SGLANG_VERSION=0.4.0"], capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "sglang 0.4.0 has no patch series" in proc.stderr
-    assert "not every patch is retired for it" in proc.stderr
+    assert "not every other patch is retired for it" in proc.stderr
+
+
+def test_image_args_refuses_a_release_whose_series_leaves_a_fix_behind():
+    """An image is a track: every patch in its series or retired. 0.5.16's series
+    predates the streaming and serving fixes, so it makes no image."""
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "image-args"),
+                           "SGLANG_VERSION=0.5.16"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "sglang 0.5.16 has a series in" in proc.stderr
+    assert "0010-dsv4-prompt-tools-as-sent.patch: retired from sglang 0.5.23" in proc.stderr
 
 
 def test_image_args_takes_a_track_and_refuses_an_unknown_one():
