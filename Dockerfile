@@ -1,11 +1,15 @@
-# sm12x: sglang + the pinned flashinfer + the sm_12x dispatch patch + the
+# sm12x: sglang + its flashinfer + sm12x's patch series for that sglang + the
 # launcher, for linux/amd64 (RTX PRO 6000, RTX 5090) and linux/arm64 (DGX Spark).
+# One image per track (versions.env SM12X_TRACKS; docs/tracks.md).
 #
-#   docker buildx bake image-amd64          # or image-arm64, or image (both)
-#   docker build -t sm12x .                 # plain BuildKit, this machine's arch
+#   docker buildx bake image-amd64          # the default track; or image-arm64, image (both)
+#   docker buildx bake image-current-amd64  # the current track (sglang 0.5.23)
+#   docker build -t sm12x .                 # plain BuildKit, default track, this machine's arch
+#   docker build $(scripts/image-args --track current --format flags) -t sm12x:current .
 #
-# Every default below repeats versions.env (tests/unit/test_image_files.py
-# proves they are equal); bake, CI and scripts/image-args pass them from there.
+# Every default below repeats versions.env's default track (tests/unit/
+# test_image_files.py proves they are equal); bake, CI and scripts/image-args
+# pass them from there, for any track.
 # No `# syntax=` line: the build must not pull a frontend image. docs/image.md
 # explains each stage and what the build refuses.
 
@@ -25,12 +29,15 @@ ARG FLASHINFER_JIT_CACHE_INDEX_URL=https://flashinfer.ai/whl/cu130
 ARG CUDA_VERSION=13.0
 ARG SGLANG_ROUTER_VERSION=0.3.2
 ARG SM12X_VERSION=0.1.0
+# The track these pins are (the image's label and SM12X_TRACK inside it).
+ARG SM12X_TRACK=pinned
 # 1: install flashinfer-cubin and flashinfer-jit-cache (flashinfer's own index).
 # 0: python package only; kernels compile at first use (the CI stand-in build,
 # which cannot reach flashinfer's index; see docs/image.md).
 ARG FLASHINFER_PREBUILT=1
 # The patches apply-patches must apply for SGLANG_VERSION (the image's label;
-# the build fails if it is not what was applied). scripts/image-args computes it.
+# the build fails if it is not what was applied; empty where patches.toml's
+# rule retires every patch). scripts/image-args computes it.
 ARG SM12X_PATCHES=0001-sm120-sparse-mla-topk-dispatch.patch,0002-dsml-stream-partial-json-value.patch,0003-dsml-stream-failure-keeps-markup-out.patch,0004-dsml-stream-preamble.patch,0005-tool-stream-end-releases-held-text.patch,0006-dsml-stream-block-whitespace.patch,0007-dsml-text-after-block.patch,0008-dsml-string-values-verbatim.patch,0010-dsv4-prompt-tools-as-sent.patch,0011-dspark-swa-eviction.patch,0020-dsv4-compress-plan-verify-rows.patch,0021-dsv4-compress-plan-barrier.patch,0022-dsv4-kv-store-skip-invalid-index.patch
 ARG SM12X_REVISION=unknown
 # Placeholder owner until the project's repository is known (see docs/image.md).
@@ -91,6 +98,7 @@ FROM stack AS patched
 ARG SGLANG_VERSION
 ARG SM12X_PATCHES
 COPY scripts/apply-patches /opt/sm12x/scripts/apply-patches
+COPY sm12x/patch_rules.py /opt/sm12x/scripts/patch_rules.py
 COPY patches/sglang /opt/sm12x/patches/sglang
 RUN python3 /opt/sm12x/scripts/apply-patches \
  && python3 /opt/sm12x/scripts/image-build check-patches \
@@ -128,6 +136,7 @@ ARG SGLANG_VERSION
 ARG FLASHINFER_VERSION
 ARG FLASHINFER_PREBUILT
 ARG SM12X_VERSION
+ARG SM12X_TRACK
 ARG SM12X_PATCHES
 ARG SM12X_REVISION
 ARG SM12X_SOURCE
@@ -158,7 +167,8 @@ ENV SM12X_CACHE_DIR=/cache \
     SGLANG_DG_CACHE_DIR=/cache/deep_gemm \
     CUDA_CACHE_PATH=/cache/nv \
     HOME=/home/sm12x \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    SM12X_TRACK=${SM12X_TRACK}
 
 LABEL org.opencontainers.image.title="sm12x" \
       org.opencontainers.image.description="DeepSeek-V4-Flash-0731 with SGLang and DSpark on sm_120/sm_121 (RTX PRO 6000, RTX 5090, DGX Spark)" \
@@ -171,6 +181,7 @@ LABEL org.opencontainers.image.title="sm12x" \
       sm12x.sglang.version="${SGLANG_VERSION}" \
       sm12x.flashinfer.version="${FLASHINFER_VERSION}" \
       sm12x.flashinfer.prebuilt="${FLASHINFER_PREBUILT}" \
+      sm12x.track="${SM12X_TRACK}" \
       sm12x.patches="${SM12X_PATCHES}"
 
 USER 10001:0

@@ -110,6 +110,20 @@ def _abs_path(value: str) -> str:
     return value
 
 
+def _track(value: str) -> str:
+    from sm12x.versions import UnknownTrackError, resolve_track
+
+    try:
+        return resolve_track(value.strip())
+    except UnknownTrackError as err:
+        known = str(err).rsplit("versions.env has ", 1)[-1]
+        raise ValueError(f"is not a track (versions.env has {known}; docs/tracks.md)") from None
+
+
+# A track of versions.env: which image, and so which sglang (docs/tracks.md).
+Track = Annotated[str, AfterValidator(_track)]
+
+
 # An absolute path on a node (hostPath).
 AbsPath = Annotated[str, Field(max_length=4096), AfterValidator(_abs_path)]
 

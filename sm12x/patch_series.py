@@ -1,8 +1,10 @@
 """What the image's sglang patch series makes safe, read from patches/sglang/patches.toml.
 
 scripts/apply-patches applies, for an sglang version, every [[patch]] whose `sglang`
-list holds it; this module reads the same file, so a recipe lint can ask what that
-series guarantees instead of repeating it.
+list holds it, and needs nothing for a release where the retirement rule retires
+every patch (sm12x.patch_rules, shared with the script); this module reads the same
+file, so a recipe lint can ask what a release with its series guarantees instead of
+repeating it. [[release]] entries record what a release's own code guarantees.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from sm12x import patch_rules
 from sm12x.paths import data_path
 
 # sglang 0.5.16-0.5.17's DeepSeek-V4 compress plan keeps at most this many rows of a
 # speculative verify in the compressor's state ring (kMaxMTPDraftTokens = 4 in
 # c_plan.cuh): a DSPARK verify is depth + 1 rows. A patch that plans more says how
-# many in its `verify_rows` field.
+# many in its `verify_rows` field; a release whose own plan keeps more says so in a
+# [[release]] entry.
 UNPATCHED_VERIFY_ROWS = 4
 
 
@@ -38,23 +42,39 @@ def patches_toml() -> Path:
 
 
 @functools.cache
-def load_patches(path: Path | None = None) -> tuple[dict, ...]:
+def _load(path: Path | None = None) -> dict:
     path = path or patches_toml()
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise PatchSeriesError(f"cannot read the patch series {path}: {err}") from err
-    return tuple(data.get("patch", []))
+
+
+def load_patches(path: Path | None = None) -> tuple[dict, ...]:
+    return tuple(_load(path).get("patch", []))
+
+
+def releases(path: Path | None = None) -> dict[str, dict]:
+    """[[release]] entries by sglang version."""
+    return {entry["sglang"]: entry for entry in _load(path).get("release", [])}
 
 
 def series(version: str, path: Path | None = None) -> list[dict]:
     """The patches apply-patches applies to sglang `version`, in order."""
-    return sorted((p for p in load_patches(path) if version in p["sglang"]),
-                  key=lambda p: p["file"])
+    return patch_rules.series(list(load_patches(path)), version)
+
+
+def plan(version: str, flashinfer: str | None, path: Path | None = None) -> patch_rules.Plan:
+    """apply-patches' verdict for sglang `version` beside flashinfer `flashinfer`."""
+    try:
+        return patch_rules.plan(list(load_patches(path)), version, flashinfer)
+    except patch_rules.RuleError as err:
+        raise PatchSeriesError(f"patches.toml: {err}") from err
 
 
 def verify_rows(version: str, path: Path | None = None) -> VerifyRows:
-    best = VerifyRows(UNPATCHED_VERIFY_ROWS, None)
+    own = releases(path).get(version, {}).get("verify_rows", UNPATCHED_VERIFY_ROWS)
+    best = VerifyRows(int(own), None)
     for patch in series(version, path):
         rows = patch.get("verify_rows")
         if rows is not None and rows > best.rows:

@@ -54,7 +54,6 @@ from sm12x.fields import PositiveFloat, option_type
 from sm12x.launch import gpus as gpu_query
 from sm12x.recipe import Recipe, load_all, load_recipe
 from sm12x.settings import Loaded
-from sm12x.versions import load_versions
 from verify import argtypes, redact
 
 Count = Annotated[int, Field(ge=1)]
@@ -170,7 +169,7 @@ def where_to_run(args: argparse.Namespace, loaded: Loaded, err: Console,
         raise UserError(f"{missing}: pass --python with one that has sglang (pip install sglang), "
                         "or leave --python out to run the benchmark in the image")
     s = loaded.settings
-    image = s.image or load_versions()["SM12X_IMAGE"]
+    image = s.image_ref()
     docker = shutil.which(s.docker)
     if docker is None:
         raise UserError(

@@ -194,9 +194,10 @@ class Doctor:
             match = re.match(r"(\d+)", driver)
             majors.append(int(match[1]) if match else 0)
         if min(majors) < MIN_DRIVER_MAJOR:
+            cuda = load_versions(self.settings.track_name)["CUDA_VERSION"]
             self.add("driver", "NVIDIA driver", "fail", f"driver {', '.join(drivers)}",
-                     f"the image is built on CUDA {load_versions()['CUDA_VERSION']}, which needs "
-                     f"driver {MIN_DRIVER_MAJOR} or newer: upgrade the driver", drivers=drivers)
+                     f"the image is built on CUDA {cuda}, which needs driver "
+                     f"{MIN_DRIVER_MAJOR} or newer: upgrade the driver", drivers=drivers)
             return
         self.add("driver", "NVIDIA driver", "ok", f"driver {', '.join(drivers)}", drivers=drivers)
 
@@ -281,7 +282,7 @@ class Doctor:
     # --- Docker -----------------------------------------------------------------
 
     def image_ref(self) -> str:
-        return self.settings.image or load_versions()["SM12X_IMAGE"]
+        return self.settings.image_ref()
 
     def check_docker(self) -> None:
         version = self.host.run(["docker", "version", "--format", "{{.Server.Version}}"])

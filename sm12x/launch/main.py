@@ -10,6 +10,8 @@ instead, ready to paste; --explain also says where each value came from.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import os
 import sys
 from collections.abc import Mapping
@@ -32,6 +34,7 @@ from sm12x.launch.render import (
 from sm12x.recipe import Recipe, load_all, load_recipe, warnings_for
 from sm12x.recipe.extra import check_extra
 from sm12x.settings import Loaded
+from sm12x.versions import load_versions, track_of_sglang
 
 AUTO = "auto"
 
@@ -132,6 +135,48 @@ def check_exposure(plan: LaunchPlan, loaded: Loaded) -> None:
         raise UserError(problem)
 
 
+def installed_sglang() -> str | None:
+    """The version of the sglang this Python runs: None when there is none, '' when
+    a package is there without metadata (a source tree put on PYTHONPATH)."""
+    if importlib.util.find_spec("sglang") is None:
+        return None
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def check_track(loaded: Loaded, dry_run: bool) -> None:
+    """The track (SM12X_TRACK) names an sglang release; refuse to serve another.
+
+    In the image the track's image is the track (the Dockerfile sets SM12X_TRACK);
+    compose passes SM12X_TRACK from .env, so an SM12X_IMAGE of another track is
+    caught here rather than served under the wrong name."""
+    track = loaded.settings.track_name
+    pins = load_versions(track)
+    want, image = pins["SGLANG_VERSION"], pins["SM12X_IMAGE"]
+    have = installed_sglang()
+    if have is None:
+        if not dry_run:
+            raise UserError(f"sglang is not installed for {sys.executable}: run sm12x launch in "
+                            f"the {track} track's image ({image}), or install sglang {want}")
+        return
+    if have == "":
+        _say(f"warning: this sglang has no package metadata: cannot tell whether it is the "
+             f"{track} track's sglang {want}")
+        return
+    if have != want:
+        other = track_of_sglang(have)
+        fix = f"set SM12X_TRACK={other}" if other else f"install sglang {want}"
+        message = (f"SM12X_TRACK={track} (from {loaded.origin('track')}) serves sglang {want}, "
+                   f"but this Python has sglang {have}: run the {track} track's image "
+                   f"({image}; compose picks it from SM12X_TRACK unless SM12X_IMAGE names "
+                   f"another), or {fix}")
+        if not dry_run:
+            raise UserError(message)
+        _say(f"warning: {message}")
+
+
 def process_env(environ: Mapping[str, str], loaded: Loaded) -> dict[str, str]:
     """The environment sglang starts with: this process's, plus the key where it
     came from .env or a file (sm12x.keyed reads it from SM12X_API_KEY)."""
@@ -189,6 +234,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
 
     python = sys.executable
     if dry_run:
+        check_track(loaded, dry_run=True)
         if args.explain:
             site = [n for n, var in recipe.env.items() if var.from_host]
             sys.stdout.write(settings.explain_variables(loaded, site, f"{recipe.name}'s site "
@@ -202,6 +248,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
         sys.stdout.write(text)
         return 0
     check_model_path(plan)
+    check_track(loaded, dry_run=False)
     command = plan.command(python=python, environ=variables) + extra
     sys.stdout.flush()
     sys.stderr.flush()

@@ -23,7 +23,7 @@ from sm12x.fields import build_model
 from sm12x.launch.main import AUTO, select_recipe
 from sm12x.launch.render import LaunchContext, build_launch
 from sm12x.recipe import warnings_for
-from sm12x.versions import load_versions
+from sm12x.versions import load_versions, track_of_sglang
 
 K8S_VALUES = (
     "namespace",
@@ -61,8 +61,8 @@ def run_k8s(args: argparse.Namespace) -> int:
         raise UserError("--k8s needs what to render: a recipe name, `router` or `all`")
     loaded = settings.from_args(args, "render")
     fields = {n: getattr(args, n) for n in K8S_VALUES if getattr(args, n) is not None}
-    if loaded.settings.image is not None:
-        fields["image"] = loaded.settings.image
+    if loaded.settings.image is not None or loaded.settings.track is not None:
+        fields["image"] = loaded.settings.image_ref()
     fields.update({n: True for n in K8S_SWITCHES if getattr(args, n)})
     opts = build_model(k8s.K8sOptions, fields, _flag)
     if args.recipe == k8s.ALL:
@@ -98,13 +98,15 @@ def run(args: argparse.Namespace) -> int:
     if args.no_spec:
         ctx = replace(ctx, speculative=False)
     plan = build_launch(recipe, ctx)
-    sglang = args.sglang or load_versions()["SGLANG_VERSION"]
+    track = loaded.settings.track_name
+    sglang = args.sglang or load_versions(track)["SGLANG_VERSION"]
     if args.explain:
         site = [n for n, var in recipe.env.items() if var.from_host]
         sys.stdout.write(
             settings.explain_variables(loaded, site, f"{recipe.name}'s site variables")
         )
-    sys.stdout.write(patches_comment(sglang, "--sglang" if args.sglang else "versions.env"))
+    source = "--sglang" if args.sglang else f"the {track} track, versions.env"
+    sys.stdout.write(patches_comment(sglang, source))
     if args.explain:
         sys.stdout.write(plan.explain())
     sys.stdout.write(plan.shell())
@@ -115,16 +117,26 @@ def patches_comment(version: str, source: str) -> str:
     """Shell comments: the patches a stock sglang `version` needs for this command."""
     if not re.fullmatch(r"[0-9][0-9A-Za-z.+-]*", version):
         raise UserError(f"--sglang {version!r}: expected a version such as 0.5.16")
+    track = track_of_sglang(version)
+    flashinfer = load_versions(track)["FLASHINFER_VERSION"] if track else None
     try:
-        series = patch_series.series(version)
+        plan = patch_series.plan(version, flashinfer)
     except patch_series.PatchSeriesError as exc:
         raise UserError(str(exc)) from None
+    series = plan.series
     known = sorted({v for p in patch_series.load_patches() for v in p["sglang"]})
-    if not series:
+    if not plan.known:
         return (
             f"# sglang {version} ({source}): sm12x has no patch series for it (it has one for "
-            f"{', '.join(known)}). A stock sglang crashes with DSPARK on sm_12x; run it in the "
-            "sm12x image, or a version sm12x patches.\n"
+            f"{', '.join(known)}), and not every patch is retired for it. A stock sglang "
+            "crashes with DSPARK on sm_12x; run it in the sm12x image, or a version sm12x "
+            "patches.\n"
+        )
+    if not series:
+        return (
+            f"# A stock sglang {version} ({source}) with flashinfer {flashinfer} needs no "
+            "patch of sm12x's series for this command: patches/sglang/patches.toml retires "
+            "each one for it.\n"
         )
     lines = [
         (
@@ -157,7 +169,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sglang",
         metavar="VERSION",
         help="the sglang version the command is for, which decides the patches it needs "
-        "(default: SGLANG_VERSION in versions.env, the image's)",
+        "(default: the track's, versions.env: the image's)",
     )
     settings.add_arguments(
         parser,

@@ -16,7 +16,7 @@ from typing import Literal
 from sm12x import patch_series
 from sm12x.recipe.errors import RecipeError
 from sm12x.recipe.model import Recipe
-from sm12x.versions import load_versions
+from sm12x.versions import load_versions, tracks
 
 Level = Literal["error", "warning"]
 
@@ -115,31 +115,35 @@ def _rows_fix_elsewhere() -> str:
 def _dspark_verify_rows(recipe: Recipe) -> Iterator[Finding]:
     # DSPARK at depth d verifies d + 1 rows per step; DeepSeek-V4's compressor must keep
     # every one of them in its state ring, and how many it keeps depends on the
-    # image's sglang and its patch series (patches/sglang/patches.toml).
+    # image's sglang and its patch series (patches/sglang/patches.toml). A recipe runs
+    # on every track's image (versions.env), so each track's sglang must keep them.
     depth = recipe.dspark.block_size
-    version = load_versions()["SGLANG_VERSION"]
-    allowed = patch_series.verify_rows(version)
-    if depth + 1 <= allowed.rows:
-        return
-    if allowed.patch is None:
-        elsewhere = _rows_fix_elsewhere()
-        message = (
-            f"dspark.block_size {depth} verifies {depth + 1} rows per step, but the image's "
-            f"sglang {version} with its patch series keeps at most {allowed.rows} verify rows "
-            "in DeepSeek-V4's compressed-KV state (kMaxMTPDraftTokens in c_plan.cuh, upstream "
-            "#32183): the rest read stale compressed KV and outputs drift under load. Use "
-            f"block_size {allowed.rows - 1}, or give patches/sglang/{version}/ the verify-row "
-            "fix (a patches.toml entry with verify_rows)"
-            + (f" ({elsewhere})" if elsewhere else "")
-        )
-    else:
-        message = (
-            f"dspark.block_size {depth} verifies {depth + 1} rows per step; even with "
-            f"{allowed.patch} DeepSeek-V4's compressor state ring keeps at most "
-            f"{allowed.rows} verify rows (depth {allowed.rows - 1}) for sglang {version}: "
-            f"use block_size {allowed.rows - 1} or less"
-        )
-    yield Finding("dspark-verify-rows", "error", message)
+    for track in tracks():
+        version = load_versions(track)["SGLANG_VERSION"]
+        allowed = patch_series.verify_rows(version)
+        if depth + 1 <= allowed.rows:
+            continue
+        image = f"the {track} track's sglang {version}"
+        if allowed.patch is None:
+            elsewhere = _rows_fix_elsewhere()
+            message = (
+                f"dspark.block_size {depth} verifies {depth + 1} rows per step, but {image} "
+                f"with its patch series keeps at most {allowed.rows} verify rows in "
+                "DeepSeek-V4's compressed-KV state (kMaxMTPDraftTokens in c_plan.cuh, "
+                f"upstream #32183): the rest read stale compressed KV and outputs drift "
+                f"under load. Use block_size {allowed.rows - 1}, or give "
+                f"patches/sglang/{version}/ the verify-row fix (a patches.toml entry with "
+                "verify_rows)"
+                + (f" ({elsewhere})" if elsewhere else "")
+            )
+        else:
+            message = (
+                f"dspark.block_size {depth} verifies {depth + 1} rows per step; even with "
+                f"{allowed.patch} DeepSeek-V4's compressor state ring keeps at most "
+                f"{allowed.rows} verify rows (depth {allowed.rows - 1}) for {image}: "
+                f"use block_size {allowed.rows - 1} or less"
+            )
+        yield Finding("dspark-verify-rows", "error", message)
 
 
 @lint("kv-cache-dtype")

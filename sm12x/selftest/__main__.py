@@ -1,10 +1,13 @@
 """python -m sm12x.selftest: the dispatch self-test (image build, CI, anyone).
 
-Exit 0 only if, with the patch active, every census shape lands on a kernel
-that accepts it with the right arguments, none aborts, and none falls back to
-Triton (the pinned flashinfer has a CUTLASS kernel for every DeepSeek-V4-Flash
-+ DSpark shape once padded). Also prints where the same shapes land without
-the patch and with the Triton workaround.
+Exit 0 only if, in the installed sglang's own configuration (the dispatch
+patch active where it is applied, sglang's stock dispatch where patches.toml's
+rule retired the patch), every census shape lands on a kernel that accepts it
+with the right arguments, none aborts, and none falls back to Triton. Also
+prints where the same shapes land in the other configurations (without the
+patch, and with the Triton workaround). flashinfer 0.6's kernels are emulated
+from its instantiation tables (kernels.py), 0.7's compiled module from its
+resolver's rules (envelope.py).
 """
 
 from __future__ import annotations
@@ -36,42 +39,59 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write every call's outcome here")
     parser.add_argument("--quick", action="store_true",
                         help="batches 1-8, 16, 32, 64 only (the full census has 1-64)")
-    parser.add_argument("--scenarios", default="patched,unpatched,triton",
-                        help="comma-separated subset of patched,unpatched,triton; without "
-                        "'patched' the pass/fail verdict is skipped (for unpatched installs)")
+    parser.add_argument("--scenarios",
+                        help="comma-separated subset of patched,unpatched,triton (default: "
+                        "all three on a patched sglang, unpatched,triton on a stock one); the "
+                        "verdict is on the installed configuration (patched, or unpatched on "
+                        "a stock sglang) and skipped when it is left out")
     args = parser.parse_args(argv)
-    scenarios = [s for s in args.scenarios.split(",") if s]
     from sm12x.selftest.census import SCENARIOS
-
-    unknown = sorted(set(scenarios) - set(SCENARIOS))
-    if unknown or not scenarios:
-        parser.error(f"--scenarios takes {','.join(SCENARIOS)}; got {args.scenarios!r}")
 
     from sm12x.selftest.env import flashinfer_package, installed_versions, stub_torchvision
 
     stub_torchvision()
+    patched = dispatch_patched()
+    default = SCENARIOS if patched else tuple(s for s in SCENARIOS if s != "patched")
+    scenarios = [s for s in (args.scenarios or ",".join(default)).split(",") if s]
+    unknown = sorted(set(scenarios) - set(SCENARIOS))
+    if unknown or not scenarios:
+        parser.error(f"--scenarios takes {','.join(SCENARIOS)}; got {args.scenarios!r}")
+    if "patched" in scenarios and not patched:
+        parser.error("--scenarios patched: this sglang has no dispatch patch (run "
+                     "scripts/apply-patches where its series has one)")
+    verdict = "patched" if patched else "unpatched"
+
     import torch
 
     # Every tensor here is small: one thread is fastest, and on a busy machine
     # OpenMP's spinning worker threads made each small copy up to 50x slower.
     torch.set_num_threads(1)
     started = time.monotonic()
-    from sm12x.selftest import census
+    from sm12x.selftest import census, envelope
     from sm12x.selftest.kernels import Emulator, Rules
 
     versions = installed_versions()
+    package = flashinfer_package()
     try:
-        rules = Rules.from_flashinfer(flashinfer_package())
+        if envelope.is_envelope(package):
+            rules = None
+            emulator = envelope.EnvelopeEmulator(None, envelope=envelope.EnvelopeRules
+                                                 .from_flashinfer(package,
+                                                                  versions["flashinfer-python"]))
+        else:
+            rules = Rules.from_flashinfer(package)
+            emulator = Emulator(rules)
     except (OSError, ValueError) as err:
         # A flashinfer whose sm_120 sparse-MLA C++ is not where (or what) the
         # emulator reads: say so in one line (the image build prints it).
         print(f"sm12x dispatch self-test FAILED: cannot read the sm_120 sparse-MLA dispatch "
-              f"tables of flashinfer {versions['flashinfer-python']} ({err}); the patch and "
-              "this self-test know its C++ layout up to 0.6.18", file=sys.stderr)
+              f"rules of flashinfer {versions['flashinfer-python']} ({err}); this self-test "
+              f"knows 0.6's C++ tables up to 0.6.18 and 0.7's resolver as of "
+              f"{envelope.PINNED_VERSION}", file=sys.stderr)
         return 1
     batches = (*range(1, 9), 16, 32, 64) if args.quick else census.DEFAULT_BATCHES
     found = census.shapes(batches=batches)
-    with Emulator(rules) as emulator:
+    with emulator:
         results = census.run(emulator, found, scenarios)
     table = census.summary(results)
 
@@ -83,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     for scenario, counts in table.items():
         print(f"  {scenario:<10}" + "".join(f"{counts.get(r, 0):>16}" for r in routes))
 
-    failures = [(s, o) for s, o in results if o.scenario == "patched"
+    failures = [(s, o) for s, o in results if o.scenario == verdict
                 and (o.route in ("abort", "error", "triton") or o.detail)]
     mirror_error = check_mirror(rules) if "patched" in scenarios else ""
     if mirror_error:
@@ -95,14 +115,31 @@ def main(argv: list[str] | None = None) -> int:
                                          "summary": {k: dict(v) for k, v in table.items()},
                                          "calls": census.as_records(results)}, indent=1))
     if failures or mirror_error:
-        print(f"sm12x dispatch self-test FAILED: {len(failures)} patched calls abort, fall "
-              "back to Triton or get wrong arguments", file=sys.stderr)
+        reasons = [f"{len(failures)} {verdict} calls abort, fall back to Triton or get wrong "
+                   "arguments"] if failures else []
+        reasons += [f"the dispatch patch's prefill mirror: {mirror_error}"] if mirror_error else []
+        print("sm12x dispatch self-test FAILED: " + "; ".join(reasons), file=sys.stderr)
         return 1
-    if "patched" not in scenarios:
+    if verdict not in scenarios:
         return 0
-    print("sm12x dispatch self-test passed: every patched call lands on a CUTLASS kernel "
-          "that accepts it")
+    print(f"sm12x dispatch self-test passed: every {verdict} call lands on a CUTLASS kernel "
+          "that accepts it" + ("" if patched else " (no dispatch patch: sglang's own dispatch "
+                               f"and flashinfer {versions['flashinfer-python']}'s)"))
     return 0
+
+
+def dispatch_patched() -> bool:
+    """Whether the installed sglang carries the dispatch patch (read from its source,
+    so nothing is imported before the torchvision stub is in place)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.origin:
+        return False
+    from pathlib import Path as _Path
+
+    target = _Path(spec.origin).parent / "kernels" / "ops" / "attention" / "flash_mla_sm120.py"
+    return target.is_file() and "_SM12X_TOPK_PAD" in target.read_text(encoding="utf-8")
 
 
 if __name__ == "__main__":

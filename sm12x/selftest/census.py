@@ -4,12 +4,15 @@ Shapes come from the code that produces them, not from numbers copied here:
 the draft's indices are built by sglang's own `ComputeDsparkWindowGather` and
 `build_dspark_swa_page_indices` (torch paths, CPU), the alignment and window
 constants are read from sglang's source, and head counts follow the padding
-rules of deepseek_v4.py (target) and deepseek_v4_dspark.py (draft). Each
-distinct call is made with and without `topk_length` (the patch fills it when
-it pads a call that has none), on sglang's real 128-token SWA pages, so the
-real 128 -> 64 page split runs before every flashinfer call. Calls go through
-sglang's real `flash_mla_with_kvcache_sm120` with the kernels emulated
-(kernels.py), in three configurations:
+rules of deepseek_v4.py (target; from sglang 0.5.20 its own
+`_kernel_num_heads`, run here, which asks flashinfer what its decode serves)
+and deepseek_v4_dspark.py (draft). Each distinct call is made with and without
+`topk_length` (the patch fills it when it pads a call that has none), on
+sglang's real SWA pages (128 tokens up to 0.5.18, 256 in 0.5.23), so the real
+page split to 64 runs before every flashinfer call. Calls go through sglang's
+real `flash_mla_with_kvcache_sm120` with the kernels emulated (kernels.py for
+flashinfer 0.6, envelope.py for 0.7's compiled module), in three
+configurations:
 
 - patched:   the dispatch patch active (the image's configuration);
 - unpatched: SGLANG_SM120_FLASHMLA_TOPK_PAD=0, i.e. upstream's dispatch;
@@ -25,6 +28,7 @@ import math
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Iterable, Iterator
 
 import torch
@@ -84,10 +88,26 @@ def swa_window() -> int:
     return source_constant("srt/layers/attention/deepseek_v4_backend.py", "SWA_WINDOW")
 
 
+@functools.cache
 def swa_page_size() -> int:
-    """Tokens per SWA page as the backend hands them to the kernel (128 up to 0.5.18:
-    `_flash_mla_flashinfer` splits them into the 64-token pages flashinfer takes)."""
-    return source_attribute("srt/layers/attention/deepseek_v4_backend.py", "swa_page_size")
+    """Tokens per SWA page as the backend hands them to the kernel (`_flash_mla_flashinfer`
+    splits them into the 64-token pages flashinfer takes): 0.5.16-0.5.18 set
+    `self.swa_page_size = 128`; 0.5.23's backend asserts its one page size
+    (`assert self.page_size == 256, "the system hardcodes page_size=256"`)."""
+    relative = "srt/layers/attention/deepseek_v4_backend.py"
+    try:
+        return source_attribute(relative, "swa_page_size")
+    except LookupError:
+        pass
+    tree = ast.parse((_sglang_dir() / relative).read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        test = node.test if isinstance(node, ast.Assert) else None
+        if (isinstance(test, ast.Compare) and isinstance(test.left, ast.Attribute)
+                and test.left.attr == "page_size" and isinstance(test.ops[0], ast.Eq)
+                and isinstance(test.comparators[0], ast.Constant)):
+            return test.comparators[0].value
+    raise LookupError(f"sglang/{relative}: neither self.swa_page_size = <literal> nor "
+                      "assert self.page_size == <literal>")
 
 
 def index_alignment() -> int:
@@ -100,12 +120,37 @@ def draft_heads(tp: int) -> int:
     return max(MODEL_HEADS // tp, pad)
 
 
-def target_heads(tp: int) -> int:
-    """deepseek_v4.py: with tp > 1, pad to 64 when the local heads fit, else all heads."""
+@functools.cache
+def _kernel_num_heads():
+    """sglang >= 0.5.20's MqaAttentionBase._kernel_num_heads, None where the model
+    has none (0.5.16-0.5.18 pad every target call alike)."""
+    relative = "srt/models/deepseek_v4.py"
+    if "def _kernel_num_heads(" not in (_sglang_dir() / relative).read_text(encoding="utf-8"):
+        return None
+    from sglang.srt.models import deepseek_v4
+
+    return deepseek_v4
+
+
+def target_heads(tp: int, num_tokens: int) -> int:
+    """The target's query heads as the kernel sees them at `num_tokens` tokens."""
     local = MODEL_HEADS // tp
-    if tp == 1:
-        return local
-    return 64 if local <= 64 else MODEL_HEADS
+    model = _kernel_num_heads()
+    if model is None:
+        # deepseek_v4.py up to 0.5.18: with tp > 1, pad to 64 when the local heads
+        # fit, else all heads.
+        if tp == 1:
+            return local
+        return 64 if local <= 64 else MODEL_HEADS
+    # The real method, on an sm_120 (`get_platform().is_sm120`; the backend default
+    # SGLANG_SM120_FLASHMLA_BACKEND=flashinfer is read from sglang's envs).
+    layer = SimpleNamespace(attn_tp_size=tp, n_local_heads=local, n_heads=MODEL_HEADS)
+    saved = model.get_platform
+    model.get_platform = lambda: SimpleNamespace(is_sm120=True)
+    try:
+        return model.MqaAttentionBase._kernel_num_heads(layer, num_tokens)
+    finally:
+        model.get_platform = saved
 
 
 def _metadata_module():
@@ -207,17 +252,18 @@ def shapes(gammas: Iterable[int] = DEFAULT_GAMMAS, batches: Iterable[int] = DEFA
                 producer = Producer(gamma, batch, tp, 0)
                 add(Shape("draft", "swa", batch * gamma, draft_heads(tp), draft_width[gamma], 0, 0),
                     producer)
+                tokens = batch * (gamma + 1)
                 for context in contexts:
                     for layer, extra_topk, extra_pbs in _target_layers(context):
-                        add(Shape("verify", layer, batch * (gamma + 1), target_heads(tp), swa_topk,
+                        add(Shape("verify", layer, tokens, target_heads(tp, tokens), swa_topk,
                                   extra_topk, extra_pbs),
                             Producer(gamma, batch, tp, context))
     for chunk in chunks:
         for tp in tps:
             for context in contexts:
                 for layer, extra_topk, extra_pbs in _target_layers(context):
-                    add(Shape("extend", layer, chunk, target_heads(tp), swa_topk, extra_topk,
-                              extra_pbs),
+                    add(Shape("extend", layer, chunk, target_heads(tp, chunk), swa_topk,
+                              extra_topk, extra_pbs),
                         Producer(0, 1, tp, context))
     return found
 

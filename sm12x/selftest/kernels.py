@@ -179,6 +179,7 @@ class Emulator:
     calls: list[Call] = field(default_factory=list)
     _saved: list[tuple[Any, str, Any]] = field(default_factory=list)
     _real_triton: Callable | None = None
+    _mark_blocked: bool = False
 
     # --- the compiled prefill orchestrator ---------------------------------
     def _orchestrator(self, q, kv_cache, indices, output, out_lse, sm_scale, model_type,
@@ -285,12 +286,16 @@ class Emulator:
     # --- sglang's 128 -> 64 page split (record mode) -------------------------
     # Launched as kernel[grid](*args); the argument lists are those of
     # _split_kv_pages_to_64 (0.5.16: no mask; >= 0.5.17: mask and HAS_MASK).
-    @staticmethod
-    def _page_mark(grid, indices, mask, n_idx, src_pbs, block):
+    def _page_mark(self, grid, indices, mask, n_idx, src_pbs, block):
         _check(indices.dtype == torch.int32 and indices.ndim == 1 and indices.is_contiguous(),
                "page mark needs flat contiguous int32 indices")
-        _check(tuple(grid) == (n_idx,) and n_idx == indices.numel(),
-               f"page mark grid {tuple(grid)} != ({indices.numel()},)")
+        _check(n_idx == indices.numel(), f"page mark N_idx {n_idx} != {indices.numel()}")
+        # Programs cover the indices one each (0.5.17) or BLOCK each (0.5.23,
+        # `offs = pid * BLOCK + tl.arange(0, BLOCK)`): a short grid leaves pages unmarked.
+        span = block if self._mark_blocked else 1
+        _check(len(grid) == 1 and grid[0] == -(-n_idx // span),
+               f"page mark grid {tuple(grid)} != ({-(-n_idx // span)},) for {n_idx} indices "
+               f"and {span} per program")
         valid = indices[indices >= 0].long()
         # The real kernel stores mask[idx // SRC_PBS] unchecked: an index past
         # the pool would be an out-of-bounds write on the GPU.
@@ -321,6 +326,14 @@ class Emulator:
                     src[page, start:start + scale_per_sub]
 
     # --- installation -------------------------------------------------------
+    def _swap_split_kernels(self, sg: Any) -> None:
+        """The page split's Triton kernels, as torch copies under their launch rules."""
+        self._swap(sg, "_page_split_kernel", _Launch(self._page_split))
+        if hasattr(sg, "_page_mark_kernel"):
+            source = getattr(sg._page_mark_kernel, "src", "") or ""
+            self._mark_blocked = "pid * BLOCK" in source
+            self._swap(sg, "_page_mark_kernel", _Launch(self._page_mark))
+
     def _swap(self, owner: Any, name: str, value: Any) -> None:
         self._saved.append((owner, name, getattr(owner, name)))
         setattr(owner, name, value)
@@ -345,9 +358,7 @@ class Emulator:
         if not self.compute:
             from sglang.kernels.ops.attention import flash_mla_sm120 as sg
 
-            self._swap(sg, "_page_split_kernel", _Launch(self._page_split))
-            if hasattr(sg, "_page_mark_kernel"):
-                self._swap(sg, "_page_mark_kernel", _Launch(self._page_mark))
+            self._swap_split_kernels(sg)
         fi.get_sparse_mla_sm120_module.cache_clear()
         return self
 

@@ -21,7 +21,8 @@ from pydantic import BeforeValidator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from sm12x.apikey import read_key_file
-from sm12x.fields import ApiKey, HostName, HostPort, ImageRef, K8sName, NodeRank, Port
+from sm12x.fields import ApiKey, HostName, HostPort, ImageRef, K8sName, NodeRank, Port, Track
+from sm12x.versions import default_track, load_versions, tracks
 
 PREFIX = "SM12X_"
 # Every command registered in sm12x.cli that reads settings.
@@ -189,13 +190,26 @@ class Settings(BaseSettings):
             path=True,
         ),
     ] = None
+    track: Annotated[
+        Track | None,
+        Meta(
+            "the track: which sglang, and so which image (compose runs the track's image; "
+            "launch refuses an sglang that is not the track's; render writes for it; "
+            "doctor and bench use its image); "
+            + ", ".join(f"{t} (sglang {load_versions(t)['SGLANG_VERSION']})" for t in tracks())
+            + "; docs/tracks.md",
+            commands=("launch", "render", "doctor", "bench"),
+            default=f"SM12X_DEFAULT_TRACK in versions.env ({default_track()})",
+            metavar="TRACK",
+        ),
+    ] = None
     image: Annotated[
         ImageRef | None,
         Meta(
             "the sm12x image (compose runs it; doctor looks for it; bench runs the "
             "benchmark in it when this machine has no sglang; render --k8s writes it)",
             commands=("render", "doctor", "bench"),
-            default="SM12X_IMAGE in versions.env",
+            default="the track's: SM12X_IMAGE_REPO:SM12X_VERSION-<track> in versions.env",
             metavar="REF",
         ),
     ] = None
@@ -288,6 +302,15 @@ class Settings(BaseSettings):
         return (init_settings, *LAYERS.get())
 
     # --- derived values ---------------------------------------------------------
+
+    @property
+    def track_name(self) -> str:
+        """SM12X_TRACK, else versions.env's default track."""
+        return self.track or default_track()
+
+    def image_ref(self) -> str:
+        """SM12X_IMAGE, else the track's image (versions.env)."""
+        return self.image or load_versions(self.track_name)["SM12X_IMAGE"]
 
     @property
     def listen_host(self) -> str:

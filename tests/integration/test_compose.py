@@ -19,7 +19,7 @@ from sm12x.launch.compose import profiles as compose_profiles
 from sm12x.recipe import load_all
 from sm12x.settings import Settings, env_name, load, meta
 from sm12x.settings.model import DEFAULT_PORT
-from sm12x.versions import load_versions
+from sm12x.versions import default_track, load_versions, read_versions, tracks
 
 RECIPES = load_all()
 COMPOSE_TEXT = (ROOT / "compose.yaml").read_text()
@@ -233,6 +233,21 @@ def test_api_key_from_env_reaches_every_server(env_file, tmp_path):
         assert "sk-test" not in " ".join(argv), name
 
 
+def test_the_track_picks_the_image_and_reaches_every_server(env_file, tmp_path):
+    """One setting: SM12X_TRACK in .env picks the image (versions.env's name for the
+    track) and reaches the launcher, which refuses an image of another track."""
+    for track in tracks():
+        custom = tmp_path / f"{track}.env"
+        custom.write_text(env_file.read_text().replace("SM12X_TRACK=\n", f"SM12X_TRACK={track}\n"))
+        services = config("*", env_file=custom)["services"]
+        for name in ALL_PROFILES:
+            assert services[name]["image"] == load_versions(track)["SM12X_IMAGE"], name
+            assert services[name]["environment"]["SM12X_TRACK"] == track, name
+    # Unset: the default track.
+    services = config("*", env_file=env_file)["services"]
+    assert {services[n]["environment"]["SM12X_TRACK"] for n in ALL_PROFILES} == {default_track()}
+
+
 def test_image_can_be_overridden(env_file, tmp_path):
     custom = tmp_path / ".env"
     custom.write_text(
@@ -247,10 +262,15 @@ def test_image_can_be_overridden(env_file, tmp_path):
 
 
 def test_image_default_is_the_versions_file_pin():
-    pins = load_versions()
-    (default,) = re.findall(r"\$\{SM12X_IMAGE:-([^}]+)\}", COMPOSE_TEXT)
-    assert default == pins["SM12X_IMAGE"]
-    assert pins["SM12X_IMAGE"].rsplit(":", 1)[1] == pins["SM12X_VERSION"]
+    """compose cannot read versions.env: its default repeats the image name, with the
+    track's name from SM12X_TRACK (default: versions.env's default track)."""
+    pins = read_versions()
+    ((stem, track),) = re.findall(r"\$\{SM12X_IMAGE:-([^$}]+)-\$\{SM12X_TRACK:-(\w+)\}\}",
+                                  COMPOSE_TEXT)
+    assert stem == f"{pins['SM12X_IMAGE_REPO']}:{pins['SM12X_VERSION']}"
+    assert track == default_track()
+    for name in tracks():
+        assert f"{stem}-{name}" == load_versions(name)["SM12X_IMAGE"]
 
 
 def test_env_example_documents_every_variable_compose_reads():
@@ -269,10 +289,18 @@ def site_variables() -> set[str]:
 
 
 def interpolated() -> dict[str, set[str]]:
-    """Each variable compose reads from .env, with the defaults it writes for it."""
+    """Each variable compose reads from .env, with the defaults it writes for it (a
+    default that holds another variable is written as compose renders it unset)."""
     found: dict[str, set[str]] = {}
-    for name, default in re.findall(r"\$\{([A-Z_][A-Z0-9_]*)(?::-([^}]*))?", COMPOSE_TEXT):
+    text = COMPOSE_TEXT
+    nested = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)(?::-([^${}]*))?\}")
+    while True:  # innermost first: ${A:-x-${B:-y}} -> B's default y, then A's x-y
+        match = nested.search(text)
+        if match is None:
+            break
+        name, default = match.groups()
         found.setdefault(name, set()).update({default} if default else set())
+        text = text[:match.start()] + (default or "") + text[match.end():]
     return found
 
 
@@ -303,8 +331,9 @@ def test_compose_defaults_are_the_settings_defaults():
         if field is None or not defaults:
             continue
         default = Settings.model_fields[field].default
-        if default is None:  # derived: the recipe's port, the pinned image
-            want = {"port": str(DEFAULT_PORT), "image": load_versions()["SM12X_IMAGE"]}[field]
+        if default is None:  # derived: the recipe's port, the default track and its image
+            want = {"port": str(DEFAULT_PORT), "image": load_versions()["SM12X_IMAGE"],
+                    "track": default_track()}[field]
         else:
             want = str(default)
         assert defaults == {want}, f"compose's default for {name}: {defaults}, settings' {want}"

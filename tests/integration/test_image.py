@@ -1,20 +1,20 @@
-"""The real Dockerfile, built on a stand-in base and run.
+"""The real Dockerfile, built on a stand-in base and run, for every track.
 
 No registry is reachable here, so the base is tests/support/standin.py's
-Debian image with Python and the pinned sglang wheel at the real base's
+Debian image with Python and the track's sglang wheel at the real base's
 dist-packages layout (and sglang's own flashinfer pin, which the build
-reinstalls at FLASHINFER_VERSION: the same version for sglang 0.5.17). The
-build is the real one: BuildKit, the Dockerfile as it is, the
-build arguments scripts/image-args computes from versions.env, host
-networking for PyPI. Only FLASHINFER_PREBUILT=0: flashinfer-cubin and
-flashinfer-jit-cache live on flashinfer's own index, which these machines
+reinstalls at FLASHINFER_VERSION: the same version, sglang 0.5.17's and
+0.5.23's own). The build is the real one: BuildKit, the Dockerfile as it is,
+the build arguments scripts/image-args computes from versions.env for the
+track, host networking for PyPI. Only FLASHINFER_PREBUILT=0: flashinfer-cubin
+and flashinfer-jit-cache live on flashinfer's own index, which these machines
 cannot reach (docs/image.md, "What CI builds").
 
-Then the image is run: the self-test, `sm12x launch --dry-run` for every
+Then each image is run: the self-test, `sm12x launch --dry-run` for every
 recipe against its golden command, the labels, the user, the cache volume,
-the HEALTHCHECK, and the patched file byte for byte against what
-scripts/apply-patches makes of the same wheel. And three builds that must
-fail, each with its reason: a wrong sglang, a patch that does not apply, a
+the HEALTHCHECK, and each patched file byte for byte against what
+scripts/apply-patches makes of the same wheel. And builds that must fail,
+each with its reason: another track's base, a patch that does not apply, a
 self-test that fails.
 """
 
@@ -35,7 +35,7 @@ from support import containers, flashinfer_index, golden, standin, trees, wheels
 
 from sm12x import patch_series
 from sm12x.recipe import load_all
-from sm12x.versions import load_versions
+from sm12x.versions import default_track, load_versions, tracks
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -45,13 +45,13 @@ PINS = load_versions()
 TIMINGS: dict[str, float] = {}
 
 
-def image_args(**overrides: str) -> dict[str, str]:
+def image_args(track: str | None = None, **overrides: str) -> dict[str, str]:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "image-args"), "--format", "json",
-         *(f"{k}={v}" for k, v in overrides.items())],
+         *(["--track", track] if track else []), *(f"{k}={v}" for k, v in overrides.items())],
         capture_output=True, text=True, timeout=60, check=True)
     values = json.loads(proc.stdout)
-    return {k: v for k, v in values.items() if k not in ("IMAGE_REPO", "TAGS")}
+    return {k: v for k, v in values.items() if k not in ("IMAGE_REPO", "TAGS", "COMMIT_TAGS")}
 
 
 def ca_bundle() -> dict[str, Path]:
@@ -64,8 +64,8 @@ def ca_bundle() -> dict[str, Path]:
     return {}
 
 
-def build(tag: str, **overrides: str) -> subprocess.CompletedProcess[str]:
-    return containers.build(ROOT, tag, image_args(**overrides), secrets=ca_bundle())
+def build(tag: str, track: str | None = None, **overrides: str) -> subprocess.CompletedProcess[str]:
+    return containers.build(ROOT, tag, image_args(track, **overrides), secrets=ca_bundle())
 
 
 def record_timings() -> None:
@@ -78,6 +78,18 @@ class Built:
     tag: str
     args: dict[str, str]
     log: str
+    track: str
+
+    @property
+    def pins(self) -> dict[str, str]:
+        return load_versions(self.track)
+
+    @property
+    def verdict(self) -> str:
+        """The self-test's verdict configuration: patched where the series has the
+        dispatch patch, sglang's own dispatch where the rule retired it."""
+        files = {p["file"] for p in patch_series.series(self.pins["SGLANG_VERSION"])}
+        return "patched" if "0001-sm120-sparse-mla-topk-dispatch.patch" in files else "unpatched"
 
 
 @pytest.fixture(scope="session")
@@ -86,29 +98,44 @@ def daemon() -> None:
 
 
 @pytest.fixture(scope="session")
-def base(daemon) -> str:
-    started = time.monotonic()
-    timer = standin.Timer()
-    tag = standin.image(timer)
-    TIMINGS.update({f"standin.{k}": v for k, v in timer.steps.items()})
-    TIMINGS["standin"] = round(time.monotonic() - started, 1)
-    record_timings()
-    return tag
+def bases(daemon):
+    """bases(track) -> that track's stand-in base (built once)."""
+    made: dict[str, str] = {}
+
+    def get(track: str) -> str:
+        if track not in made:
+            started = time.monotonic()
+            timer = standin.Timer()
+            made[track] = standin.image(timer, track)
+            TIMINGS.update({f"standin.{track}.{k}": v for k, v in timer.steps.items()})
+            TIMINGS[f"standin.{track}"] = round(time.monotonic() - started, 1)
+            record_timings()
+        return made[track]
+
+    return get
 
 
 @pytest.fixture(scope="session")
-def image(base) -> Built:
-    tag = "sm12x-test:image"
-    args = image_args(BASE_IMAGE=base, FLASHINFER_PREBUILT="0")
+def base(bases) -> str:
+    """The default track's stand-in base."""
+    return bases(default_track())
+
+
+@pytest.fixture(scope="session", params=tracks())
+def image(request, bases) -> Built:
+    track = request.param
+    tag = f"sm12x-test:image-{track}"
+    args = image_args(track, BASE_IMAGE=bases(track), FLASHINFER_PREBUILT="0")
     started = time.monotonic()
     proc = containers.build(ROOT, tag, args, secrets=ca_bundle())
-    TIMINGS["build"] = round(time.monotonic() - started, 1)
+    TIMINGS[f"build.{track}"] = round(time.monotonic() - started, 1)
     if proc.returncode == 0:
         size = containers.inspect_image(tag)["Size"]
-        TIMINGS["image_size_gb"] = round(size / 1e9, 2)
+        TIMINGS[f"image_size_gb.{track}"] = round(size / 1e9, 2)
     record_timings()
-    assert proc.returncode == 0, f"the image build failed:\n{containers.tail(proc.stderr, 80)}"
-    return Built(tag, args, proc.stderr)
+    assert proc.returncode == 0, (f"the {track} image build failed:\n"
+                                  f"{containers.tail(proc.stderr, 80)}")
+    return Built(tag, args, proc.stderr, track)
 
 
 def python_in(image: str, code: str, **kw) -> str:
@@ -119,32 +146,38 @@ def python_in(image: str, code: str, **kw) -> str:
 
 # --- what the build did --------------------------------------------------------------
 
-def test_the_image_has_the_pinned_flashinfer_which_is_sglang_s_own(image, base):
-    # The stand-in carries sglang's own pin, as the real base does; for
-    # sglang 0.5.17 that is the pinned flashinfer (no override of its stack).
+def test_the_image_has_the_pinned_flashinfer_which_is_sglang_s_own(image, bases):
+    # The stand-in carries sglang's own pin, as the real base does; for both
+    # tracks that is the pinned flashinfer (no override of its stack).
+    pins = image.pins
     code = "import importlib.metadata as m; print(m.version('flashinfer-python'))"
-    before = python_in(base, code)
-    assert before.strip() == standin.base_flashinfer(PINS["SGLANG_VERSION"])
-    assert before.strip() == PINS["FLASHINFER_VERSION"]
+    before = python_in(bases(image.track), code)
+    assert before.strip() == standin.base_flashinfer(pins["SGLANG_VERSION"])
+    assert before.strip() == pins["FLASHINFER_VERSION"]
     after = python_in(image.tag, code)
-    assert after.strip() == PINS["FLASHINFER_VERSION"]
+    assert after.strip() == pins["FLASHINFER_VERSION"]
 
 
 def test_the_build_ran_the_full_self_test_and_kept_its_report(image):
     # Written by the build's selftest stage (cached builds print no log, the
-    # report stays): the full census, every patched call on a CUTLASS kernel.
+    # report stays): the full census, every call of the image's configuration
+    # on a CUTLASS kernel.
     text = python_in(image.tag, "print(open('/opt/sm12x/selftest/report.txt').read())")
     assert "sm12x dispatch self-test passed" in text
     report = json.loads(python_in(image.tag,
                                   "print(open('/opt/sm12x/selftest/report.json').read())"))
-    assert report["versions"]["sglang"] == PINS["SGLANG_VERSION"]
-    assert report["versions"]["flashinfer-python"] == PINS["FLASHINFER_VERSION"]
-    patched = report["summary"]["patched"]
-    assert patched.get("abort", 0) == patched.get("triton", 0) == patched.get("error", 0) == 0
-    assert patched["cutlass-padded"] > 0  # the patch is what makes them dispatchable
+    assert report["versions"]["sglang"] == image.pins["SGLANG_VERSION"]
+    assert report["versions"]["flashinfer-python"] == image.pins["FLASHINFER_VERSION"]
+    judged = report["summary"][image.verdict]
+    assert judged.get("abort", 0) == judged.get("triton", 0) == judged.get("error", 0) == 0
+    if image.verdict == "patched":
+        assert judged["cutlass-padded"] > 0  # the patch is what makes them dispatchable
+    else:  # flashinfer 0.7.2 serves every width itself: no patch, nothing padded
+        assert "patched" not in report["summary"] and set(judged) == {"cutlass"}
 
 
 def test_installed_versions_are_the_pins(image):
+    PINS = image.pins  # noqa: N806 (the track's)
     versions = json.loads(python_in(image.tag, (
         "import importlib.metadata as m, json\n"
         "def v(d):\n"
@@ -163,6 +196,7 @@ def test_installed_versions_are_the_pins(image):
 
 
 def test_labels_say_what_is_inside(image):
+    PINS = image.pins  # noqa: N806 (the track's)
     labels = containers.inspect_image(image.tag)["Config"]["Labels"]
     args = image.args
     assert labels["org.opencontainers.image.version"] == PINS["SM12X_VERSION"]
@@ -175,6 +209,7 @@ def test_labels_say_what_is_inside(image):
     assert labels["sm12x.flashinfer.prebuilt"] == "0"
     assert labels["sm12x.patches"] == ",".join(
         p["file"] for p in patch_series.series(PINS["SGLANG_VERSION"]))
+    assert labels["sm12x.track"] == image.track
 
 
 def test_entrypoint_healthcheck_user_and_cache_environment(image):
@@ -183,6 +218,7 @@ def test_entrypoint_healthcheck_user_and_cache_environment(image):
     assert config["Healthcheck"]["Test"] == ["CMD", "sm12x", "healthcheck"]
     assert config["User"] == "10001:0"
     env = dict(item.split("=", 1) for item in config["Env"])
+    assert env["SM12X_TRACK"] == image.track  # sm12x launch's default in this image
     assert env["SM12X_CACHE_DIR"] == "/cache"
     for name in ("HF_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME",
                  "FLASHINFER_WORKSPACE_BASE"):
@@ -256,25 +292,31 @@ def test_router_runs_from_the_same_image(image):
     assert "--worker-urls" in result.stdout
 
 
-def test_patched_file_is_byte_identical_to_apply_patches_on_the_wheel(image, tmp_path):
-    site = trees.unpack_sglang(PINS["SGLANG_VERSION"], tmp_path / "site", full=False)
+def test_patched_files_are_byte_identical_to_apply_patches_on_the_wheel(image, tmp_path):
+    site = trees.unpack_sglang(image.pins["SGLANG_VERSION"], tmp_path / "site", full=False)
     applied = trees.apply_patches(site)
     assert applied.returncode == 0, applied.stderr
-    expected = (site / TARGET).read_bytes()
     record = json.loads((site / "sglang" / ".sm12x-patches.json").read_text())
+    targets = sorted({p["target"] for p in record["patches"]} | {TARGET})
 
     where = python_in(image.tag, "import importlib.util as u, pathlib; "
                       "print(pathlib.Path(u.find_spec('sglang').origin).parent.parent)").strip()
-    inside = containers.run(image.tag, "-c", f"sha256sum {where}/{TARGET}; "
-                            f"cat {where}/sglang/.sm12x-patches.json", entrypoint="sh")
+    inside = containers.run(image.tag, "-c", " ".join(f"sha256sum {where}/{t};" for t in targets)
+                            + f" cat {where}/sglang/.sm12x-patches.json", entrypoint="sh")
     assert inside.code == 0, inside.explain()
-    digest, rest = inside.stdout.split(" ", 1)
-    assert digest == hashlib.sha256(expected).hexdigest(), (
-        "the image's patched file differs from scripts/apply-patches on the same wheel")
-    assert json.loads(rest.split("\n", 1)[1]) == record
+    lines = inside.stdout.split("\n")
+    for target, line in zip(targets, lines):
+        assert line.split(" ", 1)[0] == hashlib.sha256((site / target).read_bytes()).hexdigest(), (
+            f"the image's {target} differs from scripts/apply-patches on the same wheel")
+    assert json.loads("\n".join(lines[len(targets):])) == record
     check = containers.run(image.tag, "/opt/sm12x/scripts/apply-patches", "--check",
                            entrypoint="python3")
-    assert check.code == 0 and "already applied" in check.stdout, check.explain()
+    assert check.code == 0, check.explain()
+    if record["patches"]:
+        assert "already applied" in check.stdout, check.explain()
+    if image.verdict == "unpatched":  # the dispatch file is sglang's own
+        assert "def _sm12x_route(" not in (site / TARGET).read_text()
+        assert "retired for it:" in check.stdout, check.explain()
 
 
 STUB = Path(__file__).resolve().parents[1] / "support" / "stub_openai.py"
@@ -308,13 +350,13 @@ def test_a_container_that_dies_fails_at_once_with_its_logs(image):
 
 # --- builds that must fail, with their reason --------------------------------------------
 
-def test_a_base_with_another_sglang_fails_the_build(base):
-    other = "0.5.16" if PINS["SGLANG_VERSION"] != "0.5.16" else "0.5.17"
-    proc = build("sm12x-test:wrong-sglang", BASE_IMAGE=base, FLASHINFER_PREBUILT="0",
-                 SGLANG_VERSION=other)
+def test_another_track_s_base_fails_the_build(base):
+    """The current track's build on the pinned track's base: refused at the base stage."""
+    other = next(t for t in tracks() if t != default_track())
+    proc = build("sm12x-test:wrong-sglang", other, BASE_IMAGE=base, FLASHINFER_PREBUILT="0")
     assert proc.returncode != 0
     assert (f"the base has sglang {PINS['SGLANG_VERSION']}, versions.env pins "
-            f"SGLANG_VERSION={other}") in proc.stderr
+            f"SGLANG_VERSION={load_versions(other)['SGLANG_VERSION']}") in proc.stderr
 
 
 def test_a_patch_that_does_not_apply_fails_the_build(base, tmp_path):
@@ -339,16 +381,17 @@ def test_a_patch_that_does_not_apply_fails_the_build(base, tmp_path):
 
 def test_a_failing_self_test_fails_the_build(base):
     # flashinfer 0.7 moved its sm_120 sparse-MLA dispatch to a runtime envelope:
-    # the patch still applies to sglang, but the self-test cannot vouch for it.
+    # the dispatch patch still applies to sglang 0.5.17, but it cannot read that
+    # flashinfer's tables, and the self-test will not vouch for a patch that is off.
     proc = build("sm12x-test:flashinfer-0.7", BASE_IMAGE=base, FLASHINFER_PREBUILT="0",
                  FLASHINFER_VERSION="0.7.2", FLASHINFER_CUBIN_VERSION="0.7.2",
                  FLASHINFER_JIT_CACHE_VERSION="0.7.2")
     assert proc.returncode != 0
     failed = [line for line in proc.stderr.splitlines() if "executor failed running" in line]
     assert failed and "sm12x.selftest" in failed[-1], containers.tail(proc.stderr)
-    # The reason, in one line: the wheel lacks the C++ table the self-test reads.
-    assert ("sm12x dispatch self-test FAILED: cannot read the sm_120 sparse-MLA dispatch tables "
-            "of flashinfer 0.7.2") in proc.stderr, containers.tail(proc.stderr)
+    # The reason, in one line.
+    assert ("sm12x dispatch self-test FAILED: the dispatch patch's prefill mirror: the patch "
+            "found no usable flashinfer tables") in proc.stderr, containers.tail(proc.stderr)
 
 
 # --- the prebuilt path, against a local stand-in for flashinfer's index ----------------------

@@ -154,6 +154,11 @@ def standin_sglang(tmp_path: Path) -> tuple[Path, Path]:
     (root / "sglang").mkdir(parents=True)
     (root / "sglang" / "__init__.py").write_text("")
     (root / "sglang" / "launch_server.py").write_text(SGLANG_STANDIN)
+    # Installed as the image's is: sm12x launch checks it is the track's sglang.
+    version = load_versions()["SGLANG_VERSION"]
+    dist = root / f"sglang-{version}.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
     flags = {
         name: spec.switch
         for name, spec in sglang_cli.server_flags(load_versions()["SGLANG_VERSION"]).items()

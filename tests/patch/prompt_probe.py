@@ -12,8 +12,15 @@ sends it (plain JSON). For each, prints (one JSON object on stdout):
   and tools as the plain dicts the client sent.
 
 Only the tokenizer manager is a stand-in (the engine and the 150 GB
-checkpoint's tokenizer cannot run here): its tokenizer turns the prompt into
-its code points, so the string is recovered exactly from the request's ids.
+checkpoint cannot run here). Up to 0.5.18 sglang renders the prompt as text with
+the encoder it vendors: the stand-in's tokenizer turns that text into its code
+points, so the string is recovered exactly from the request's ids. sglang 0.5.23
+renders DeepSeek-V4 prompts to token ids with deepseek-recipe (DeepSeek's own
+renderer) and vendors no encoder: there the tokenizer is DeepSeek-V4's
+(tests/support/dsv4_tokenizer.py), the served prompt is its decoding of the
+request's ids (and the ids must equal the reference text's tokens), the
+reference encoder the pinned track's copy (the serving configuration is
+published as sglang 0.5.23 reads it, from its real ServerArgs).
 """
 
 from __future__ import annotations
@@ -23,13 +30,23 @@ import json
 import sys
 from types import SimpleNamespace
 
+import importlib.util
+
 from sm12x.selftest.env import stub_torchvision
 
 stub_torchvision()
 
-from sglang.srt.entrypoints.openai import encoding_dsv4  # noqa: E402
 from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest  # noqa: E402
 from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat  # noqa: E402
+
+# Whether this sglang renders the prompt as text with the encoder it vendors.
+VENDORED = importlib.util.find_spec("sglang.srt.entrypoints.openai.encoding_dsv4") is not None
+if VENDORED:
+    from sglang.srt.entrypoints.openai import encoding_dsv4
+else:
+    from tests.support import dsv4_tokenizer, sglang_serving
+
+    encoding_dsv4 = sglang_serving.reference_encoder()
 
 
 class CodePointTokenizer:
@@ -63,10 +80,16 @@ def serving() -> OpenAIServingChat:
     model_config = SimpleNamespace(
         hf_config=hf_config, is_multimodal=False, get_default_sampling_params=lambda: {}
     )
+    if not VENDORED:
+        from sglang.srt.runtime_context import publish
+        from sglang.srt.server_args import prepare_server_args
+
+        publish(prepare_server_args(["--model-path", "dummy", "--tool-call-parser", "deepseekv4",
+                                     "--reasoning-parser", "deepseek-v4"]), role="tokenizer")
     manager = SimpleNamespace(
         server_args=server_args,
         model_config=model_config,
-        tokenizer=CodePointTokenizer(),
+        tokenizer=CodePointTokenizer() if VENDORED else dsv4_tokenizer.load(),
         model_path="deepseek-ai/DeepSeek-V4-Flash-0731",
         config_value=lambda name: getattr(server_args, name),
     )
@@ -78,10 +101,13 @@ def serving() -> OpenAIServingChat:
     return chat
 
 
-def served(chat: OpenAIServingChat, body: dict) -> str:
+def served(chat: OpenAIServingChat, body: dict) -> tuple[str, list[int]]:
     request = ChatCompletionRequest.model_validate(copy.deepcopy(body))
     internal, _ = chat._convert_to_internal_request(request)
-    return "".join(map(chr, internal.input_ids))
+    ids = list(internal.input_ids)
+    if VENDORED:
+        return "".join(map(chr, ids)), ids
+    return chat.tokenizer_manager.tokenizer.decode(ids, skip_special_tokens=False), ids
 
 
 def reference(body: dict) -> str:
@@ -93,16 +119,29 @@ def reference(body: dict) -> str:
     if body.get("tools"):
         messages[0]["tools"] = copy.deepcopy(body["tools"])
     thinking = body["chat_template_kwargs"]["thinking"]  # every case states it
-    return encoding_dsv4.encode_messages(messages, thinking_mode="thinking" if thinking else "chat")
+    # sglang 0.5.23 renders a thinking request that names no reasoning_effort at
+    # deepseek-recipe's default, "max" (SGLANG_DSV4_REASONING_EFFORT unset); the
+    # vendored encoders of 0.5.17-0.5.18 at none. The oracle is asked for the same.
+    effort = "max" if thinking and not VENDORED else None
+    return encoding_dsv4.encode_messages(messages, thinking_mode="thinking" if thinking else "chat",
+                                         reasoning_effort=effort)
 
 
 def main(path: str) -> None:
     cases = json.loads(open(path, encoding="utf-8").read())
     chat = serving()
-    out = {
-        name: {"served": served(chat, body), "reference": reference(body)}
-        for name, body in cases.items()
-    }
+    out = {}
+    for name, body in cases.items():
+        want = reference(body)
+        try:
+            text, ids = served(chat, body)
+        except ValueError as err:  # the serving code refusing the request (a 400)
+            out[name] = {"refused": str(err), "reference": want}
+            continue
+        out[name] = {"served": text, "reference": want}
+        if not VENDORED:  # token for token too: the ids are what the model reads
+            tokens = chat.tokenizer_manager.tokenizer.encode(want, add_special_tokens=False)
+            out[name]["same_ids"] = ids == tokens
     json.dump(out, sys.stdout, ensure_ascii=False)
 
 

@@ -146,3 +146,149 @@ def test_finds_the_version_of_an_editable_install(tmp_path):
     # Named explicitly, the checkout alone cannot say its version: still refused.
     explicit = trees.apply_patches(checkout)
     assert explicit.returncode == 1 and "no .dist-info metadata" in explicit.stderr
+
+
+# --- The retirement rule (sm12x/patch_rules.py) ----------------------------------------
+
+
+def test_the_current_track_applies_its_series_and_names_every_retired_patch(fresh, series):
+    """sglang 0.5.23: its own series (what no release has fixed), and for every
+    other patch the rule that retires it, with the flashinfer it was judged beside."""
+    from sm12x.versions import load_versions
+
+    version = load_versions("current")["SGLANG_VERSION"]
+    site = fresh(version)
+    proc = trees.apply_patches(site)
+    assert proc.returncode == 0, proc.stderr
+    own = sorted(p["file"] for p in series if version in p["sglang"])
+    for name in own:
+        assert f"sglang {version}: {name}: applied" in proc.stdout
+    assert (f"sglang {version} (flashinfer {load_versions('current')['FLASHINFER_VERSION']}, "
+            f"sglang {version}'s pin): retired for it:") in proc.stdout
+    retired = {p["file"] for p in series} - set(own)
+    for name in retired:
+        line = next(line for line in proc.stdout.splitlines() if f"  {name}: " in line)
+        assert f"sglang {version} >= " in line, line
+    assert "0001-sm120-sparse-mla-topk-dispatch.patch: sglang 0.5.23 >= 0.5.19 and flashinfer " \
+           "0.7.2 >= 0.6.18" in proc.stdout
+    record = json.loads((site / "sglang" / ".sm12x-patches.json").read_text())
+    assert [p["file"] for p in record["patches"]] == own
+    assert trees.apply_patches(site, "--check").returncode == 0
+
+
+RULES = """
+[[patch]]
+file = "0001-a.patch"
+title = "a dispatch fix"
+upstream = "x"
+target = "sglang/__init__.py"
+sglang = ["0.5.17"]
+present = "x"
+retire_when = "flashinfer >= 0.6.18; sglang >= 0.5.19 pins it"
+retire_sglang = "0.5.19"
+retire_flashinfer = "0.6.18"
+
+[[patch]]
+file = "0010-b.patch"
+title = "a serving fix"
+upstream = "x"
+target = "sglang/__init__.py"
+sglang = ["0.5.17"]
+present = "x"
+retire_when = "sglang >= 0.5.23"
+retire_sglang = "{retire}"
+"""
+
+
+def rule_site(tmp_path, sglang: str, flashinfer: str | None, retire: str = "0.5.23"):
+    """A site with only dist-info metadata, and a patches folder with RULES."""
+    site = tmp_path / "site"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    info = site / f"sglang-{sglang}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {sglang}\n"
+                                   "Requires-Dist: flashinfer_python[cu13]==0.7.2\n")
+    if flashinfer:
+        fi = site / f"flashinfer_python-{flashinfer}.dist-info"
+        fi.mkdir()
+        (fi / "METADATA").write_text(f"Metadata-Version: 2.1\nName: flashinfer-python\n"
+                                     f"Version: {flashinfer}\n")
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    (patches / "patches.toml").write_text(RULES.format(retire=retire))
+    return site, patches
+
+
+def test_a_release_every_patch_retires_gets_nothing_says_why_and_exits_0(tmp_path):
+    site, patches = rule_site(tmp_path, "0.5.23", "0.7.2")
+    proc = trees.apply_patches(site, "--patches", str(patches))
+    assert proc.returncode == 0, proc.stderr
+    assert ("sglang 0.5.23 (flashinfer 0.7.2, installed): nothing to apply, every patch is "
+            "retired for it:") in proc.stdout
+    assert ("0001-a.patch: sglang 0.5.23 >= 0.5.19 and flashinfer 0.7.2 >= 0.6.18: "
+            "flashinfer >= 0.6.18; sglang >= 0.5.19 pins it") in proc.stdout
+    assert "0010-b.patch: sglang 0.5.23 >= 0.5.23: sglang >= 0.5.23" in proc.stdout
+    record = json.loads((site / "sglang" / ".sm12x-patches.json").read_text())
+    assert record == {"sglang": "0.5.23", "patches": []}
+    assert trees.apply_patches(site, "--patches", str(patches), "--check").returncode == 0
+
+
+def test_without_an_installed_flashinfer_the_rule_reads_sglang_s_own_pin(tmp_path):
+    site, patches = rule_site(tmp_path, "0.5.23", None)
+    proc = trees.apply_patches(site, "--patches", str(patches))
+    assert proc.returncode == 0, proc.stderr
+    assert "(flashinfer 0.7.2, sglang 0.5.23's pin): nothing to apply" in proc.stdout
+
+
+@pytest.mark.parametrize("sglang, flashinfer, retire, reason", [
+    # The flashinfer beside it still lacks the widths the dispatch patch pads.
+    ("0.5.23", "0.6.15.post1", "0.5.23", "0001-a.patch: needs flashinfer >= 0.6.18; "
+                                         "0.6.15.post1 is installed"),
+    # A release between: the serving fix is not retired before 0.5.23.
+    ("0.5.20", "0.7.2", "0.5.23", "0010-b.patch: retired from sglang 0.5.23; this is 0.5.20"),
+    # A patch no release retires yet.
+    ("0.5.23", "0.7.2", "none yet", "0010-b.patch: no release retires it yet"),
+])
+def test_an_unretired_patch_without_a_series_is_refused_naming_it(tmp_path, sglang, flashinfer,
+                                                                  retire, reason):
+    site, patches = rule_site(tmp_path, sglang, flashinfer, retire)
+    proc = trees.apply_patches(site, "--patches", str(patches))
+    assert proc.returncode == 1
+    assert f"sglang {sglang} has no patch series (known: 0.5.17)" in proc.stderr
+    assert "does not retire every patch for it" in proc.stderr and reason in proc.stderr
+    assert not (site / "sglang" / ".sm12x-patches.json").exists()
+
+
+def test_a_patch_for_code_a_release_lacks_is_not_for_it():
+    """`since_sglang`: 0023 changes deepseek-recipe's output parser, which 0.5.17 does
+    not have; 0.5.17's series stays complete without it. From `since_sglang` on the
+    patch counts like any other: a release between with no series is refused."""
+    from sm12x import patch_rules
+
+    patches = [
+        {"file": "0010-b.patch", "title": "a serving fix", "sglang": ["0.5.17"],
+         "retire_when": "sglang >= 0.5.23", "retire_sglang": "0.5.23"},
+        {"file": "0023-c.patch", "title": "a fix of newer code", "sglang": ["0.5.23"],
+         "retire_when": "not yet", "since_sglang": "0.5.19"},
+    ]
+    old = patch_rules.plan(patches, "0.5.17", "0.6.15.post1")
+    assert old.complete and [v.file for v in old.predates] == ["0023-c.patch"]
+    assert old.predates[0].reason == "sglang 0.5.17 predates the code it changes (from 0.5.19)"
+    assert "0023-c.patch: not for it (sglang 0.5.17 predates" in "\n".join(
+        patch_rules.describe(old))
+    between = patch_rules.plan(patches, "0.5.20", "0.7.2")
+    assert not between.known
+    assert {v.file for v in between.unretired} == {"0010-b.patch", "0023-c.patch"}
+    current = patch_rules.plan(patches, "0.5.23", "0.7.2")
+    assert current.complete and [p["file"] for p in current.series] == ["0023-c.patch"]
+
+
+def test_the_pinned_release_names_the_patch_that_is_not_for_it(fresh):
+    from sm12x.versions import load_versions
+
+    version = load_versions("pinned")["SGLANG_VERSION"]
+    proc = trees.apply_patches(fresh(version))
+    assert proc.returncode == 0, proc.stderr
+    assert (f"sglang {version}: not for it: 0023-dsv4-recipe-block-newlines.patch: sglang "
+            f"{version} predates the code it changes (from 0.5.19)") in proc.stdout

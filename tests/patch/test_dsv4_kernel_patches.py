@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-CSRC = {"0.5.16": "sglang/jit_kernel", "0.5.17": "sglang/kernels/jit"}
+CSRC = {"0.5.16": "sglang/jit_kernel", "0.5.17": "sglang/kernels/jit",
+        "0.5.23": "sglang/kernels/jit"}
 SPEC_RING = {4: 16, 128: 256}
 PLAIN_RING = {4: 8, 128: 128}
 
@@ -145,3 +146,80 @@ def test_the_patched_store_kernels_compile_for_sm_120a(sglang_tree, tmp_path):
     tree = sglang_tree("0.5.17")
     compile_cuda(tree, "0.5.17", STORE_UNIT.format(store=source(tree, "0.5.17", "store.cuh")),
                  tmp_path / "store.o", link=False)
+
+
+# --- The current track: sglang 0.5.23 ----------------------------------------------
+# 0020 and 0021 are retired there (patches.toml); 0022 is not, and is ported. What
+# the H200 showed for 0.5.16/0.5.17 (benchmarks/dsv4_kernel_check.sh) has not been
+# run on 0.5.23: these are its sources, and the bound its own Python asserts.
+
+CURRENT = "0.5.23"
+
+
+def test_0_5_23_plans_every_row_of_the_recipes_verifies(sglang_tree):
+    """No row cap: the write plan keeps `mtp_pad = ring - window + 2` trailing rows in
+    all three planners (the GPU kernel's two paths and the host loop), the bound
+    0.5.23's pool configurator asserts at boot against the draft count
+    (get_compress_state_write_pad, "mirrors mtp_pad in c_plan.cuh"). With the
+    speculative c4 ring of 16 slots that is 10 rows: patches.toml's [[release]]."""
+    from sm12x import patch_series
+
+    tree = sglang_tree(CURRENT, patched=False)
+    plan = source(tree, CURRENT, "c_plan.cuh").read_text()
+    assert "kMaxMTPDraftTokens" not in plan
+    assert "const auto mtp_pad = ring_size > window_size ? ring_size - window_size + 2 : 0;" in plan
+    assert plan.count("sl - params.mtp_pad)") == 2 and plan.count("seq_len - mtp_pad)") == 1
+    pool = (tree / "sglang/srt/mem_cache/deepseek_v4_memory_pool.py").read_text()
+    assert "return ring_size - window_size + 2 if ring_size > window_size else 0" in pool
+    assert "return 16 if compress_ratio == 4 else 256" in pool  # the speculative rings
+    window = 4 * 2  # c4 compresses overlapping windows of twice its ratio (c_plan.cuh)
+    assert patch_series.verify_rows(CURRENT).rows == SPEC_RING[4] - window + 2 == 10
+    configurator = (tree / "sglang/srt/model_executor/pool_configurator.py").read_text()
+    assert "assert num_draft_tokens <= max_draft_tokens" in configurator
+
+
+def test_0_5_23_has_the_barrier_0021_adds(sglang_tree):
+    """Each warp writes its own reduction slot, then the block syncs, then warp 0 reads."""
+    plan = source(sglang_tree(CURRENT, patched=False), CURRENT, "c_plan.cuh").read_text()
+    stage_b = plan[plan.index("// === Stage B"):plan.index("const auto num_q = params.num_q_tokens;")]
+    write, sync = stage_b.index("warp_max[warp_id] = "), stage_b.index("__syncthreads();")
+    assert write < sync < stage_b.index("warp::reduce_max(warp_max[lane_id])")
+
+
+def test_0_5_23_still_stores_at_index_minus_1_and_the_port_guards_it(sglang_tree):
+    pristine = source(sglang_tree(CURRENT, patched=False), CURRENT, "store.cuh").read_text()
+    patched = source(sglang_tree(CURRENT), CURRENT, "store.cuh").read_text()
+    guard = "if (static_cast<int64_t>(index) < 0) return;"
+    assert guard not in pristine
+    # The V4 and V4.1 FlashMLA stores and the indexer store, each before its first store.
+    assert patched.count(guard) == 3
+    for kernel in ("fused_store_flashmla_cache(", "fused_store_flashmla_cache_v41(",
+                   "fused_store_indexer_cache("):
+        body = patched[patched.index(kernel):]
+        body = body[:body.index("PDLTriggerSecondary")]
+        first_store = min(i for i in (body.find("Paged::row("),
+                                      body.find("const int32_t page = index >> kPageBits;"))
+                          if i >= 0)
+        assert 0 <= body.find(guard) < first_store, kernel
+
+
+# 0.5.23 moved the kernels into namespace sglang and gave the FlashMLA store a layout
+# (its wrapper struct instantiates RoPE paths V4 refuses): the three __global__
+# kernels the patch changes, instantiated as the JIT wrapper launches them.
+STORE_UNIT_0_5_23 = """
+#include "{store}"
+// Taking each kernel's address instantiates it, as the JIT wrapper's launch does.
+void* sm12x_store_kernels[] = {{
+    (void*)&sglang::fused_store_flashmla_cache<sglang::bf16_t, int64_t, 8, true>,
+    (void*)&sglang::fused_store_flashmla_cache_v41<sglang::bf16_t, int64_t, 8,
+                                                   sglang::deepseek_v4::KVLayout::V41, false, true>,
+    (void*)&sglang::fused_store_indexer_cache<sglang::bf16_t, int64_t, 6, true>,
+}};
+"""
+
+
+@needs_nvcc
+def test_the_patched_0_5_23_store_kernels_compile_for_sm_120a(sglang_tree, tmp_path):
+    tree = sglang_tree(CURRENT)
+    compile_cuda(tree, CURRENT, STORE_UNIT_0_5_23.format(
+        store=source(tree, CURRENT, "store.cuh")), tmp_path / "store.o", link=False)

@@ -20,6 +20,7 @@ import json
 
 import pytest
 
+from sm12x.versions import load_versions
 from support import trees
 
 PROBE = str(trees.REPO / "tests" / "patch" / "prompt_probe.py")
@@ -253,3 +254,56 @@ def test_unpatched_prompt_writes_defaults_the_client_never_sent(rendered, versio
     assert '"strict": false' in served
     assert '"strict"' not in out["one tool, name/description/parameters"]["reference"]
     assert '"description": null' in out["name only"]["served"]
+
+
+# --- The current track: sglang 0.5.23, unpatched --------------------------------------
+# 0.5.23 renders DeepSeek-V4 prompts with deepseek-recipe (DeepSeek's own renderer,
+# token ids) and vendors no encoder; the probe decodes the served ids with V4's
+# tokenizer and also checks them token for token. What it does, case by case:
+CURRENT = load_versions("current")["SGLANG_VERSION"]
+# Refused with a 400: OpenAI's strict mode needs every property in `required`, and
+# WEATHER names `city` only.
+CURRENT_REFUSES = {"strict true", "several tools"}
+# Tools riding on the system message (the reference encoder's own convention, which
+# 0.5.17 honoured) do not reach the prompt: only the request's `tools` do.
+CURRENT_DROPS = {"tools on the system message"}
+# Every other tool line is deepseek-recipe's form of the function: name, description
+# ("" when absent), parameters ({} when absent), in that order, nothing else.
+CURRENT_EXACT = {"control: no tools", "one tool, name/description/parameters", "nested schema",
+                 "tool_choice required", "multi-turn with tool results, thinking",
+                 "multi-turn with tool results, no thinking"}
+
+
+def recipe_form(function: dict) -> str:
+    return json.dumps({"name": function["name"], "description": function.get("description", ""),
+                       "parameters": function.get("parameters", {})}, ensure_ascii=False)
+
+
+def test_current_track_writes_no_pydantic_default_into_the_prompt(rendered):
+    """Upstream #33568 is gone on 0.5.23 unpatched: no default the client never sent
+    (`"strict": false`, `"description": null`) and no pydantic reordering; tools reach
+    the prompt in deepseek-recipe's normalised form instead of byte for byte as sent
+    (docs/tracks.md), which this test pins down exactly."""
+    out = rendered(CURRENT, False)
+    assert set(out) == set(CASES)
+    for name in CURRENT_REFUSES:
+        assert "Required properties must match all properties" in out[name]["refused"], name
+    for name in CURRENT_DROPS:
+        assert "## Tools" in out[name]["reference"] and "## Tools" not in out[name]["served"]
+    for name in CURRENT_EXACT:
+        assert out[name]["served"] == out[name]["reference"], (name, _diff(out[name]))
+        assert out[name]["same_ids"], name
+    for name in set(CASES) - CURRENT_REFUSES - CURRENT_DROPS - CURRENT_EXACT:
+        body_, case = CASES[name], out[name]
+        expected = case["reference"]
+        for tool_ in body_["tools"]:
+            expected = expected.replace(json.dumps(tool_["function"], ensure_ascii=False),
+                                        recipe_form(tool_["function"]))
+        assert case["served"] == expected != case["reference"], (name, _diff(case))
+        assert case["same_ids"] is False  # the normalised line is other tokens
+    for name, case in out.items():
+        served = case.get("served", "")
+        assert '"strict"' not in served and '"description": null' not in served, name
+    # Thinking requests open with deepseek-recipe's default effort (max) on 0.5.23.
+    assert out["control: no tools"]["served"].startswith(
+        "<｜begin▁of▁sentence｜>Reasoning Effort: Absolute maximum")

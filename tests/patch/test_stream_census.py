@@ -1,6 +1,7 @@
 """The DSPARK streaming census, sampled: sglang's real chat streaming path on
-0.5.16 and 0.5.17 unpatched and 0.5.17 patched (scripts/stream-census runs the
-full one; docs/streaming.md has its table)."""
+0.5.16 and 0.5.17 unpatched, 0.5.17 patched, and 0.5.23 (the current track)
+unpatched and patched (scripts/stream-census runs the full one; docs/streaming.md
+has its table)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from support import sglang_serving, stream_census, trees
 
 CONFIGS = {"0.5.16": ("0.5.16", False), "0.5.17": ("0.5.17", False),
-           "0.5.17+patches": ("0.5.17", True)}
+           "0.5.17+patches": ("0.5.17", True), "0.5.23": ("0.5.23", False),
+           "0.5.23+patches": ("0.5.23", True)}
 GAMMAS = ["gamma3", "gamma4", "gamma5", "gamma6", "gamma7"]
 
 
@@ -62,3 +64,42 @@ def test_one_token_chunks_hide_most_of_the_preamble_bug(reports):
     assert cut and all("trailing-angle" in c or "after" in c for c in cut), cut
     gamma = [r for r in reports["0.5.17"]["streams"] if r["mode"] in GAMMAS]
     assert {r["case"] for r in gamma if {"prose-cut", "prose-lost"} & set(r["failures"])} - cut
+
+
+def test_on_0_5_23_no_stream_differs_from_the_non_streamed_response(reports):
+    """The current track, unpatched: DSPARK's chunking changes nothing a client gets,
+    in any mode; what differs from the text written is deepseek-recipe's own reading,
+    the same without streaming (docs/tracks.md): one newline after prose ending in
+    "<" (in V4's format), and shapes outside it (text after the calls, JSON-body and
+    self-closing invokes)."""
+    report = reports["0.5.23"]
+    assert report["sglang"] == "0.5.23"
+    assert not [r for r in report["streams"] if r["stream_only"]]
+    in_format = {r["case"] for r in report["streams"] if r["failures"] and r["in_format"]}
+    assert in_format == {"chat/trailing-angle+weather", "think/trailing-angle+weather"}
+    assert {f for r in report["streams"] if r["in_format"] for f in r["failures"]} == {
+        "separator-in-content"}
+    for record in report["streams"]:
+        if record["failures"] and not record["in_format"]:
+            case = record["case"]
+            assert "after" in case or "[json]" in case or "calls" in case, case
+    # The same outputs differ without streaming, and only those.
+    oracle = {o["case"] for o in report["oracle"] if o["failures"]}
+    assert {r["case"] for r in report["streams"] if r["failures"]} == oracle
+
+
+def test_patched_0_5_23_has_no_divergence_in_v4_s_format(reports):
+    """The current track's series (0023): no output in DeepSeek-V4's own format
+    differs, in any mode or without streaming; what remains is the shapes outside
+    it, exactly as unpatched, and still no stream differs from the non-streamed
+    response."""
+    report, unpatched = reports["0.5.23+patches"], reports["0.5.23"]
+    assert report["sglang"] == "0.5.23"
+    assert not [r for r in report["streams"] if r["failures"] and r["in_format"]]
+    assert not [o for o in report["oracle"] if o["failures"] and o["in_format"]]
+    assert not [r for r in report["streams"] if r["stream_only"]]
+    remaining = {(r["case"], r["mode"], tuple(r["failures"])) for r in report["streams"]
+                 if r["failures"]}
+    before = {(r["case"], r["mode"], tuple(r["failures"])) for r in unpatched["streams"]
+              if r["failures"] and not r["in_format"]}
+    assert remaining == before

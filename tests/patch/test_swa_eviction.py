@@ -130,3 +130,36 @@ def test_patched_dspark_decode_keeps_swa_bounded(run):
 def test_sglang_0_5_18_fix_keeps_the_same_bound(run):
     """Upstream's own fix (0.5.18, unpatched): the same bookkeeping, the same bound."""
     check_bounded(run("0.5.18", False))
+
+
+def test_the_current_track_s_dspark_decode_reaches_the_eviction(sglang_tree):
+    """sglang 0.5.23 (the current track), unpatched: read, not run. swa_probe.py
+    cannot drive 0.5.23's scheduler-side bookkeeping: its ServerArgs is no longer a
+    dataclass (the probe builds one field by field), `maybe_cache_unfinished_req` left
+    mem_cache.common, and a request's SWA cursor moved to
+    `req.kv.get_evicted_seqlen(ComponentType.SWA)`; a port is a new probe. What
+    stands instead: 0.5.23's DSPARK decode preparation, the code 0011 patched on
+    0.5.17, calls the scheduler's eviction before it reserves the next step, as
+    0.5.18's fix does (which the probe runs above)."""
+    import ast
+
+    from sm12x.versions import load_versions
+
+    tree = sglang_tree(load_versions("current")["SGLANG_VERSION"], patched=False)
+    source = (tree / "sglang" / "srt" / "speculative" / "dflash_info_v2.py").read_text()
+    module = ast.parse(source)
+    cls = next(n for n in module.body if isinstance(n, ast.ClassDef)
+               and n.name == "DFlashDraftInputV2")
+    prepare = next(n for n in cls.body if isinstance(n, ast.FunctionDef)
+                   and n.name == "prepare_for_decode")
+    calls = [n for n in ast.walk(prepare) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Attribute) and n.func.attr == "maybe_evict_swa"]
+    assert calls, "DFlashDraftInputV2.prepare_for_decode no longer evicts"
+    evict_line = calls[0].lineno
+    reserve = [n.lineno for n in ast.walk(prepare) if isinstance(n, ast.Attribute)
+               and n.attr in ("alloc_token_slots", "alloc_paged_token_slots_extend",
+                              "_ensure_prepare_length_buffers")]
+    assert reserve and evict_line < min(reserve), "eviction no longer precedes the reservation"
+    # DSPARK decodes with that draft input (its spec-v2 factory builds it).
+    common = (tree / "sglang" / "srt" / "speculative" / "draft_worker_common.py").read_text()
+    assert "def make_draft_input_v2(" in common and "return DFlashDraftInputV2(" in common

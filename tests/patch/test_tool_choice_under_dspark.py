@@ -78,3 +78,44 @@ def test_the_rejection_is_the_dspark_grammar_check_and_nothing_else(admitted, ve
         case = report["NONE"][choice]
         assert report["NONE"]["is_dflash_family"] is False
         assert case["accepted"] and case["aborted"] == [], (choice, case)
+
+
+@pytest.fixture(scope="module")
+def dflash_check(sglang_tree):
+    """sglang version -> the DFLASH-family admission check on each tool_choice."""
+    made = {}
+
+    def run(version: str) -> dict:
+        if version not in made:
+            proc = trees.run_python([sglang_tree(version)], [PROBE, "--dflash-check"],
+                                    timeout=900)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            made[version] = json.loads(proc.stdout.strip().splitlines()[-1])
+        return made[version]
+
+    return run
+
+
+def test_the_current_track_admits_it_under_dspark(dflash_check):
+    """sglang 0.5.23 (the current track, no patch): the scheduler's DFLASH-family
+    check lets a grammar through, and DSPARK advances grammars inside verify. The
+    whole request path (test_the_image_s_sglang_accepts_it) cannot run there: it
+    reads scheduler state (tree cache, KV-event publisher, output streamer) the
+    probe's stand-in does not build; the check is the function that aborted on
+    0.5.16, called as the scheduler calls it."""
+    from sm12x.versions import load_versions
+
+    report = dflash_check(load_versions("current")["SGLANG_VERSION"])
+    assert report["is_dflash_family"] and report["supports_grammar_overlap"] is True
+    for choice in ("required", "named"):
+        case = report[choice]
+        assert case["grammar_keys"] == ["structural_tag"], case
+        assert case["rejection"] is None, case
+
+
+def test_the_same_check_on_0_5_16_rejects_it(dflash_check):
+    """The control: the check itself is what aborted tool_choice on 0.5.16."""
+    report = dflash_check("0.5.16")
+    for choice in ("required", "named"):
+        assert report[choice]["rejection"] == REJECTION, report[choice]
+    assert report["auto"]["rejection"] is None

@@ -27,6 +27,13 @@ recipe launches (DSPARK on):
 
 Prints one JSON object: per case, whether the request reached the grammar
 manager (accepted) or was queued finished with an abort, and the reason.
+
+With --dflash-check, step 4 is only the scheduler's DFLASH-family admission
+check itself (`validate_dflash_request`, what `handle_generate_request` calls
+for DSPARK), given the request's real SamplingParams: sglang 0.5.23's request
+path reads scheduler state its __init__ builds (tree cache, KV-event publisher,
+output streamer) that the stand-in above does not, so there the check is
+called directly.
 """
 
 from __future__ import annotations
@@ -181,7 +188,34 @@ def admit(args, tool_choice) -> dict:
     }
 
 
+def dflash_check() -> dict:
+    """The DFLASH-family admission check on each tool_choice's request."""
+    from sglang.srt.speculative.dflash_utils import validate_dflash_request
+
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    args = server_args("DSPARK")
+    spec = SpeculativeAlgorithm.from_string(args.speculative_algorithm)
+    overlap = getattr(spec, "supports_grammar_overlap", None)
+    out = {"speculative_algorithm": args.speculative_algorithm,
+           "is_dflash_family": spec.is_dflash_family(),
+           "supports_grammar_overlap": overlap() if overlap else None}
+    for label, choice in (("required", "required"), ("named", named), ("auto", "auto")):
+        params, constraint = sampling_params_for(choice)
+        # What the check reads of a Req (set as Req.__init__ sets them from the input).
+        req = types.SimpleNamespace(sampling_params=params, return_logprob=False,
+                                    return_hidden_states=False)
+        out[label] = {"constraint": constraint,
+                      "grammar_keys": sorted(k for k in ("json_schema", "regex", "ebnf",
+                                                         "structural_tag")
+                                             if getattr(params, k, None) is not None),
+                      "rejection": validate_dflash_request(req, not args.disable_overlap_schedule)}
+    return out
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--dflash-check"]:
+        json.dump(dflash_check(), sys.stdout)
+        return
     named = {"type": "function", "function": {"name": "get_weather"}}
     out = {}
     for algorithm in ("DSPARK", "NONE"):

@@ -83,14 +83,23 @@ def _lift_detokenizer(source: Path, find_printable_text: Callable) -> type:
 class Detokenizer:
     """One detokenizer process's state, fed one scheduler step at a time."""
 
-    def __init__(self, serving, tokenizer):
+    def __init__(self, serving, tokenizer, tool_call_parser: Optional[str] = None):
         cls = _lift_detokenizer(serving.detokenizer_source, serving.utils.find_printable_text)
         self._impl = cls()
+        # What DetokenizerManager.init_running_status sets, for this server.
         self._impl.tokenizer = tokenizer
         self._impl.vocab_size = len(tokenizer)
         self._impl.decode_status = {}
         self._impl.disable_tokenizer_batch_decode = False
-        self._impl.is_tool_call_parser_gpt_oss = False
+        self._impl.is_tool_call_parser_gpt_oss = tool_call_parser == "gpt-oss"
+        # sglang >= 0.5.23 keeps a tool call's closing token (its own function).
+        self._impl.tool_close_token_ids = frozenset()
+        try:
+            from sglang.srt.parser.response_template import tool_close_token_ids
+        except ImportError:
+            pass
+        else:
+            self._impl.tool_close_token_ids = tool_close_token_ids(tool_call_parser, tokenizer)
 
     def step(self, rid: str, ids: list[int], *, first: bool, prompt_ids: list[int],
              finished: Optional[dict], skip_special_tokens: bool,
@@ -180,9 +189,11 @@ class TokenizerManagerStandIn:
         self.model_config = ModelConfigView()
         self.served_model_name = MODEL_ID
         self.request_logger = SimpleNamespace(log_requests=False, log_requests_level=0)
-        self.detokenizer = Detokenizer(serving, tokenizer)
+        self.detokenizer = Detokenizer(serving, tokenizer, self.server_args.tool_call_parser)
         # awaited between deliveries (the stand-in server paces its stream here)
         self.on_delivery = on_delivery
+        # sglang >= 0.5.23 reads its configuration from the published context.
+        serving.publish(self.server_args)
 
     def config_value(self, name: str):
         """sglang >= 0.5.18 reads server configuration through this."""

@@ -1,8 +1,11 @@
-"""The command-line surface of an sglang release, read from its wheel's source.
+"""The command-line surface of an sglang release, read from its wheel.
 
-Importing sglang.srt.server_args on a CPU machine drags in transformers,
-torchvision and most of sglang, so this reads the source with `ast` instead,
-mirroring how sglang 0.5.16-0.5.18 build their parser
+sglang 0.5.23 builds its parser from namespace classes (arg_groups/fields/)
+and imports cleanly on a CPU (with its own transformers pin, tests/support/
+wheels.py): its real parser is built in a subprocess (`ServerArgs.add_cli_args`
+on an argparse parser) and read. Importing 0.5.16-0.5.18's server_args on a CPU
+drags in transformers, torchvision and most of sglang, so for those this reads
+the source with `ast` instead, mirroring how they build their parser
 (arg_groups/arg_utils.py: add_cli_args_from_dataclass):
 
 - every ServerArgs field annotated `A[T, "help"]` or `A[T, Arg(...)]` becomes
@@ -18,6 +21,11 @@ mirroring how sglang 0.5.16-0.5.18 build their parser
 from __future__ import annotations
 
 import ast
+import functools
+import json
+import os
+import subprocess
+import sys
 import zipfile
 from dataclasses import dataclass, field
 
@@ -91,8 +99,57 @@ def _literal(expr: ast.expr) -> list[str] | None:
     return None
 
 
+# Run in a subprocess with the release's tree first on the path: its real parser.
+_DUMP = """
+import argparse, json, sys
+from sm12x.selftest.env import stub_torchvision
+stub_torchvision()
+from sglang.srt.server_args import ServerArgs
+parser = argparse.ArgumentParser()
+ServerArgs.add_cli_args(parser)
+out = {}
+for action in parser._actions:
+    for flag in action.option_strings:
+        out[flag] = {"name": action.option_strings[0], "nargs": action.nargs,
+                     "choices": None if action.choices is None else [str(c) for c in action.choices],
+                     "deprecated": type(action).__name__.startswith("Deprecated")
+                     or getattr(action, "new_flag", None) is not None,
+                     "aliases": action.option_strings[1:]}
+json.dump(out, sys.stdout)
+"""
+
+
+@functools.cache
+def _real_flags(sglang_version: str) -> dict[str, FlagSpec]:
+    from support import sglang_serving
+
+    site = sglang_serving.tree(sglang_version, patched=False)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [*wheels.pythonpath(sglang_version), str(site), str(wheels.ROOT)])}
+    proc = subprocess.run([sys.executable, "-c", _DUMP], capture_output=True, text=True,
+                          timeout=600, env=env, cwd=site)
+    if proc.returncode != 0:
+        raise RuntimeError(f"sglang {sglang_version}'s parser: {proc.stderr[-2000:]}")
+    flags = {}
+    for flag, spec in json.loads(proc.stdout).items():
+        nargs = spec["nargs"]
+        # nargs 0: a switch; None: one value; anything else: value-ness unknown.
+        switch = True if nargs == 0 else False if nargs is None else None
+        flags[flag] = FlagSpec(spec["name"], switch, spec["choices"], spec["deprecated"],
+                               spec["aliases"])
+    return flags
+
+
+def builds_from_namespaces(sglang_version: str) -> bool:
+    """sglang >= 0.5.23 declares its fields in arg_groups/fields/, not on ServerArgs."""
+    with zipfile.ZipFile(wheels.wheel("sglang", sglang_version)) as archive:
+        return "sglang/srt/arg_groups/fields/__init__.py" in archive.namelist()
+
+
 def server_flags(sglang_version: str) -> dict[str, FlagSpec]:
     """Every flag `python -m sglang.launch_server` accepts in that release."""
+    if builds_from_namespaces(sglang_version):
+        return _real_flags(sglang_version)
     with zipfile.ZipFile(wheels.wheel("sglang", sglang_version)) as archive:
         tree = _read(archive, "sglang/srt/server_args.py")
         reasoning = _dict_keys(

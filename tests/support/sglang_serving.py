@@ -14,13 +14,23 @@ drags in the scheduler, the model configs and CUDA-only packages:
 
 - `sglang.srt.managers.io_struct`: `GenerateReqInput`, the request the
   tokenizer manager receives (here a plain record of the keyword arguments);
-- `sglang.srt.server_args.ServerArgs` (serving_base only tests isinstance);
+- `sglang.srt.server_args.ServerArgs` (serving_base only tests isinstance), up
+  to 0.5.18; from 0.5.23 the serving code reads the published configuration
+  (`runtime_context.get_serving()`), so the real ServerArgs is built from the
+  stand-in's server arguments and published (`Serving.publish`);
 - `sglang.srt.observability.req_time_stats.monotonic_time`;
 - `xgrammar`, unless already imported: the grammar library; the stand-in
   engine does not constrain decoding, so only the names the parsers import
   exist (the real package costs the stand-in seconds at every start);
-- `torchvision.io.decode_jpeg`, imported by sglang's utilities (torchvision
-  would pull a CUDA torch).
+- `torchvision.io.decode_jpeg`, imported by sglang's utilities, and from 0.5.23
+  every `torchvision.*` its multimodal configs import (placeholders,
+  sm12x.selftest.env), only while sglang's modules import (torchvision would
+  pull a CUDA torch).
+
+DeepSeek-V4's encoder: up to 0.5.18 sglang carries DeepSeek's reference encoder
+(`encoding_dsv4`); 0.5.23 encodes through the deepseek-recipe package instead
+and has none, so `reference_encoder()` loads the pinned track's copy (the
+model writes what it writes whatever serves it).
 
 `sglang` is registered as a bare package (sglang/__init__.py imports the whole
 runtime), so each process holds one sglang tree: run one version per process.
@@ -28,10 +38,13 @@ runtime), so each process holds one sglang tree: run one version per process.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
+import functools
 import hashlib
 import importlib
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -39,6 +52,7 @@ import sys
 import time
 import types
 import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +60,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from sm12x.versions import load_versions  # noqa: E402
+from sm12x.selftest.env import _TorchvisionStub  # noqa: E402
 from tests.support import wheels  # noqa: E402
 
 APPLY = ROOT / "scripts" / "apply-patches"
@@ -106,7 +122,7 @@ class Serving:
     site: Path
     serving_chat: types.ModuleType
     protocol: types.ModuleType
-    encoding_dsv4: types.ModuleType
+    encoding_dsv4: types.ModuleType | None  # None from 0.5.23 (reference_encoder())
     sse_utils: types.ModuleType
     FunctionCallParser: type
     ReasoningParser: type
@@ -116,6 +132,50 @@ class Serving:
     @property
     def OpenAIServingChat(self) -> type:  # noqa: N802 (sglang's name)
         return self.serving_chat.OpenAIServingChat
+
+    @property
+    def publishes_config(self) -> bool:
+        return publishes_config(self.site / "sglang")
+
+    def publish(self, args) -> None:
+        """sglang >= 0.5.23: publish the real ServerArgs for the stand-in's server
+        arguments (a dataclass of flag values, dspark_engine.ServerArgsView)."""
+        if not self.publishes_config:
+            return
+        from sglang.srt.runtime_context import publish
+        from sglang.srt.server_args import prepare_server_args
+
+        argv = ["--model-path", "dummy"]
+        for item in dataclasses.fields(args):
+            value = getattr(args, item.name)
+            if value is None or value is False or value == item.default and item.name not in (
+                    "reasoning_parser", "tool_call_parser", "speculative_algorithm"):
+                continue
+            flag = "--" + item.name.replace("_", "-")
+            argv += [flag] if value is True else [
+                flag, json.dumps(value) if isinstance(value, dict) else str(value)]
+        publish(prepare_server_args(argv), role="tokenizer")
+
+
+def publishes_config(package_dir: Path) -> bool:
+    """Whether this sglang's chat serving code reads the published configuration
+    (`get_serving()`, 0.5.23; 0.5.17-0.5.18 have the function but not this use)."""
+    chat = package_dir / "srt" / "entrypoints" / "openai" / "serving_chat.py"
+    return chat.is_file() and "get_serving()" in chat.read_text(encoding="utf-8")
+
+
+@functools.cache
+def reference_encoder() -> types.ModuleType:
+    """DeepSeek's reference DeepSeek-V4 encoder, as the pinned track's sglang ships it
+    (encoding_dsv4.py: the standard library only), loaded on its own."""
+    version = load_versions()["SGLANG_VERSION"]
+    member = "sglang/srt/entrypoints/openai/encoding_dsv4.py"
+    with zipfile.ZipFile(wheels.wheel("sglang", version)) as archive:
+        source = archive.read(member).decode()
+    module = types.ModuleType("sm12x_reference_encoding_dsv4")
+    module.__file__ = f"sglang-{version}.whl/{member}"
+    exec(compile(source, module.__file__, "exec"), module.__dict__)  # noqa: S102 (sglang's code)
+    return module
 
 
 def _module(name: str, **attrs) -> types.ModuleType:
@@ -141,7 +201,7 @@ class ServerArgs:
     """isinstance target only (serving_base); the emulated manager's args are not one."""
 
 
-def _stub_engine_side() -> list[str]:
+def _stub_engine_side(real_server_args: bool) -> list[str]:
     """Install the stubs; returns the third-party module names stubbed, which
     are only needed while sglang's modules import (see load)."""
     # Nothing here may reach a model hub (sglang >= 0.5.18 looks for the
@@ -169,12 +229,20 @@ def _stub_engine_side() -> list[str]:
         _module("xgrammar", StructuralTag=StructuralTag, structural_tag=structural_tag,
                 __path__=[])
     if "torchvision" not in sys.modules and importlib.util.find_spec("torchvision") is None:
-        stubbed += ["torchvision", "torchvision.io"]
-        io = _module("torchvision.io", decode_jpeg=lambda *args, **kwargs: None)
-        _module("torchvision", io=io, __path__=[])
+        stubbed.append("torchvision")  # with every torchvision.* the import brings
+        if real_server_args:
+            # 0.5.23's configs import torchvision.transforms too (with its own
+            # transformers, whose image processors need no torchvision).
+            sys.meta_path.insert(0, _TorchvisionStub())
+        else:
+            # Up to 0.5.18 only torchvision.io.decode_jpeg: a fuller stub would
+            # make transformers 5.12 register image processors it cannot load.
+            io = _module("torchvision.io", decode_jpeg=lambda *args, **kwargs: None)
+            _module("torchvision", io=io, __path__=[])
     _module("sglang.srt.managers.io_struct", GenerateReqInput=GenerateReqInput,
             EmbeddingReqInput=EmbeddingReqInput)
-    _module("sglang.srt.server_args", ServerArgs=ServerArgs)
+    if not real_server_args:
+        _module("sglang.srt.server_args", ServerArgs=ServerArgs)
     _module("sglang.srt.observability.req_time_stats", monotonic_time=time.monotonic)
     return stubbed
 
@@ -202,15 +270,17 @@ def load(site: Path, replace: bool = False) -> Serving:
     if "sglang" not in sys.modules:
         package = _module("sglang", __path__=[str(package_dir)], __sm12x_tree__=str(site))
         package.__file__ = str(package_dir / "__init__.py")
-        stubbed = _stub_engine_side()
+        stubbed = _stub_engine_side(real_server_args=publishes_config(package_dir))
     try:
         return _import(site, package_dir)
     finally:
         # sglang took what it needs from them at import. Left in sys.modules,
         # a stub module would mislead other code in this process (transformers
         # asks whether torchvision is installed when lm-eval loads it).
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _TorchvisionStub)]
         for name in stubbed:
-            sys.modules.pop(name, None)
+            for loaded in [n for n in sys.modules if n == name or n.startswith(name + ".")]:
+                sys.modules.pop(loaded, None)
 
 
 def _import(site: Path, package_dir: Path) -> Serving:
@@ -218,12 +288,17 @@ def _import(site: Path, package_dir: Path) -> Serving:
 
     dists = list(distributions(name="sglang", path=[str(site)]))
     version = dists[0].version if dists else "unknown"
+    if publishes_config(package_dir):
+        # Imported while the stubs stand: Serving.publish builds the real ServerArgs.
+        importlib.import_module("sglang.srt.server_args")
     return Serving(
         version=version,
         site=site,
         serving_chat=importlib.import_module("sglang.srt.entrypoints.openai.serving_chat"),
         protocol=importlib.import_module("sglang.srt.entrypoints.openai.protocol"),
-        encoding_dsv4=importlib.import_module("sglang.srt.entrypoints.openai.encoding_dsv4"),
+        encoding_dsv4=(importlib.import_module("sglang.srt.entrypoints.openai.encoding_dsv4")
+                       if (package_dir / "srt/entrypoints/openai/encoding_dsv4.py").is_file()
+                       else None),
         sse_utils=importlib.import_module("sglang.srt.entrypoints.openai.sse_utils"),
         FunctionCallParser=importlib.import_module(
             "sglang.srt.function_call.function_call_parser").FunctionCallParser,

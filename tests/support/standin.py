@@ -7,9 +7,12 @@ relies on, at the same layout: a Debian/Ubuntu system python3 with pip,
 self-test needs, installed by pip into /usr/local/lib/python3.X/dist-packages
 (the real base's dist-packages layout). Like the real base it carries
 sglang's *own* flashinfer pin (0.6.15.post1 for sglang 0.5.17, the version
-versions.env pins; 0.6.14 for 0.5.16), which the build reinstalls at
-versions.env's. It has a CPU torch instead of a CUDA one, and no
-CUDA compiler: the self-test needs neither.
+versions.env pins; 0.6.14 for 0.5.16; 0.7.2 for 0.5.23), which the build
+reinstalls at versions.env's. One per track (versions.env): the track's
+sglang. It has a CPU torch instead of a CUDA one (torch 2.13.0, also for
+0.5.23, which pins 2.14.1: that release is only a CUDA build on these
+machines, and 0.5.23's code imports and runs the self-test on 2.13.0), and
+no CUDA compiler: the self-test needs neither.
 
 Two layers, each cached under SM12X_CACHE/standin/ keyed by its inputs:
   1. the OS: `debootstrap --variant=minbase` -> os-<key>.tar -> `docker import`
@@ -47,8 +50,14 @@ IMPORT_DEPS = (
     "tqdm", "ipython", "pydantic", "aiohttp", "msgspec", "nvidia-ml-py", "partial-json-parser",
     "apache-tvm-ffi>=0.1.6,<0.2,!=0.1.8,!=0.1.8.post0",
 )
+# What sglang 0.5.23's self-test imports beyond that (its DeepSeek-V4 model module,
+# for the target's own head count), at the sglang release's own pins where it
+# has them (the real base has every one): found by running the self-test in a
+# virtualenv with only the above, one ImportError at a time.
+MODEL_IMPORT_DEPS = ("pyzmq", "transformers", "dill", "sentencepiece", "einops",
+                     "compressed-tensors", "gguf", "openai")
 # Bump to rebuild every layer (a change to how they are made).
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "2"
 
 
 def cache_dir() -> Path:
@@ -127,12 +136,19 @@ def os_image(timer: Timer) -> str:
     return tag
 
 
-def wheelhouse(timer: Timer) -> Path:
-    pins = load_versions()
+def model_deps(sglang: str) -> list[str]:
+    """MODEL_IMPORT_DEPS at sglang's own pins (unpinned where it pins none)."""
+    own = wheels.sglang_pins(sglang)
+    return [f"{name}=={own[name]}" if name in own else name for name in MODEL_IMPORT_DEPS]
+
+
+def wheelhouse(timer: Timer, track: str | None = None) -> Path:
+    pins = load_versions(track)
     sglang = pins["SGLANG_VERSION"]
     flashinfer = base_flashinfer(sglang)
     pinned = [f"torch=={pins['TEST_TORCH_VERSION']}", f"triton=={pins['TEST_TRITON_VERSION']}"]
-    key = _key(RECIPE_VERSION, sys.version_info[:2], platform.machine(), pinned, IMPORT_DEPS,
+    deps = [*IMPORT_DEPS, *model_deps(sglang)]
+    key = _key(RECIPE_VERSION, sys.version_info[:2], platform.machine(), pinned, deps,
                sglang, flashinfer)
     house = cache_dir() / f"wheels-{key}"
     if (house / ".complete").is_file():
@@ -145,7 +161,7 @@ def wheelhouse(timer: Timer) -> Path:
     # it installs there. torch comes as a CPU build from this machine's disk.
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
-         "--timeout", "120", "--retries", "3", "-d", str(house), *pinned, *IMPORT_DEPS],
+         "--timeout", "120", "--retries", "3", "-d", str(house), *pinned, *deps],
         capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         raise RuntimeError(f"pip download failed:\n{containers.tail(proc.stdout + proc.stderr)}")
@@ -174,11 +190,12 @@ RUN --mount=type=bind,source=wheels,target=/tmp/wheels \\
 """
 
 
-def image(timer: Timer | None = None) -> str:
-    """The stand-in base's tag (built if missing)."""
+def image(timer: Timer | None = None, track: str | None = None) -> str:
+    """The stand-in base of a track (default: the default track's), its tag (built if
+    missing)."""
     timer = timer or Timer()
     os_tag = os_image(timer)
-    house = wheelhouse(timer)
+    house = wheelhouse(timer, track)
     tag = f"sm12x-standin:{_key(RECIPE_VERSION, os_tag, house.name, DOCKERFILE)}"
     if containers.image_exists(tag):
         return tag

@@ -148,6 +148,15 @@ class Case:
         blank line the encoder writes between the prose and the block."""
         return self.before + self.after
 
+    @property
+    def in_format(self) -> bool:
+        """Whether this output is one DeepSeek-V4's own format allows: its encoder's
+        parameter form, and nothing after the tool-call block (the turn ends there).
+        The JSON-body and self-closing invokes are shapes sglang's DSML detector
+        (the DeepSeek-V3.2 one, up to 0.5.18) also accepts; 0.5.23 parses V4's
+        output with DeepSeek's own parser (deepseek-recipe) instead."""
+        return not self.after and all(c.form == "params" for c in self.calls)
+
 
 def cases() -> list[Case]:
     out: list[Case] = []
@@ -362,6 +371,15 @@ def classify(case: Case, got: Outcome) -> list[str]:
     return sorted(set(found), key=list(FAILURES).index)
 
 
+def same_response(a: Outcome, b: Outcome) -> bool:
+    """Whether two responses say the same (call ids are random per request)."""
+    def calls(o):
+        return [(c.get("name"), c.get("arguments")) for c in o.calls]
+    return (a.error is None and b.error is None and a.content == b.content
+            and a.reasoning == b.reasoning and calls(a) == calls(b)
+            and a.finish_reason == b.finish_reason)
+
+
 def from_stream(events: list[str]) -> Outcome:
     chunks = []
     for event in events:
@@ -427,8 +445,8 @@ class Runner:
                                                lambda request: self.plan)
 
     def tokens(self, case: Case) -> list[int]:
-        return self.tokenizer.encode(render(self.serving.encoding_dsv4, case),
-                                     add_special_tokens=False)
+        encoder = self.serving.encoding_dsv4 or sglang_serving.reference_encoder()
+        return self.tokenizer.encode(render(encoder, case), add_special_tokens=False)
 
     def request(self, case: Case, stream: bool):
         return self.serving.protocol.ChatCompletionRequest(
@@ -465,7 +483,7 @@ def run(site: Path, modes: list[str], samples: int, seed: int = 0,
             ids = runner.tokens(case)
             plain = await runner.respond(case, ids, [[len(ids)]], stream=False)
             oracle.append({"case": case.name, "failures": classify(case, plain),
-                           "tokens": len(ids)})
+                           "tokens": len(ids), "in_format": case.in_format})
             for mode in modes:
                 for number, plan in enumerate(chunkings(mode, len(ids), samples, seed,
                                                         split_stride)):
@@ -475,9 +493,14 @@ def run(site: Path, modes: list[str], samples: int, seed: int = 0,
                     if not failures and plain.error is None and (
                             got.content, got.reasoning) != (plain.content, plain.reasoning):
                         failures = ["content-differs"]
+                    # DSPARK's chunking at fault: the stream says something the
+                    # non-streamed response to the same tokens does not.
+                    stream_only = not same_response(got, plain)
                     records.append({"case": case.name, "mode": mode, "sample": number,
-                                    "failures": failures,
-                                    **({"got": asdict(got)} if failures else {})})
+                                    "failures": failures, "in_format": case.in_format,
+                                    "stream_only": stream_only,
+                                    **({"got": asdict(got)} if failures or stream_only
+                                       else {})})
 
     asyncio.run(go())
     return {"sglang": runner.serving.version, "site": str(site), "seed": seed,
@@ -492,6 +515,10 @@ def table(report: dict) -> dict[str, dict]:
         rows = [r for r in report["streams"] if r["mode"] == mode]
         counts = Counter(f for r in rows for f in r["failures"])
         out[mode] = {"streams": len(rows), "divergent": sum(1 for r in rows if r["failures"]),
+                     "in-format": sum(1 for r in rows if r.get("in_format", True)),
+                     "divergent-in-format": sum(1 for r in rows if r["failures"]
+                                                and r.get("in_format", True)),
+                     "stream-only": sum(1 for r in rows if r.get("stream_only")),
                      **{f: counts.get(f, 0) for f in FAILURES}}
     return out
 

@@ -1,4 +1,5 @@
-"""One check per streaming patch (0002-0008), each the symptom its patch removes.
+"""One check per streaming patch (0002-0008 for 0.5.17, 0023 for 0.5.23), each the
+symptom its patch removes.
 
 Each check streams an output of the census corpus (or a targeted input)
 through sglang's real chat streaming path (stream_census.Runner) and returns
@@ -150,6 +151,27 @@ def string_values_verbatim(runner):
     return all(g == want for g in got), f"ends {[g[-12:] if g else g for g in got]!r}"
 
 
+def recipe_block_newlines(runner):
+    """0023 (0.5.23, deepseek-recipe's parse): prose ending in "<" before a call
+    keeps no newline of the blank line before the block, streamed at every split
+    point and one token a chunk, and not streamed; newlines inside or ending a
+    reply without calls still arrive (what the patch holds, it sends)."""
+    ends_newline = sc.Case("chat/prose:ends-newline", False, None, "Done:\n\n- one\n- two\n")
+    bad = []
+    for case in (CASES["chat/trailing-angle+weather"], CASES["think/trailing-angle+weather"],
+                 CASES["chat/prose:multiline"], ends_newline):
+        ids = runner.tokens(case)
+
+        async def go(case=case, ids=ids):
+            plans = [[[len(ids)]], [[1]] * len(ids), *_splits(len(ids))]
+            return [await runner.respond(case, ids, plan, stream=i > 0)
+                    for i, plan in enumerate(plans)]
+
+        bad += [(case.name, o.content[-16:]) for o in asyncio.run(go())
+                if o.content != case.content or o.error]
+    return not bad, f"{len(bad)} responses with other content, e.g. {bad[:2]!r}"
+
+
 CHECKS = {
     "0002-dsml-stream-partial-json-value": partial_json_value,
     "0003-dsml-stream-failure-keeps-markup-out": failure_keeps_markup_out,
@@ -158,6 +180,7 @@ CHECKS = {
     "0006-dsml-stream-block-whitespace": block_whitespace,
     "0007-dsml-text-after-block": text_after_block,
     "0008-dsml-string-values-verbatim": string_values_verbatim,
+    "0023-dsv4-recipe-block-newlines": recipe_block_newlines,
 }
 
 

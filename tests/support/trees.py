@@ -52,13 +52,21 @@ def apply_patches(site: Path, *args: str, env: dict | None = None) -> subprocess
                           capture_output=True, text=True, timeout=120, env=env)
 
 
+def sglang_in(tree: Path) -> str | None:
+    """The version of the sglang unpacked in `tree`, if one is."""
+    found = sorted(Path(tree).glob("sglang-*.dist-info"))
+    return found[0].name[len("sglang-"):-len(".dist-info")] if found else None
+
+
 def run_python(trees: list[Path], args: list[str], env: dict | None = None,
                timeout: int = 900) -> subprocess.CompletedProcess:
-    """python ARGS with the trees first on sys.path, from a neutral folder."""
+    """python ARGS with the trees first on sys.path (after the sglang tree's own pins,
+    wheels.pythonpath), from a neutral folder."""
     # Small tensors everywhere: one OpenMP thread (spinning workers on a busy
     # machine made small copies up to 50x slower).
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    full_env["PYTHONPATH"] = os.pathsep.join([*(str(t) for t in trees), str(REPO)])
+    overlay = [p for t in trees if (v := sglang_in(t)) for p in wheels.pythonpath(v)]
+    full_env["PYTHONPATH"] = os.pathsep.join([*overlay, *(str(t) for t in trees), str(REPO)])
     return subprocess.run([sys.executable, *args], capture_output=True, text=True,
                           timeout=timeout, env=full_env, cwd=trees[0])
 

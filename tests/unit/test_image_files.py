@@ -24,20 +24,20 @@ import yaml
 from dockerfile_parse import DockerfileParser
 
 from sm12x.launch.render import CACHE_ENV
-from sm12x.versions import load_versions
+from sm12x.versions import TRACK_KEYS, default_track, load_versions, track_key, tracks
 from support.wheels import ROOT
 
 DOCKERFILE = ROOT / "Dockerfile"
 BAKE = ROOT / "docker-bake.hcl"
 WORKFLOW = ROOT / ".github" / "workflows" / "image.yml"
-PINS = load_versions()
-PINNED_ARGS = (
-    "BASE_IMAGE", "BASE_IMAGE_DIGEST", "SGLANG_VERSION", "FLASHINFER_VERSION",
-    "FLASHINFER_CUBIN_VERSION", "FLASHINFER_JIT_CACHE_VERSION",
-    "FLASHINFER_JIT_CACHE_VERSION_AMD64", "FLASHINFER_JIT_CACHE_VERSION_ARM64",
-    "FLASHINFER_CUBIN_INDEX_URL", "FLASHINFER_JIT_CACHE_INDEX_URL", "CUDA_VERSION",
-    "SGLANG_ROUTER_VERSION", "SM12X_VERSION",
-)
+PINS = load_versions()  # the default track's
+# versions.env keys the Dockerfile takes as build arguments: each track's own
+# (TRACK_KEYS less the two that are no build argument) and the shared ones.
+TRACK_ARGS = tuple(k for k in TRACK_KEYS if k not in ("TORCH_VERSION", "BASE_IMAGE_DIGEST_SEEN"))
+SHARED_ARGS = ("FLASHINFER_CUBIN_INDEX_URL", "FLASHINFER_JIT_CACHE_INDEX_URL", "CUDA_VERSION",
+               "SGLANG_ROUTER_VERSION", "SM12X_VERSION")
+PINNED_ARGS = (*TRACK_ARGS, *SHARED_ARGS)
+NOT_BUILD_ARGS = ("IMAGE_REPO", "TAGS", "COMMIT_TAGS")
 
 
 def instructions() -> list[dict]:
@@ -66,13 +66,27 @@ def stages() -> list[tuple[str, list[dict]]]:
     return result
 
 
-def image_args(*overrides: str, env: dict | None = None) -> dict[str, str]:
+def clean_env(env: dict | None = None) -> dict[str, str]:
     clean = {k: v for k, v in os.environ.items()
              if not k.startswith(("GITHUB_", "SM12X_IMAGE_REPO"))}
+    return {**clean, **(env or {})}
+
+
+def image_args(*overrides: str, env: dict | None = None, track: str | None = None
+               ) -> dict[str, str]:
+    chosen = ["--track", track] if track else []
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "image-args"), "--format",
-                           "json", *overrides], capture_output=True, text=True, timeout=60,
-                          check=True, env={**clean, **(env or {})})
+                           "json", *chosen, *overrides], capture_output=True, text=True,
+                          timeout=60, check=True, env=clean_env(env))
     return json.loads(proc.stdout)
+
+
+def bake_args(*overrides: str, env: dict | None = None) -> dict[str, str]:
+    """`scripts/image-args --format bake`: what CI exports for docker-bake.hcl."""
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "image-args"), "--format",
+                           "bake", *overrides], capture_output=True, text=True, timeout=60,
+                          check=True, env=clean_env(env))
+    return dict(line.split("=", 1) for line in proc.stdout.splitlines())
 
 
 def hadolint() -> str:
@@ -96,21 +110,28 @@ def test_no_syntax_line_so_the_build_pulls_no_frontend():
         assert not re.match(r"#\s*syntax\s*=", line, re.IGNORECASE), line
 
 
-def test_arg_defaults_are_versions_env():
+def test_arg_defaults_are_versions_env_s_default_track():
     args = global_args()
+    assert args["SM12X_TRACK"] == default_track() == PINS["SM12X_TRACK"]
     for key in PINNED_ARGS:
         assert key in args, f"the Dockerfile takes no {key} build argument"
+        written = track_key(default_track(), key) if key in TRACK_ARGS else key
         assert args[key] == PINS[key], f"Dockerfile ARG {key}={args[key]} but versions.env has " \
-            f"{PINS[key]}"
+            f"{written}={PINS[key]}"
 
 
-def test_the_other_arg_defaults_are_what_image_args_computes():
-    computed = image_args()
+@pytest.mark.parametrize("track", tracks())
+def test_the_other_arg_defaults_are_what_image_args_computes(track):
+    computed = image_args(track=track)
     args = global_args()
-    assert set(args) == {k for k in computed if k not in ("IMAGE_REPO", "TAGS")}, \
+    assert set(args) == {k for k in computed if k not in NOT_BUILD_ARGS}, \
         "scripts/image-args and the Dockerfile disagree on the build arguments"
-    for key in ("SM12X_PATCHES", "SM12X_SOURCE", "FLASHINFER_PREBUILT"):
-        assert args[key] == computed[key], key
+    assert computed["SM12X_TRACK"] == track
+    for key in PINNED_ARGS:
+        assert computed[key] == load_versions(track)[key], key
+    if track == default_track():
+        for key in ("SM12X_PATCHES", "SM12X_SOURCE", "FLASHINFER_PREBUILT"):
+            assert args[key] == computed[key], key
 
 
 def test_base_is_tag_at_digest_when_the_digest_is_known():
@@ -235,33 +256,77 @@ def bake() -> dict:
     return blocks
 
 
-def test_bake_variable_defaults_repeat_versions_env_and_image_args():
+def test_bake_variable_defaults_are_what_image_args_exports():
+    """The same names as versions.env (a track's pins as <TRACK>_<KEY>) and the same
+    values: CI's export and a plain `bake` build the same images."""
     variables = {name: unquote(body.get("default")) for name, body in bake()["variable"].items()}
-    computed = image_args()
-    for key in PINNED_ARGS:
-        assert variables[key] == PINS[key], f"bake default {key}={variables[key]}"
-    for key in ("SM12X_PATCHES", "SM12X_SOURCE", "FLASHINFER_PREBUILT", "IMAGE_REPO"):
-        assert variables[key] == computed[key], key
+    exported = bake_args()
+    assert set(variables) == set(exported) | {"CREATED"}
+    for key, value in exported.items():
+        if key == "SM12X_REVISION":
+            continue
+        assert variables[key] == value, f"bake default {key}={variables[key]}, image-args {value}"
     assert variables["SM12X_REVISION"] == "unknown"
+    raw = {k: v for k, v in (line.split("=", 1) for line in (ROOT / "versions.env").read_text()
+                             .splitlines() if "=" in line and not line.startswith("#"))}
+    for track in tracks():
+        for key in TRACK_ARGS:
+            assert variables[track_key(track, key)] == raw[track_key(track, key)], key
 
 
-def test_bake_passes_every_build_argument():
-    common = bake()["target"]["_common"]
-    assert set(common["args"]) == set(global_args())
-    for name, value in common["args"].items():
-        assert unquote(value) in (name, f"${{{name}}}"), f"arg {name} is not variable {name}"
+def target_args(name: str) -> dict[str, str]:
+    """A target's args with those it inherits (bake merges them, the child's winning)."""
+    target = bake()["target"][name]
+    merged: dict[str, str] = {}
+    for parent in target.get("inherits", []):
+        merged.update(target_args(unquote(parent)))
+    merged.update({k: unquote(v) for k, v in target.get("args", {}).items()})
+    return merged
 
 
-def test_bake_has_one_target_per_arch_and_one_for_both():
+def target_platforms(name: str) -> list[str]:
+    target = bake()["target"][name]
+    if "platforms" in target:
+        return [unquote(p) for p in target["platforms"]]
+    return [p for parent in target.get("inherits", []) for p in target_platforms(unquote(parent))]
+
+
+def target_tags(name: str) -> list[str]:
+    target = bake()["target"][name]
+    if "tags" in target:
+        return [unquote(t) for t in target["tags"]]
+    return [t for parent in target.get("inherits", []) for t in target_tags(unquote(parent))]
+
+
+@pytest.mark.parametrize("track", tracks())
+def test_each_track_s_target_passes_every_build_argument_from_its_variables(track):
+    args = target_args(f"image-{track}-amd64")
+    assert set(args) == set(global_args())
+    for name, value in args.items():
+        if name == "SM12X_TRACK":
+            assert value == track
+        elif name in (*TRACK_ARGS, "SM12X_PATCHES"):
+            assert value in (track_key(track, name), f"${{{track_key(track, name)}}}"), \
+                f"arg {name} is not variable {track_key(track, name)}"
+        else:
+            assert value in (name, f"${{{name}}}"), f"arg {name} is not variable {name}"
+
+
+def test_bake_has_one_target_per_track_and_arch_and_one_for_both():
     targets = bake()["target"]
-    platforms = {name: [unquote(p) for p in body.get("platforms", [])]
-                 for name, body in targets.items()}
-    assert platforms["image-amd64"] == ["linux/amd64"]
-    assert platforms["image-arm64"] == ["linux/arm64"]
-    assert platforms["image"] == ["linux/amd64", "linux/arm64"]
-    for name in ("image-amd64", "image-arm64", "image"):
-        assert [unquote(t) for t in targets[name]["inherits"]] == ["_common"]
-    assert unquote(targets["_common"]["target"]) == "runtime"
+    for track in tracks():
+        assert target_platforms(f"image-{track}-amd64") == ["linux/amd64"]
+        assert target_platforms(f"image-{track}-arm64") == ["linux/arm64"]
+        assert target_platforms(f"image-{track}") == ["linux/amd64", "linux/arm64"]
+        assert unquote(targets["_common"]["target"]) == "runtime"
+    # The default track keeps the short names.
+    for suffix in ("-amd64", "-arm64", ""):
+        assert target_args(f"image{suffix}") == target_args(f"image-{default_track()}{suffix}")
+        assert target_platforms(f"image{suffix}") == target_platforms(
+            f"image-{default_track()}{suffix}")
+    groups = {name: [unquote(t) for t in body["targets"]] for name, body in bake()["group"].items()}
+    assert groups["default"] == ["image"]
+    assert groups["all"] == [f"image-{t}" for t in tracks()]
 
 
 def render(template: str, values: dict[str, str]) -> str:
@@ -270,20 +335,29 @@ def render(template: str, values: dict[str, str]) -> str:
     return re.sub(r"\$\{(\w+)\}", lambda m: values[m[1]], template)
 
 
-def test_bake_tags_are_image_args_tags():
-    computed = image_args(env={"GITHUB_SHA": "0123456789abcdef" * 2 + "01234567"})
-    tags = [render(unquote(t), computed) for t in bake()["target"]["_common"]["tags"]]
+@pytest.mark.parametrize("track", tracks())
+def test_bake_tags_are_image_args_tags(track):
+    sha = {"GITHUB_SHA": "0123456789abcdef" * 2 + "01234567"}
+    computed = image_args(env=sha, track=track)
+    variables = bake_args(env=sha)
+    tags = [render(t, variables) for t in target_tags(f"image-{track}-amd64")]
     assert tags == computed["TAGS"].split(",")
-    assert tags == [f"{computed['IMAGE_REPO']}:{PINS['SM12X_VERSION']}",
-                    f"{computed['IMAGE_REPO']}:sglang-{PINS['SGLANG_VERSION']}",
-                    f"{computed['IMAGE_REPO']}:sha-0123456789ab"]
+    repo, version = computed["IMAGE_REPO"], PINS["SM12X_VERSION"]
+    assert f"{repo}:{version}-{track}" in tags
+    assert f"{repo}:sglang-{load_versions(track)['SGLANG_VERSION']}" in tags
+    assert f"{repo}:sha-0123456789ab-{track}" in tags
+    assert computed["COMMIT_TAGS"].split(",") == [t for t in tags if ":sha-" in t]
+    bare = {f"{repo}:{version}", f"{repo}:sha-0123456789ab"}
+    assert bare <= set(tags) if track == default_track() else not bare & set(tags)
 
 
 # --- scripts/image-args -------------------------------------------------------------------------
 
 def test_image_args_reads_the_checkout_and_github():
     local = image_args()
-    assert local["IMAGE_REPO"] == PINS["SM12X_IMAGE"].rsplit(":", 1)[0]
+    assert local["IMAGE_REPO"] == PINS["SM12X_IMAGE_REPO"]
+    assert PINS["SM12X_IMAGE"] == f"{PINS['SM12X_IMAGE_REPO']}:{PINS['SM12X_VERSION']}-" \
+        f"{default_track()}"
     assert re.fullmatch(r"[0-9a-f]{40}|unknown", local["SM12X_REVISION"])
     ci = image_args(env={"GITHUB_SHA": "f" * 40, "GITHUB_SERVER_URL": "https://github.com",
                          "GITHUB_REPOSITORY": "Some-Org/sm12x",
@@ -292,6 +366,8 @@ def test_image_args_reads_the_checkout_and_github():
     assert ci["SM12X_SOURCE"] == "https://github.com/Some-Org/sm12x"
     assert ci["IMAGE_REPO"] == "ghcr.io/some-org/sm12x"  # registries want lower case
     assert ci["TAGS"].split(",")[-1] == "ghcr.io/some-org/sm12x:sha-ffffffffffff"
+    assert bake_args(env={"SM12X_IMAGE_REPO": "ghcr.io/Some-Org/sm12x"})["IMAGE_REPO"] == \
+        "ghcr.io/some-org/sm12x"
 
 
 def test_image_args_overrides_and_flags():
@@ -313,6 +389,35 @@ def test_image_args_refuses_an_sglang_without_patches():
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "image-args"),
                            "SGLANG_VERSION=0.4.0"], capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "sglang 0.4.0 has no patch series" in proc.stderr
+    assert "not every other patch is retired for it" in proc.stderr
+
+
+def test_image_args_refuses_a_release_whose_series_leaves_a_fix_behind():
+    """An image is a track: every patch in its series or retired. 0.5.16's series
+    predates the streaming and serving fixes, so it makes no image."""
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "image-args"),
+                           "SGLANG_VERSION=0.5.16"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "sglang 0.5.16 has a series in" in proc.stderr
+    assert "0010-dsv4-prompt-tools-as-sent.patch: retired from sglang 0.5.23" in proc.stderr
+
+
+def test_image_args_takes_a_track_and_refuses_an_unknown_one():
+    for track in tracks():
+        values = image_args(track=track)
+        assert values["SGLANG_VERSION"] == load_versions(track)["SGLANG_VERSION"]
+        assert values["SM12X_TRACK"] == track
+    script = [sys.executable, str(ROOT / "scripts" / "image-args")]
+    proc = subprocess.run([*script, "--track", "nightly"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2
+    assert f"unknown track 'nightly': versions.env has {', '.join(tracks())}" in proc.stderr
+    proc = subprocess.run([*script, "--format", "bake", "--track", tracks()[0]],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--format bake writes every track" in proc.stderr
+    proc = subprocess.run([*script, "--format", "bake", "SGLANG_VERSION=1"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "SGLANG_VERSION is not a bake variable" in proc.stderr
+    assert bake_args("CURRENT_SGLANG_VERSION=9.9.9")["CURRENT_SGLANG_VERSION"] == "9.9.9"
 
 
 # --- the workflow -----------------------------------------------------------------------------
@@ -330,15 +435,22 @@ def test_every_action_is_pinned_to_a_full_commit_sha_with_its_version():
             f"not pinned to a 40-hex commit with a # vX.Y.Z comment: {line}"
 
 
-def test_each_arch_builds_on_its_own_runner_from_bake():
+def test_each_track_and_arch_builds_on_its_own_runner_from_bake():
     build = workflow()["jobs"]["build"]
-    matrix = {row["arch"]: row["runner"] for row in build["strategy"]["matrix"]["include"]}
-    assert matrix == {"amd64": "ubuntu-24.04", "arm64": "ubuntu-24.04-arm"}
+    matrix = build["strategy"]["matrix"]
+    runners = {row["arch"]: row["runner"] for row in matrix["include"]}
+    assert runners == {"amd64": "ubuntu-24.04", "arm64": "ubuntu-24.04-arm"}
+    assert matrix["arch"] == list(runners)
+    assert matrix["track"] == list(tracks()), "the workflow's tracks are versions.env's"
+    assert workflow()["jobs"]["publish"]["strategy"]["matrix"]["track"] == list(tracks())
     assert build["runs-on"] == "${{ matrix.runner }}"
     targets = bake()["target"]
-    assert all(f"image-{arch}" in targets for arch in matrix)
+    assert all(f"image-{t}-{a}" in targets for t in tracks() for a in runners)
     text = WORKFLOW.read_text()
-    assert "docker buildx bake \"$TARGET\"" in text and "image-${{ matrix.arch }}" in text
+    assert "docker buildx bake \"$TARGET\"" in text
+    assert "image-${{ matrix.track }}-${{ matrix.arch }}" in text
+    assert "digest-${{ matrix.track }}-${{ matrix.arch }}" in text
+    assert "pattern: digest-${{ matrix.track }}-*" in text
 
 
 def test_push_by_digest_merge_attest_and_sign():
@@ -346,7 +458,9 @@ def test_push_by_digest_merge_attest_and_sign():
     for needle in ("push-by-digest=true", "name-canonical=true", "--sbom=true",
                    "--provenance=mode=max", "docker buildx imagetools create",
                    "cosign sign --yes --recursive", "cosign verify",
-                   "scripts/image-args --format env", "scripts/pin-digests --check"):
+                   "scripts/image-args --format bake",
+                   "scripts/image-args --track \"$TRACK\" --format env",
+                   "PUBLISH_TAGS=$COMMIT_TAGS", "scripts/pin-digests --check"):
         assert needle in text, needle
     jobs = workflow()["jobs"]
     assert jobs["publish"]["needs"] == "build"

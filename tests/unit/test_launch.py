@@ -36,11 +36,15 @@ def launch_args(*argv: str) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
-def launch(monkeypatch, environ: dict[str, str], *extra: str, dry_run=False, no_spec=False):
-    """Run launch in-process with os.execvpe captured."""
+def launch(monkeypatch, environ: dict[str, str], *extra: str, dry_run=False, no_spec=False,
+           sglang: str | None = None):
+    """Run launch in-process with os.execvpe captured, as if this Python had sglang
+    `sglang` (default: the default track's, as in its image)."""
     calls = []
     monkeypatch.setattr(os, "execvpe", lambda file, args, env: calls.append((file, args, env)))
     monkeypatch.setattr(launch_main.gpus, "query_gpus", _no_nvidia_smi)
+    installed = sglang or load_versions()["SGLANG_VERSION"]
+    monkeypatch.setattr(launch_main, "installed_sglang", lambda: installed)
     argv = ["--dry-run"] * dry_run + ["--no-spec"] * no_spec + (["--", *extra] if extra else [])
     assert launch_main.run(launch_args(*argv), environ) == 0
     return calls
@@ -302,6 +306,7 @@ def test_a_named_recipe_that_does_not_fit_the_gpus_is_warned_about(monkeypatch, 
     calls = []
     monkeypatch.setattr(os, "execvpe", lambda *a: calls.append(a))
     monkeypatch.setattr(launch_main.gpus, "query_gpus", lambda *_: h100)
+    monkeypatch.setattr(launch_main, "installed_sglang", lambda: load_versions()["SGLANG_VERSION"])
     assert launch_main.run(launch_args(), environ) == 0
     assert calls  # a warning, not a refusal: the user named the recipe
     err = capsys.readouterr().err
@@ -364,7 +369,7 @@ def comment_patches(out: str) -> list[str]:
 def test_render_says_which_patches_a_stock_sglang_needs():
     out = run_sm12x("render", "rtx-pro-6000-tp4").stdout
     pinned = load_versions()["SGLANG_VERSION"]
-    assert f"# A stock sglang {pinned} (versions.env) needs these patches" in out
+    assert f"# A stock sglang {pinned} (the pinned track, versions.env) needs these patches" in out
     assert comment_patches(out) == patch_files(pinned) != []
     assert "scripts/apply-patches" in out
     # Another version, another series (0.5.18 fixed the compress plan upstream).
@@ -375,6 +380,76 @@ def test_render_says_which_patches_a_stock_sglang_needs():
     assert "sm12x has no patch series for it" in unknown and not comment_patches(unknown)
     bad = run_sm12x("render", "rtx-pro-6000-tp4", "--sglang", "../x")
     assert_one_clear_error(bad, "--sglang '../x'", "0.5.16")
+
+
+def test_render_for_the_current_track_names_its_own_series():
+    current = load_versions("current")["SGLANG_VERSION"]
+    out = run_sm12x("render", "rtx-pro-6000-tp4", "--track", "current").stdout
+    assert f"# A stock sglang {current} (the current track, versions.env)" in out
+    assert comment_patches(out) == patch_files(current)
+    env = run_sm12x("render", "rtx-pro-6000-tp4", env={"SM12X_TRACK": "current"}).stdout
+    assert env == out, "SM12X_TRACK and --track are one setting"
+    bad = run_sm12x("render", "rtx-pro-6000-tp4", "--track", "nightly")
+    assert_one_clear_error(bad, "nightly", "is not a track (versions.env has pinned, current")
+
+
+def test_render_says_when_no_patch_is_needed(monkeypatch, tmp_path):
+    """A release whose every patch is retired (the rule apply-patches reads) gets a
+    comment saying so, not a list."""
+    from sm12x import patch_series
+    from sm12x.launch import render_cmd
+
+    toml = tmp_path / "patches.toml"
+    toml.write_text('[[patch]]\nfile = "0001-x.patch"\ntitle = "x"\nsglang = ["0.5.17"]\n'
+                    'retire_sglang = "0.5.23"\nretire_when = "sglang >= 0.5.23"\n')
+    monkeypatch.setattr(patch_series, "patches_toml", lambda: toml)
+    patch_series._load.cache_clear()
+    try:
+        text = render_cmd.patches_comment("0.5.23", "the current track, versions.env")
+    finally:
+        patch_series._load.cache_clear()
+    assert "needs no patch of sm12x's series" in text and "retires each one" in text
+    assert "#   " not in text
+
+
+def test_render_k8s_writes_the_track_s_image():
+    out = run_sm12x("render", "--k8s", "rtx-pro-6000-tp4", "--track", "current").stdout
+    assert f"image: {load_versions('current')['SM12X_IMAGE']}" in out
+    default = run_sm12x("render", "--k8s", "rtx-pro-6000-tp4").stdout
+    assert f"image: {load_versions()['SM12X_IMAGE']}" in default
+
+
+def test_launch_serves_the_track_s_sglang_and_refuses_another(monkeypatch, tmp_path, capsys):
+    environ = {"SM12X_RECIPE": "rtx-pro-6000-tp4", "SM12X_MODEL_DIR": model_dir(tmp_path),
+               "SM12X_TRACK": "current"}
+    current, pinned = (load_versions(t)["SGLANG_VERSION"] for t in ("current", "pinned"))
+    assert launch(monkeypatch, environ, sglang=current)
+    with pytest.raises(UserError) as err:
+        launch(monkeypatch, environ, sglang=pinned)
+    message = err.value.message
+    for words in (f"SM12X_TRACK=current (from environment) serves sglang {current}",
+                  f"this Python has sglang {pinned}", load_versions("current")["SM12X_IMAGE"],
+                  "set SM12X_TRACK=pinned"):
+        assert words in message, (words, message)
+    with pytest.raises(UserError, match="install sglang 0.5.23"):
+        launch(monkeypatch, environ, sglang="0.5.99")
+    # A dry run prints the command and says what is wrong.
+    capsys.readouterr()
+    assert launch(monkeypatch, environ, sglang=pinned, dry_run=True) == []
+    assert "warning: SM12X_TRACK=current" in capsys.readouterr().err
+
+
+def test_launch_without_sglang_says_where_to_run_it(monkeypatch, tmp_path):
+    environ = {"SM12X_RECIPE": "rtx-pro-6000-tp4", "SM12X_MODEL_DIR": model_dir(tmp_path)}
+    monkeypatch.setattr(os, "execvpe", lambda *a: None)
+    monkeypatch.setattr(launch_main.gpus, "query_gpus", _no_nvidia_smi)
+    monkeypatch.setattr(launch_main, "installed_sglang", lambda: None)
+    with pytest.raises(UserError, match=r"sglang is not installed for .*: run sm12x launch in "
+                                        r"the pinned track's image \(ghcr.io/sm12x/sm12x:"):
+        launch_main.run(launch_args(), environ)
+    # A dry run (a laptop without sglang) still prints the command.
+    monkeypatch.setattr(os, "execvpe", lambda *a: pytest.fail("a dry run execs nothing"))
+    assert launch_main.run(launch_args("--dry-run"), environ) == 0
 
 
 def test_render_serves_the_checkpoint_named_in_dotenv(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from sm12x.patch_series import VerifyRows
 from sm12x.recipe import Recipe, RecipeError, lint_recipe
 from sm12x.recipe.lints import LINTS
 from sm12x.recipe.load import validate_recipe
@@ -240,7 +241,9 @@ def image_sglang(monkeypatch):
     from sm12x.recipe import lints
 
     def pin(version: str) -> None:
-        monkeypatch.setattr(lints, "load_versions", lambda: {"SGLANG_VERSION": version})
+        monkeypatch.setattr(lints, "tracks", lambda: ("pinned",))
+        monkeypatch.setattr(lints, "load_versions",
+                            lambda track=None: {"SGLANG_VERSION": version})
 
     return pin
 
@@ -254,10 +257,10 @@ def series_file(monkeypatch, tmp_path):
         path = tmp_path / "patches.toml"
         path.write_text(text)
         monkeypatch.setattr(patch_series, "patches_toml", lambda: path)
-        patch_series.load_patches.cache_clear()
+        patch_series._load.cache_clear()
 
     yield use
-    patch_series.load_patches.cache_clear()
+    patch_series._load.cache_clear()
 
 
 @pytest.mark.parametrize("version", ["0.5.16", "0.5.17"])
@@ -295,6 +298,31 @@ sglang = ["0.5.17"]
     assert "even with 0020-x.patch" in finding.message and "use block_size 5" in finding.message
     series_file(entry.replace('"0.5.17"', '"0.5.16"').format(rows="verify_rows = 10"))
     assert verify_row_findings(build(depth(4))), "a fix for another sglang must not count"
+
+
+def test_every_track_s_sglang_is_judged_and_named(monkeypatch):
+    """A recipe runs on every track's image: the lint asks each track's sglang."""
+    from sm12x.recipe import lints
+
+    pins = {"pinned": "0.5.17", "current": "0.5.18"}
+    monkeypatch.setattr(lints, "tracks", lambda: tuple(pins))
+    monkeypatch.setattr(lints, "load_versions",
+                        lambda track=None: {"SGLANG_VERSION": pins[track]})
+    (finding,) = verify_row_findings(build(depth(4)))
+    assert "the current track's sglang 0.5.18" in finding.message
+    assert "pinned" not in finding.message
+
+
+def test_the_current_track_s_own_plan_keeps_ten_rows():
+    """sglang 0.5.23 keeps a verify of up to 10 rows with no patch (its [[release]]
+    entry; tests/patch/test_dsv4_kernel_patches.py reads it from 0.5.23's code)."""
+    from sm12x import patch_series
+    from sm12x.versions import load_versions
+
+    assert load_versions("current")["SGLANG_VERSION"] == "0.5.23"
+    assert patch_series.verify_rows("0.5.23") == VerifyRows(10, None)
+    for size in (3, 4, 6, 7, 9):
+        assert verify_row_findings(build(depth(size))) == [], size
 
 
 def test_depth_5_stays_refused_with_the_row_fix(image_sglang):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sm12x.versions import load_versions, parse_versions
+from sm12x.versions import parse_versions, read_versions, track_key, tracks
 from support.wheels import ROOT
 
 SCRIPT = ROOT / "scripts" / "pin-digests"
@@ -269,25 +269,29 @@ def test_check_shows_a_seen_digest_but_still_reports_it_unresolved(registry, tmp
     assert registry.log.read_text() == ""
 
 
-def test_the_repos_versions_file_says_which_digests_are_unresolved():
+@pytest.mark.parametrize("track", tracks())
+def test_the_repos_versions_file_says_which_digests_are_unresolved(track):
     """An empty digest is documented as unresolved; a filled one is a sha256. A
-    digest only seen elsewhere sits in BASE_IMAGE_DIGEST_SEEN, never where the
-    build reads it, and --check keeps reporting the real one until it is resolved."""
-    pins = load_versions()
+    digest only seen elsewhere sits in <KEY>_DIGEST_SEEN, never where the build
+    reads it, and --check keeps reporting the real one until it is resolved."""
+    pins = read_versions()
     text = (ROOT / "versions.env").read_text()
-    digest = pins["BASE_IMAGE_DIGEST"]
-    comment = text.split("BASE_IMAGE_DIGEST=")[0].rsplit("BASE_IMAGE=", 1)[1]
+    base, digest_key = track_key(track, "BASE_IMAGE"), track_key(track, "BASE_IMAGE_DIGEST")
+    digest = pins[digest_key]
+    comment = text.split(f"{digest_key}=")[0].rsplit(f"{base}=", 1)[1]
     if digest:
         assert len(digest) == 71 and digest.startswith("sha256:")
     else:
         assert "UNRESOLVED" in comment and "scripts/pin-digests" in comment
-    seen = pins.get("BASE_IMAGE_DIGEST_SEEN", "")
+    seen = pins.get(f"{digest_key}_SEEN", "")
     if seen:
         assert len(seen) == 71 and seen.startswith("sha256:")
-        seen_comment = text.split("BASE_IMAGE_DIGEST_SEEN=")[0].rsplit("BASE_IMAGE_DIGEST=", 1)[1]
+        seen_comment = text.split(f"{digest_key}_SEEN=")[0].rsplit(f"{digest_key}=", 1)[1]
         assert "SEEN, NOT RESOLVED" in seen_comment and "never uses it" in seen_comment
     proc = subprocess.run([sys.executable, str(SCRIPT), "--check"], capture_output=True,
                           text=True, timeout=60, env={**os.environ, "PATH": "/usr/bin:/bin"})
-    assert proc.returncode == (0 if digest else 1)
+    unresolved = [t for t in tracks() if not pins[track_key(t, "BASE_IMAGE_DIGEST")]]
+    assert proc.returncode == (1 if unresolved else 0)
+    assert (f"{digest_key}: unresolved" in proc.stdout) == (not digest)
     if seen and not digest:
         assert f"seen, not resolved: {seen}" in proc.stdout

@@ -45,3 +45,17 @@ def test_patched_column_has_no_divergent_stream_and_unpatched_ones_do():
         column = head.index(config)
         gamma = next(r for r in body if r[0] == "gamma4")
         assert int(re.findall(r"\d+", gamma[column])[0]) > 0, config
+
+
+def test_the_current_track_s_columns_have_no_divergence_in_v4_s_format():
+    """0.5.23: no stream differs from the non-streamed response, patched or not;
+    with its series (0023) no output in V4's own format differs either."""
+    rows = _table("The same, for the outputs in DeepSeek-V4's own format only")
+    head = rows[0]
+    own = next(r for r in rows if r[0] == "divergent, own format")
+    stream_only = next(r for r in rows if r[0] == "differ from the non-streamed response")
+    for config in ("0.5.23", "0.5.23+patches"):
+        assert int(re.findall(r"\d+", stream_only[head.index(config)])[0]) == 0, config
+    assert int(re.findall(r"\d+", own[head.index("0.5.23")])[0]) > 0
+    assert int(re.findall(r"\d+", own[head.index("0.5.23+patches")])[0]) == 0
+    assert "`0023-dsv4-recipe-block-newlines.patch`" in DOC
