@@ -123,11 +123,11 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
     "benchmarks/hostile_bounds.py --json out.json":
         Help("a benchmark (minutes, and timing needs an idle machine)"),
     # docs/image.md
-    "docker pull ghcr.io/sm12x/sm12x:0.1.0": NotHere(REGISTRY),
+    "docker pull ghcr.io/sm12x/sm12x:0.1.0-pinned": NotHere(REGISTRY),
     "scripts/test tests/integration/test_image.py": NotHere(
         "part of the test suite this test runs in"),
     "docker buildx bake image --push": NotHere("pushes to a registry; builds on the real base"),
-    "docker build $(scripts/image-args --format flags) -t ghcr.io/sm12x/sm12x:0.1.0 .": NotHere(
+    "docker build $(scripts/image-args --format flags) -t ghcr.io/sm12x/sm12x:0.1.0-pinned .": NotHere(
         "builds on sglang's real base image (Docker Hub): tests/integration/test_image.py "
         "builds with the same scripts/image-args on a stand-in base"),
     "scripts/pin-digests --check": Run("exit 1 while a digest is unresolved, as documented",
@@ -483,8 +483,10 @@ def test_bake_targets_named_by_commands_exist():
 def test_the_build_command_makes_the_image_compose_runs():
     """README's "Serve it": build it yourself until it is published; then compose
     finds the image locally under the name it would pull."""
-    compose_default = re.search(r"image: &image \$\{SM12X_IMAGE:-([^}]+)\}",
-                                (ROOT / "compose.yaml").read_text())[1]
+    # ${SM12X_IMAGE:-REPO:VERSION-${SM12X_TRACK:-pinned}}: the default with no .env.
+    written = re.search(r"image: &image \$\{SM12X_IMAGE:-(.+)\}$",
+                        (ROOT / "compose.yaml").read_text(), re.MULTILINE)[1]
+    compose_default = re.sub(r"\$\{SM12X_TRACK:-(\w+)\}", r"\1", written)
     assert compose_default == load_versions()["SM12X_IMAGE"]
     for arch in ("amd64", "arm64"):
         assert compose_default in bake_tags(f"image-{arch}"), bake_tags(f"image-{arch}")

@@ -14,6 +14,7 @@ from support.doc_commands import docs
 from sm12x import cli
 from sm12x.recipe import list_recipes, load_all
 from sm12x.recipe.matrix import BEGIN, END, block
+from sm12x.versions import load_versions
 
 README = (ROOT / "README.md").read_text()
 
@@ -54,7 +55,7 @@ def test_serve_it_says_to_build_the_image_until_it_is_published():
     assert "not published" in text and "docker compose pull" in text
     # The name built is the one compose runs (tests/unit/test_doc_commands.py
     # reads the bake file for it).
-    image = (ROOT / "versions.env").read_text().split("SM12X_IMAGE=")[1].split()[0]
+    image = load_versions()["SM12X_IMAGE"]  # the default track's
     assert f"`{image}`" in text and f"docker save {image}" in text
 
 
