@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.compose import ROOT, compose, config
+from support.compose import ROOT, compose, config, with_values
 
 from sm12x.launch.compose import profiles as compose_profiles
 from sm12x.recipe import load_all
@@ -377,16 +377,6 @@ def test_compose_file_parses_as_plain_yaml():
 # --- closed by default ------------------------------------------------------------------
 
 SERVERS = [p for p in ALL_PROFILES + OTHER_PROFILES]
-
-
-def with_values(env_file: Path, tmp_path: Path, **values: str) -> Path:
-    text = env_file.read_text()
-    for key, value in values.items():
-        text, n = re.subn(rf"(?m)^{key}=.*$", f"{key}={value}", text)
-        assert n == 1, key
-    path = tmp_path / ".env"
-    path.write_text(text)
-    return path
 
 
 @pytest.mark.parametrize("profile", SERVERS)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import assert_one_clear_error, run_sm12x
-from support.compose import compose, config
+from support.compose import compose, config, with_values
 
 from sm12x.router import RouterSettings, command, router_argv, shell
 from sm12x.settings import load
@@ -35,16 +35,6 @@ def env_file(tmp_path_factory) -> Path:
         r"(?m)^SM12X_MODEL_DIR=.*$", f"SM12X_MODEL_DIR={tmp / 'model'}", ENV_EXAMPLE.read_text()
     )
     path = tmp / ".env"
-    path.write_text(text)
-    return path
-
-
-def with_values(env_file: Path, tmp_path: Path, **values: str) -> Path:
-    text = env_file.read_text()
-    for key, value in values.items():
-        text, n = re.subn(rf"(?m)^{key}=.*$", f"{key}={value}", text)
-        assert n == 1, key
-    path = tmp_path / ".env"
     path.write_text(text)
     return path
 

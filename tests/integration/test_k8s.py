@@ -508,6 +508,17 @@ def compose_health(service: dict) -> k8s.Health:
     )
 
 
+def assert_readiness_is_the_healthcheck(container: dict, service: dict, health) -> None:
+    """The pod's readiness probe runs compose's healthcheck command, on its timings."""
+    ready = container["readinessProbe"]
+    assert ["CMD", *ready["exec"]["command"]] == service["healthcheck"]["test"]
+    assert (ready["periodSeconds"], ready["timeoutSeconds"], ready["failureThreshold"]) == (
+        health.interval,
+        health.timeout,
+        health.retries,
+    )
+
+
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
 def test_rig_probes_are_the_compose_healthcheck(recipe, compose_services):
     profile = f"{recipe.name}-node0" if recipe.is_multinode else recipe.name
@@ -516,13 +527,7 @@ def test_rig_probes_are_the_compose_healthcheck(recipe, compose_services):
     assert health == k8s.RIG_HEALTH
     (container,) = pod_templates(recipe)["server"]["spec"]["containers"]
     # Readiness: compose's healthcheck, one generated token, with its timings.
-    ready = container["readinessProbe"]
-    assert ["CMD", *ready["exec"]["command"]] == service["healthcheck"]["test"]
-    assert (ready["periodSeconds"], ready["timeoutSeconds"], ready["failureThreshold"]) == (
-        health.interval,
-        health.timeout,
-        health.retries,
-    )
+    assert_readiness_is_the_healthcheck(container, service, health)
     # Startup and liveness: sglang's /health (200 once any output arrived, no
     # key needed), so a saturated pod is not restarted for a slow token.
     for probe in ("startupProbe", "livenessProbe"):
@@ -548,13 +553,7 @@ def test_router_probes_match_the_compose_router(compose_services):
     health = compose_health(service)
     assert health == k8s.ROUTER_HEALTH
     (container,) = router_docs()["Deployment"]["spec"]["template"]["spec"]["containers"]
-    ready = container["readinessProbe"]
-    assert ["CMD", *ready["exec"]["command"]] == service["healthcheck"]["test"]
-    assert (ready["periodSeconds"], ready["timeoutSeconds"], ready["failureThreshold"]) == (
-        health.interval,
-        health.timeout,
-        health.retries,
-    )
+    assert_readiness_is_the_healthcheck(container, service, health)
     assert container["livenessProbe"]["httpGet"] == {"path": "/liveness", "port": "http"}
     spec = router_docs()["Deployment"]["spec"]["template"]["spec"]
     assert spec["terminationGracePeriodSeconds"] == seconds(service["stop_grace_period"])

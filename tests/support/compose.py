@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -54,3 +55,14 @@ def config(*profiles: str, env_file: Path | None, env: dict[str, str] | None = N
     result = compose(*flags, "config", "--format", "json", env_file=env_file, env=env)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
+
+
+def with_values(env_file: Path, tmp_path: Path, **values: str) -> Path:
+    """A copy of env_file in tmp_path with each NAME=value replaced (each must be there once)."""
+    text = env_file.read_text()
+    for key, value in values.items():
+        text, n = re.subn(rf"(?m)^{key}=.*$", f"{key}={value}", text)
+        assert n == 1, key
+    path = tmp_path / ".env"
+    path.write_text(text)
+    return path
