@@ -23,7 +23,7 @@ sm12x.patch_series imports it, so both read the rule from one place.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _VERSION = re.compile(r"(?P<release>\d+(?:\.\d+)*)(?:\.post(?P<post>\d+))?")
 
@@ -94,7 +94,7 @@ class Plan:
     series: list[dict]
     retired: list[Retirement]
     unretired: list[Retirement]
-    predates: list[Retirement] = ()  # patches for code this release does not have
+    predates: list[Retirement] = field(default_factory=list)  # for code it lacks
 
     @property
     def known(self) -> bool:

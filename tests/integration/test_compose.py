@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.compose import ROOT, compose, config, with_values
+from support.compose import ROOT, compose, config, image_default, with_values
 
 from sm12x.launch.compose import profiles as compose_profiles
 from sm12x.recipe import load_all
@@ -265,8 +265,7 @@ def test_image_default_is_the_versions_file_pin():
     """compose cannot read versions.env: its default repeats the image name, with the
     track's name from SM12X_TRACK (default: versions.env's default track)."""
     pins = read_versions()
-    ((stem, track),) = re.findall(r"\$\{SM12X_IMAGE:-([^$}]+)-\$\{SM12X_TRACK:-(\w+)\}\}",
-                                  COMPOSE_TEXT)
+    stem, track = image_default()
     assert stem == f"{pins['SM12X_IMAGE_REPO']}:{pins['SM12X_VERSION']}"
     assert track == default_track()
     for name in tracks():

@@ -57,6 +57,14 @@ def config(*profiles: str, env_file: Path | None, env: dict[str, str] | None = N
     return json.loads(result.stdout)
 
 
+def image_default() -> tuple[str, str]:
+    """compose.yaml's image with no .env, ${SM12X_IMAGE:-STEM-${SM12X_TRACK:-TRACK}}:
+    (STEM, TRACK), written exactly once."""
+    ((stem, track),) = re.findall(r"\$\{SM12X_IMAGE:-([^$}]+)-\$\{SM12X_TRACK:-(\w+)\}\}",
+                                  (ROOT / "compose.yaml").read_text())
+    return stem, track
+
+
 def with_values(env_file: Path, tmp_path: Path, **values: str) -> Path:
     """A copy of env_file in tmp_path with each NAME=value replaced (each must be there once)."""
     text = env_file.read_text()
