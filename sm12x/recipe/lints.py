@@ -82,6 +82,28 @@ RETIRED_ENV = {
 }
 
 
+def recipe_tracks(recipe: Recipe) -> tuple[str, ...]:
+    """The tracks a recipe runs on: its own list, else every track (unknown names
+    are the `tracks` lint's to report, and skipped here)."""
+    known = tracks()
+    return known if recipe.tracks is None else tuple(t for t in recipe.tracks if t in known)
+
+
+@lint("tracks")
+def _tracks(recipe: Recipe) -> Iterator[Finding]:
+    known = tracks()
+    for name in recipe.tracks or ():
+        if name not in known:
+            yield Finding(
+                "tracks",
+                "error",
+                f"tracks: {name!r} is not a track of this sm12x (versions.env SM12X_TRACKS: "
+                f"{', '.join(known)}): name one of them, or omit `tracks` for every track",
+            )
+    if recipe.tracks is not None and not recipe.tracks:
+        yield Finding("tracks", "error", "tracks is empty: name at least one track, or omit it")
+
+
 @lint("dspark-depth-5")
 def _dspark_depth_5(recipe: Recipe) -> Iterator[Finding]:
     if recipe.dspark.block_size == 5 and recipe.dspark.acknowledge_block_size_5 is None:
@@ -118,7 +140,7 @@ def _dspark_verify_rows(recipe: Recipe) -> Iterator[Finding]:
     # image's sglang and its patch series (patches/sglang/patches.toml). A recipe runs
     # on every track's image (versions.env), so each track's sglang must keep them.
     depth = recipe.dspark.block_size
-    for track in tracks():
+    for track in recipe_tracks(recipe):
         version = load_versions(track)["SGLANG_VERSION"]
         allowed = patch_series.verify_rows(version)
         if depth + 1 <= allowed.rows:

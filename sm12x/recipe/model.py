@@ -132,6 +132,36 @@ class DSpark(_Strict):
         default=None,
         description="--speculative-dspark-sps-table-path: a profiled SPS cost table.",
     )
+    ragged_verify: RaggedVerifyMode = Field(
+        default="static",
+        description="SGLANG_RAGGED_VERIFY_MODE: static verifies every draft row; cap-accept "
+        "and compact let the scheduler verify fewer rows per request, budgeted by the SPS "
+        "table (without one the budget degenerates to verify-all).",
+    )
+    sps_table: Literal["tuned"] | None = Field(
+        default=None,
+        description="tuned: the launcher passes the SPS table `sm12x tune` profiled on this "
+        "rig for this recipe, image, depth and layout (from the cache volume).",
+    )
+
+
+RaggedVerifyMode = Literal["static", "cap-accept", "compact"]
+ConfigurationKind = Literal["baseline", "throughput"]
+
+
+class Configuration(_Strict):
+    """Which configuration of which rig this recipe is.
+
+    A rig (one machine kind and GPU count) can have several recipes: the
+    baseline (tensor parallel, static verify: boots correct with nothing to
+    prepare) and a throughput configuration (DP attention, expert parallel,
+    ragged verify with a profiled SPS table). They share `rig`, the name of
+    the rig's baseline recipe, which is also its compose profile.
+    """
+
+    rig: RecipeName = Field(description="The rig's baseline recipe name.")
+    kind: ConfigurationKind
+    why: Why
 
 
 class Flag(_Strict):
@@ -270,6 +300,15 @@ class Recipe(_Strict):
     name: RecipeName
     summary: str
     status: Status
+    configuration: Configuration | None = Field(
+        default=None,
+        description="Omitted: the baseline configuration of a rig named after this recipe.",
+    )
+    tracks: list[str] | None = Field(
+        default=None,
+        description="The image tracks (versions.env SM12X_TRACKS) whose sglang has what this "
+        "recipe needs; omitted: every track.",
+    )
     hardware: Hardware
     model: Model
     serve: Serve = Serve()
@@ -296,7 +335,33 @@ class Recipe(_Strict):
             raise ValueError("`multinode` only goes with hardware.nodes > 1")
         return self
 
+    @model_validator(mode="after")
+    def _configuration_names_its_rig(self) -> Recipe:
+        c = self.configuration
+        if c is not None and c.kind == "baseline" and c.rig != self.name:
+            raise ValueError(
+                f"configuration.rig is {c.rig!r}: a baseline recipe is its rig, so it must be "
+                f"{self.name!r} (its own name)"
+            )
+        if c is not None and c.kind != "baseline" and c.rig == self.name:
+            raise ValueError(
+                f"configuration.rig names this recipe: a {c.kind} configuration names the "
+                "rig's baseline recipe"
+            )
+        if self.tracks is not None and len(set(self.tracks)) != len(self.tracks):
+            raise ValueError("tracks: each track once")
+        return self
+
     # --- conveniences for the launcher, verify, bench, compose, k8s ---------
+
+    @property
+    def rig(self) -> str:
+        """The rig this recipe configures (its baseline recipe's name)."""
+        return self.configuration.rig if self.configuration else self.name
+
+    @property
+    def configuration_kind(self) -> ConfigurationKind:
+        return self.configuration.kind if self.configuration else "baseline"
 
     @property
     def gpu_count_per_node(self) -> int:

@@ -169,6 +169,20 @@ CASES = [
         ["write --tp-size"],
     ),
     (
+        "tracks",
+        "error",
+        lambda data: data.__setitem__("tracks", ["nightly"]),
+        "rtx-pro-6000-tp4",
+        ["'nightly' is not a track", "SM12X_TRACKS", "pinned"],
+    ),
+    (
+        "tracks",
+        "error",
+        lambda data: data.__setitem__("tracks", []),
+        "rtx-pro-6000-tp4",
+        ["tracks is empty"],
+    ),
+    (
         "retired-env",
         "warning",
         set_env("SGLANG_ENABLE_SPEC_V2", "1"),
@@ -339,3 +353,39 @@ def test_load_refuses_depth_4_on_a_series_without_the_fix(image_sglang, tmp_path
     path = write_recipe(tmp_path, raw_recipe("rtx-pro-6000-tp4"))
     with pytest.raises(RecipeError, match=r"error\[dspark-verify-rows\]"):
         load_recipe(path)
+
+
+def test_the_depth_rule_judges_only_the_recipe_s_tracks(monkeypatch):
+    # A recipe limited to one track is not refused for another track's series.
+    from sm12x.recipe import lints
+
+    seen = []
+
+    def rows(version):
+        seen.append(version)
+        return VerifyRows(rows=10, patch=None)
+
+    monkeypatch.setattr(lints.patch_series, "verify_rows", rows)
+    lint_recipe(build(lambda d: d.__setitem__("tracks", ["current"])))
+    assert seen == [lints.load_versions("current")["SGLANG_VERSION"]]
+
+
+@pytest.mark.parametrize(
+    "configuration, words",
+    [
+        ({"rig": "other", "kind": "baseline", "why": "a reason long enough"},
+         ["a baseline recipe is its rig", "'rtx-pro-6000-tp4'"]),
+        ({"rig": "rtx-pro-6000-tp4", "kind": "throughput", "why": "a reason long enough"},
+         ["configuration.rig names this recipe"]),
+    ],
+)
+def test_a_configuration_names_its_rig(configuration, words):
+    with pytest.raises(RecipeError) as caught:
+        build(lambda d: d.__setitem__("configuration", configuration))
+    for word in words:
+        assert word in str(caught.value)
+
+
+def test_a_recipe_without_configuration_is_its_rig_s_baseline():
+    recipe = build(lambda d: None)
+    assert (recipe.rig, recipe.configuration_kind) == ("rtx-pro-6000-tp4", "baseline")
