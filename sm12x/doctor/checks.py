@@ -358,8 +358,8 @@ class Doctor:
         else:
             self.add("image", "image", "warn", f"{ref} is not on this machine",
                      f"until the image is published, build it in the sm12x checkout: "
-                     f"{self.build_command()} (README.md, \"Build or pull the image\"); once it is, "
-                     "docker compose pull (docs/image.md)", required=False, ref=ref)
+                     f"{self.build_command()} (README.md, \"Build or pull the image\"); once it "
+                     "is, docker compose pull (docs/image.md)", required=False, ref=ref)
 
     def build_command(self) -> str:
         """The README's build command for this machine's architecture: the recipe's

@@ -606,7 +606,7 @@ def test_bake_targets_named_by_commands_exist():
 
 
 def test_the_build_command_makes_the_image_compose_runs():
-    """README's "Serve it": build it yourself until it is published; then compose
+    """README's "Build or pull the image": build it yourself until it is published; then compose
     finds the image locally under the name it would pull."""
     stem, track = compose_cli.image_default()  # the image compose runs with no .env
     compose_default = f"{stem}-{track}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from sm12x import cli
 from sm12x.doctor import main as doctor_main
 from sm12x.doctor import rdma
 from sm12x.doctor.checks import Doctor, Options
-from sm12x.doctor.host import Output
+from sm12x.doctor.host import Host, Output
 from sm12x.errors import UserError
 
 
@@ -38,7 +39,8 @@ def test_healthy_single_node_rigs_are_ready(tmp_path, fixture, recipe):
     checks = result["checks"]
     assert checks["recipe"].data["recipe"] == recipe
     for id in ("gpus", "driver", "recipe", "gpu-memory", "docker", "compose", "buildx",
-               "nvidia-runtime", "image", "model-dir", "model-config", "model-shards", "model-revision",
+               "nvidia-runtime", "image", "model-dir", "model-config", "model-shards",
+               "model-revision",
                "tokenizer", "disk", "shm"):
         assert checks[id].verdict == "ok", (id, checks[id])
     # No Spark-pair check on a single-node rig.
@@ -214,7 +216,8 @@ def test_image_not_pulled_is_a_warning(tmp_path):
     result = run(host)
     assert result["failed"] == []
     assert result["checks"]["image"].verdict == "warn"
-    # Not published yet: build it (README, "Build or pull the image") for the recipe's arch; pull later.
+    # Not published yet: build it (README, "Build or pull the image") for the
+    # recipe's arch; pull it later.
     assert "docker buildx bake image-amd64 --load" in result["checks"]["image"].fix
     assert "docker compose pull" in result["checks"]["image"].fix
 
@@ -550,3 +553,42 @@ def test_the_cli_refuses_a_peer_that_is_not_a_host(tmp_path):
 
     result = run_sm12x("doctor", "--peer", PROXY, "--json", cwd=tmp_path)
     assert_one_clear_error(result, "--peer", "not a host name or IP address")
+
+
+# --- .env and git: the real git, in a repository made for the test ----------------------------
+
+
+def env_in_git(tmp_path, key: str, *, track: bool = False, ignore: bool = False,
+               git: bool = True):
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    if git:
+        subprocess.run(["git", "init", "-q", str(repo)], check=True, timeout=30)
+    if ignore:
+        (repo / ".gitignore").write_text(".env\n")
+    env_file = repo / ".env"
+    env_file.write_text(f"SM12X_API_KEY={key}\n")
+    if track:
+        subprocess.run(["git", "-C", str(repo), "add", "-f", ".env"], check=True, timeout=30)
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    host.tools.add("git")
+    host.answer(("git",), lambda argv: Host(environ={"PATH": "/usr/bin:/bin"}).run(argv))
+    return Doctor(host, Options(env_file=env_file)).run()
+
+
+@pytest.mark.parametrize(("key", "track", "ignore", "git", "verdict", "says"), [
+    ("s3cret", True, True, True, "warn", "git tracks it"),
+    ("s3cret", False, False, True, "warn", "`git add -A` would commit it"),
+    ("s3cret", False, True, True, "ok", "git ignores it"),
+    ("", True, False, True, "ok", "holds no key"),
+    ("s3cret", False, False, False, "ok", "not in a git work tree"),
+])
+def test_a_key_bearing_env_file_in_git_is_a_warning(tmp_path, key, track, ignore, git, verdict,
+                                                     says):
+    checks = {c.id: c for c in env_in_git(tmp_path, key, track=track, ignore=ignore, git=git)}
+    check = checks["env-git"]
+    assert (check.verdict, check.required) == (verdict, False), check
+    assert says in check.detail, check.detail
+    if track and key:
+        assert "git rm --cached .env" in check.fix
+    assert "s3cret" not in check.detail + (check.fix or "")  # names the key, never its value

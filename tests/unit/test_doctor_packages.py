@@ -17,7 +17,7 @@ from sm12x.doctor.host import Host, Output
 # distribution -> (what the Compose fix must say, what the buildx fix must say)
 EXPECTED = {
     "debian-12": (
-        "archive has no Compose v2 package (its docker-compose 1.29.2-3 is Compose v1, which "
+        "Debian GNU/Linux 12 (bookworm)'s archive has no Compose v2 package (its docker-compose 1.29.2-3 is Compose v1, which "
         "`docker compose` does not run): add Docker's apt repository "
         f"({packages.DEBIAN_DOCKER_REPO}) and sudo apt-get install docker-compose-plugin",
         "Debian GNU/Linux 12 (bookworm)'s archive has no buildx package: add Docker's apt "

@@ -113,7 +113,7 @@ PLUGIN_ROWS = {  # README's row -> the recorded machines it speaks for
 def plugin_table() -> dict[str, tuple[str, str]]:
     start = README.index("<!-- docker-plugins")
     end = README.index("<!-- /docker-plugins -->")
-    rows = [line for line in README[start:end].splitlines() if line.startswith("| ")][2:]
+    rows = [line for line in README[start:end].splitlines() if line.startswith("| ")][1:]
     table = {}
     for row in rows:
         system, compose, buildx = (c.strip() for c in row.strip("|").split("|"))
