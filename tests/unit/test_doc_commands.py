@@ -43,6 +43,8 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -325,11 +327,28 @@ class StandIn:
     and the commands a reader runs against it, for real."""
 
     def __init__(self, work: Path) -> None:
-        from tests.support.fake_sglang.server import FakeServer
+        from tests.support.fake_sglang.server import free_port
 
         self.work = work
-        self.server = FakeServer().start()
-        self.port = self.server.port
+        self.port = free_port()
+        # Its own process, as README starts it: in pytest's process its event
+        # loop would share one interpreter with the test on a loaded machine.
+        self.log = (work / "stand-in.log").open("w")
+        self.process = subprocess.Popen(
+            [PY, "-m", "tests.support.fake_sglang", "--port", str(self.port)], cwd=ROOT,
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 300
+        while not self.healthy():
+            assert self.process.poll() is None, (work / "stand-in.log").read_text()
+            assert time.monotonic() < deadline, "the stand-in did not listen within 300 s"
+            time.sleep(0.5)
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2):
+                return True
+        except OSError:
+            return False
 
     def run(self, sub: str, args: list[str], cwd: Path,
             env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -370,7 +389,13 @@ class StandIn:
         return done
 
     def stop(self) -> None:
-        self.server.stop()
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=20)
+        self.log.close()
 
 
 @pytest.fixture(scope="module")
