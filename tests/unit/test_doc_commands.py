@@ -364,7 +364,7 @@ class StandIn:
             scenario.write_text(json.dumps({"runs": runs}))
             env = {**env, "SM12X_PORT": str(self.port),
                    "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "support" / "fake_bench"),
-                                                  env["PYTHONPATH"]]),
+                                                  env["PYTHONPATH"], str(ROOT / "tests")]),
                    "SM12X_FAKE_BENCH_SCENARIO": str(scenario),
                    "SM12X_FAKE_BENCH_RECORD": str(self.work / "bench-argv.jsonl"),
                    **({"SM12X_CACHE": os.environ["SM12X_CACHE"]}
