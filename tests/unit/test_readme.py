@@ -309,3 +309,7 @@ def test_the_stand_in_example_says_it_needs_the_test_environment():
     text = " ".join(section("Verify, bench, doctor").split())
     assert "`.cache/venv/bin/python -m tests.support.fake_sglang --port 30001 --fault loop`" in text
     assert "prints nothing while it loads" in text
+    # ... and says where it listens once it does: the line README quotes.
+    main = (ROOT / "tests" / "support" / "fake_sglang" / "__main__.py").read_text()
+    assert 'print(f"fake sglang on http://{args.host}:{args.port}' in main
+    assert "`fake sglang on http://127.0.0.1:30001 ...` as it starts to listen" in text
