@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -592,3 +593,13 @@ def test_a_key_bearing_env_file_in_git_is_a_warning(tmp_path, key, track, ignore
     if track and key:
         assert "git rm --cached .env" in check.fix
     assert "s3cret" not in check.detail + (check.fix or "")  # names the key, never its value
+
+
+def test_every_check_is_a_row_of_docs_doctor_md(tmp_path):
+    doc = (Path(__file__).parents[2] / "docs" / "doctor.md").read_text()
+    rows = {name for line in doc.splitlines() if line.startswith("| `")
+            for name in re.findall(r"`([a-z0-9-]+)`", line.split("|")[1])}
+    ids = {c.id for c in Doctor(spark_rig(tmp_path / "spark"), Options(env_file=os.devnull)).run()}
+    ids |= set(run(rig(tmp_path / "rtx", "rtx-pro-6000-x4.csv"))["checks"])
+    assert {"buildx", "env-git", "compose"} <= ids
+    assert ids <= rows, sorted(ids - rows)
