@@ -16,7 +16,7 @@ for path in (REPO, REPO / "tests"):
 os.environ["SM12X_ENV_FILE"] = os.devnull
 
 
-# --- Running in several processes (pytest-xdist: `scripts/test` runs -n 3 --dist loadfile)
+# --- Running in several processes (pytest-xdist: `scripts/test` runs -n 4 --dist loadfile)
 #
 # loadfile keeps each module in one process, so a fixture wider than a function
 # (a module's probe, the image the image tests build) is made once. The

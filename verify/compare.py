@@ -139,7 +139,7 @@ async def _one(client: httpx.AsyncClient, model: str | None, case: int, limit: f
 async def collect(endpoint: Endpoint, model: str | None, cases: int, max_tokens: int
                   ) -> list[Output]:
     """The outputs of the first `cases` prompts of the mix, all in flight at once."""
-    pool = httpx.Limits(max_connections=cases, max_keepalive_connections=cases)
+    pool = transport.pool(cases)
     bounds = replace(endpoint.limits, max_body=client_limits(max_tokens).max_body,
                      fail_fast_after=0)
     async with async_client(bounds, base_url=endpoint.base_url, headers=endpoint.headers,

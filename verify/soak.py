@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 import httpx
 import jsonschema
 
-from verify import detectors, exact, scenarios
+from verify import detectors, exact, scenarios, transport
 from verify.client import max_events
 from verify.context import Context
 from verify.result import Evidence
@@ -196,7 +196,7 @@ async def run_soak(ctx: Context, concurrency: int, rounds: int
     so a dead server costs one round, not all of them."""
     ep = ctx.endpoint
     limits = soak_limits(ctx)
-    pool = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    pool = transport.pool(concurrency)
     outcomes: list[Outcome] = []
     stopped = None
     start = time.monotonic()

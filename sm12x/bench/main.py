@@ -180,9 +180,11 @@ def where_to_run(args: argparse.Namespace, loaded: Loaded, err: Console,
     if problem:
         raise UserError(
             f"{missing}; bench runs it in the image {image} then, which is not usable here "
-            f"({problem}): pull or build the image (docker compose pull; docs/image.md) or set "
-            "SM12X_IMAGE, run bench in a service (docker compose exec <service> sm12x bench), "
-            "or pass --python with one that has sglang")
+            f"({problem}): build it in the sm12x checkout (docker buildx bake image-amd64 "
+            "--load, image-arm64 on a DGX Spark; README \"Build or pull the image\": no "
+            "registry has it until it is published) or set SM12X_IMAGE to one you have, run "
+            "bench in a service (docker compose exec <service> sm12x bench), or pass --python "
+            "with one that has sglang")
     err.print(f"sm12x bench: {missing}: running the benchmark in the image {image} (docker run "
               "--network host)", highlight=False, markup=False, soft_wrap=True)
     return python, runner.InImage(docker, image, f"{os.getuid()}:{os.getgid()}", reads)

@@ -20,6 +20,7 @@ Verdicts: ok; warn (works, but something is off or unknown); fail; skip
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import socket
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from sm12x.doctor import model_dir as model_checks
+from sm12x.doctor import packages
 from sm12x.doctor import rdma
 from sm12x.doctor.host import Host
 from sm12x.errors import UserError
@@ -46,6 +48,8 @@ DISK_FAIL_GIB = 10
 DISK_WARN_GIB = 50
 GIB = 1024**3
 SUPPORTED_CAPS = ("12.0", "12.1")
+# .env variables whose value must not be committed.
+SECRET_NAME = re.compile(r"(API_KEY|TOKEN|SECRET|PASSWORD)$")
 
 
 @dataclass
@@ -126,6 +130,7 @@ class Doctor:
             ("model", self.check_model),
             ("disk", self.check_disk),
             ("shared memory", self.check_shm),
+            (".env", self.check_env_file),
         ]
         for label, step in steps:
             self.progress(label)
@@ -303,8 +308,11 @@ class Doctor:
         # The CLI plugin answers without a daemon: checked whenever the CLI is here.
         if missing:
             self.add("compose", "docker compose", "skip", "needs the docker CLI", required=False)
+            self.add("buildx", "docker buildx (image build)", "skip", "needs the docker CLI",
+                     required=False)
         else:
             self.check_compose()
+            self.check_buildx()
         if not (version.ok and version.stdout.strip()):
             for id, title in (("nvidia-runtime", "NVIDIA container runtime"), ("image", "image")):
                 self.add(id, title, "skip", "needs the Docker daemon", required=False)
@@ -350,8 +358,8 @@ class Doctor:
         else:
             self.add("image", "image", "warn", f"{ref} is not on this machine",
                      f"until the image is published, build it in the sm12x checkout: "
-                     f"{self.build_command()} (README.md, \"Serve it\"); once it is, "
-                     "docker compose pull (docs/image.md)", required=False, ref=ref)
+                     f"{self.build_command()} (README.md, \"Build or pull the image\"); once it "
+                     "is, docker compose pull (docs/image.md)", required=False, ref=ref)
 
     def build_command(self) -> str:
         """The README's build command for this machine's architecture: the recipe's
@@ -363,56 +371,49 @@ class Doctor:
         return f"docker buildx bake image-{target} --load"
 
     def check_compose(self) -> None:
-        compose = self.host.run(["docker", "compose", "version", "--short"])
-        if compose.ok:
-            self.add("compose", "docker compose", "ok", f"Compose {compose.stdout.strip()}")
+        # Plain `version`: without the plugin, `--short` would only earn
+        # "unknown flag: --short" where this says "unknown command: docker compose".
+        compose = self.host.run(["docker", "compose", "version"])
+        found = re.search(r"v?(\d+\.\d+\.\d+\S*)", compose.stdout) if compose.ok else None
+        if found:
+            self.add("compose", "docker compose", "ok", f"Compose {found[1]}")
             return
         legacy = (" (the docker-compose here is a separate program: compose.yaml's commands "
                   "are `docker compose`, the v2 plugin)" if self.host.which("docker-compose")
                   else "")
+        advice = packages.advice(self.host, packages.COMPOSE)
         self.add("compose", "docker compose", "fail",
                  f"no Compose v2 plugin: {compose.why()}{legacy}; without it `docker compose "
                  "up -d` says \"unknown shorthand flag: 'd'\"",
-                 f"install it: {self.compose_package()}")
+                 f"install it: {advice.fix}", **advice.data)
 
-    def compose_package(self) -> str:
-        """The package that gives this machine `docker compose`, and how to install it.
-
-        Docker's own repositories call it docker-compose-plugin; Ubuntu's archive
-        docker-compose-v2 (beside its docker.io); Debian 13's docker-compose is v2
-        while Debian 12's is v1 only."""
-        release = _os_release(self.host.read("/etc/os-release") or "")
-        ids = {release.get("ID", ""), *release.get("ID_LIKE", "").split()}
-        debian_like = bool(ids & {"debian", "ubuntu"})
-        rpm_like = bool(ids & {"fedora", "rhel", "centos"})
-        query = (["dpkg-query", "-W", "-f=${Status}", "docker-ce-cli"] if debian_like else
-                 ["rpm", "-q", "docker-ce-cli"] if rpm_like else None)
-        from_docker = False
-        if query is not None:
-            out = self.host.run(query)
-            from_docker = out.ok and ("installed" in out.stdout if debian_like else True)
-        name = release.get("PRETTY_NAME") or release.get("ID") or "this system"
-        if from_docker:
-            tool = "apt-get" if debian_like else "dnf"
-            return (f"docker-compose-plugin, from Docker's repository like this machine's "
-                    f"docker-ce-cli: sudo {tool} install docker-compose-plugin")
-        if "ubuntu" in ids:
-            return (f"docker-compose-v2, {name}'s Compose v2 for its docker.io: "
-                    "sudo apt-get install docker-compose-v2")
-        if release.get("ID") == "debian":
-            major = re.match(r"\d+", release.get("VERSION_ID", ""))
-            if major and int(major[0]) >= 13:
-                return (f"docker-compose, which on {name} is Compose v2: "
-                        "sudo apt-get install docker-compose")
-            return (f"{name}'s archive has only Compose v1 (docker-compose 1.29, which "
-                    "`docker compose` does not run): install Docker Engine with "
-                    "docker-compose-plugin from Docker's repository "
-                    "(https://docs.docker.com/engine/install/debian/)")
-        if rpm_like:
-            return ("docker-compose-plugin from Docker's repository: "
-                    "sudo dnf install docker-compose-plugin")
-        return ("Compose v2: docker-compose-plugin from Docker's repository "
-                "(docker-compose-v2 with Ubuntu's docker.io, docker-compose on Debian 13)")
+    def check_buildx(self) -> None:
+        """The plugin the image build runs (until the image is published, the
+        first thing a user does); not required: a copied or pulled image needs none."""
+        title = "docker buildx (image build)"
+        build = self.build_command()
+        version = self.host.run(["docker", "buildx", "version"])
+        found = re.search(r"\bv?(\d+\.\d+\.\d+\S*)", version.stdout) if version.ok else None
+        if found is None:
+            advice = packages.advice(self.host, packages.BUILDX)
+            self.add("buildx", title, "warn",
+                     f"no buildx plugin: {version.why()}; without it `{build}` says "
+                     "\"unknown flag: --load\"",
+                     f"install it to build the image: {advice.fix}", required=False,
+                     **advice.data)
+            return
+        # Without the plugin `docker buildx bake --help` prints docker's own
+        # help and exits 0: bake is there only if its own usage line is.
+        bake = self.host.run(["docker", "buildx", "bake", "--help"])
+        if not (bake.ok and "docker buildx bake" in bake.stdout and "--load" in bake.stdout):
+            advice = packages.advice(self.host, packages.BUILDX)
+            self.add("buildx", title, "warn",
+                     f"buildx {found[1]} has no `bake --load`: {bake.why()}",
+                     f"install a current buildx: {advice.fix}", required=False,
+                     version=found[1], **advice.data)
+            return
+        self.add("buildx", title, "ok", f"buildx {found[1]}, bake available", required=False,
+                 version=found[1])
 
     # --- model ------------------------------------------------------------------
 
@@ -485,6 +486,43 @@ class Doctor:
                      fix, required=False, total_gib=round(total_gib, 2))
         else:
             self.add("shm", "shared memory", "ok", detail, total_gib=round(total_gib, 2))
+
+    def check_env_file(self) -> None:
+        """A .env holding a key must not go into git: tracked, it is committed
+        with the next commit of that file; neither tracked nor ignored, with
+        the next `git add -A`."""
+        path = self.loaded.env_file.path
+        title = ".env not in git"
+        if path is None or str(path) == os.devnull:
+            self.add("env-git", title, "skip", "no .env read", required=False)
+            return
+        secrets = sorted(k for k, v in self.loaded.dotenv.items() if v and SECRET_NAME.search(k))
+        if not secrets:
+            self.add("env-git", title, "ok", f"{path} holds no key", required=False)
+            return
+        where = ["git", "-C", str(path.parent)]
+        tracked = self.host.run([*where, "ls-files", "--error-unmatch", "--", path.name])
+        if tracked.error or (tracked.returncode != 0 and "not a git repository" in
+                             tracked.stderr):
+            self.add("env-git", title, "ok", f"{path} is not in a git work tree",
+                     required=False)
+            return
+        names = ", ".join(secrets)
+        if tracked.ok:
+            self.add("env-git", title, "warn", f"{path} holds {names} and git tracks it",
+                     f"stop tracking it (git rm --cached {path.name}), keep it ignored "
+                     "(.gitignore has .env) and change the key: it is in git's history",
+                     required=False, path=str(path), keys=secrets)
+            return
+        ignored = self.host.run([*where, "check-ignore", "-q", "--", path.name])
+        if ignored.returncode == 1:
+            self.add("env-git", title, "warn", f"{path} holds {names} and git does not "
+                     "ignore it: `git add -A` would commit it",
+                     f"add {path.name} to .gitignore", required=False, path=str(path),
+                     keys=secrets)
+            return
+        self.add("env-git", title, "ok", f"{path} holds {names}; git ignores it",
+                 required=False, path=str(path))
 
     # --- the DGX Spark pair --------------------------------------------------------------
 
@@ -684,16 +722,6 @@ def _device_state(device: rdma.Device) -> str:
     if device.active:
         return "active"
     return device.ports[0].state if device.ports else "no port"
-
-
-def _os_release(text: str) -> dict[str, str]:
-    """KEY=value lines of /etc/os-release, quotes stripped."""
-    values = {}
-    for line in text.splitlines():
-        key, sep, value = line.strip().partition("=")
-        if sep and not key.startswith("#"):
-            values[key] = value.strip().strip("'\"")
-    return values
 
 
 def _meminfo(host: Host) -> dict[str, int]:

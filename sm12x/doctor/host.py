@@ -8,12 +8,16 @@ model files and replace run() with recorded command output.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sm12x import proc
+
+# What a CLI prints under its error: how to get help, never what went wrong.
+BOILERPLATE = re.compile(r"^(Usage:|Run '.*--help' for more information|See '.*--help'\.?$)")
 
 
 @dataclass(frozen=True)
@@ -31,12 +35,15 @@ class Output:
         return self.error is None and self.returncode == 0
 
     def why(self) -> str:
-        """One line saying what went wrong."""
+        """One line saying what went wrong: the command's own last line that says
+        something, not the usage hint under it ("Run 'docker --help' for more
+        information" follows "docker: unknown command: docker compose")."""
         if self.error:
             return self.error
-        said = (self.stderr or self.stdout).strip().splitlines()
+        said = [line.strip() for line in (self.stderr or self.stdout).splitlines()
+                if line.strip() and not BOILERPLATE.match(line.strip())]
         return f"`{' '.join(self.argv[:3])}` exit {self.returncode}" + (
-            f": {said[-1].strip()}" if said else ""
+            f": {said[-1]}" if said else ""
         )
 
 

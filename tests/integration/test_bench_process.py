@@ -381,7 +381,9 @@ def test_the_image_must_be_on_this_machine(tmp_path, server):
     assert done.returncode == 1 and result is None and calls == []
     errors = [line for line in done.stderr.splitlines() if ": error: " in line]
     assert len(errors) == 1 and "No such image" in errors[0]
-    assert "docker compose pull" in errors[0] and "--python" in errors[0]
+    # Build it: no registry has the image until it is published (no `pull`).
+    assert "docker buildx bake image-amd64 --load" in errors[0] and "--python" in errors[0]
+    assert "docker compose pull" not in errors[0]
 
 
 def test_recipe_auto_needs_gpus(tmp_path, server):

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sm12x.doctor.checks import Doctor, Options
 from sm12x.doctor.host import Host, Output
 from sm12x.launch import gpus as gpu_query
 from support.checkpoint import write_checkpoint
@@ -31,6 +32,17 @@ IMAGE_DIGEST = "ghcr.io/sm12x/sm12x@sha256:" + "d4" * 32
 SPARK_HCAS = ("rocep1s0f0", "rocep1s0f1", "roceP2p1s0f0", "roceP2p1s0f1")
 SPARK_NETDEVS = {"rocep1s0f0": "enp1s0f0np0", "rocep1s0f1": "enp1s0f1np1",
                  "roceP2p1s0f0": "enP2p1s0f0np0", "roceP2p1s0f1": "enP2p1s0f1np1"}
+
+PACKAGES = ROOT / "tests" / "fixtures" / "packages"
+# What Docker's buildx plugin prints (the format of buildx 0.17; the help is cut).
+BUILDX_VERSION = "github.com/docker/buildx v0.17.1 257815a\n"
+BAKE_HELP = (
+    "\nUsage:  docker buildx bake [OPTIONS] [TARGET...]\n\nBuild from a file\n\n"
+    "Aliases:\n  docker buildx bake, docker buildx f\n\nOptions:\n"
+    "  -f, --file stringArray         Build definition file\n"
+    "      --load                     Shorthand for \"--set=*.output=type=docker\"\n"
+    "      --print                    Print the options without building\n"
+)
 
 Answer = Output | str | Callable[[tuple[str, ...]], Output]
 
@@ -93,7 +105,9 @@ def rig(tmp: Path, nvidia_smi: str, env: dict[str, str] | None = None) -> FakeHo
     )
     host.nvidia_smi((NVIDIA_SMI / nvidia_smi).read_text())
     host.answer(("docker", "version"), "28.0.1\n")
-    host.answer(("docker", "compose", "version"), "2.30.3\n")
+    host.answer(("docker", "compose", "version"), "Docker Compose version v2.30.3\n")
+    host.answer(("docker", "buildx", "version"), BUILDX_VERSION)
+    host.answer(("docker", "buildx", "bake", "--help"), BAKE_HELP)
     host.answer(("docker", "info"), json.dumps(
         {"Runtimes": {"runc": {"path": "runc"}, "nvidia": {"path": "nvidia-container-runtime"}},
          "DockerRootDir": "/var/lib/docker"}) + "\n")
@@ -139,3 +153,39 @@ def spark_rig(tmp: Path, node: int = 1, ibv: str = "dgx-spark.txt") -> FakeHost:
     host.answer(("ping",), "2 packets transmitted, 2 received, 0% packet loss\n")
     host.answer(("ssh",), IMAGE_ID + "\n")
     return host
+
+
+def packages_fixture(name: str) -> dict:
+    """tests/fixtures/packages/NAME.json: a distribution's recorded (or
+    format-true) /etc files and package-tool answers."""
+    return json.loads((PACKAGES / f"{name}.json").read_text())
+
+
+def on_distribution(host: FakeHost, name: str) -> FakeHost:
+    """The machine as the fixture has it: its /etc/os-release (and
+    /etc/dgx-release), what dpkg-query and apt-cache answer, and what its
+    docker CLI says without the compose and buildx plugins."""
+    fixture = packages_fixture(name)
+    for path, text in fixture["files"].items():
+        target = host.path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    host.tools |= {"dpkg-query", "apt-cache"}
+    for command in fixture["commands"]:
+        if command.get("missing"):
+            continue
+        host.answer(tuple(command["argv"]), Output(tuple(command["argv"]), command["stdout"],
+                                                   command["stderr"], command["returncode"]))
+    return host
+
+
+def run_doctor(host, **options) -> dict[str, object]:
+    doctor = Doctor(host, Options(env_file=os.devnull, **options))
+    checks = doctor.run()
+    by_id = {c.id: c for c in checks}
+    assert len(by_id) == len(checks), "check ids are unique"
+    for check in checks:
+        assert check.verdict in ("ok", "warn", "fail", "skip")
+        if check.verdict in ("warn", "fail"):
+            assert check.fix, f"{check.id} {check.verdict} without a fix"
+    return {"doctor": doctor, "checks": by_id, "failed": [c.id for c in checks if c.failed]}

@@ -10,11 +10,18 @@ above the command in the same document.
 - `sm12x ...` and `python -m verify ...`: the real CLI, installed as the
   README installs it. Commands that need nothing but files run as written
   (`render`, `bench --report/--validate/--from-jsonl`, with a result produced
-  by the real CLI from recorded sglang lines); the rest, which need a server,
-  GPUs or a peer, run with `--explain`, which parses every flag with the real
-  parser, reads the settings (flags, environment, the reader's .env) and exits
-  0 only when all of it is accepted. GPUs are a recorded `nvidia-smi` answer
-  (tests/fixtures/nvidia-smi/rtx-pro-6000-x4.csv): the one stand-in here.
+  by the real CLI from recorded sglang lines); the rest run with `--explain`
+  first, which parses every flag with the real parser, reads the settings
+  (flags, environment, the reader's .env) and exits 0 only when all of it is
+  accepted. Then what this machine allows runs for real (`runs_for_real`):
+  every `doctor`, `verify` of a server on 127.0.0.1 and a plain `bench`,
+  against the stand-in sglang server (tests/support/fake_sglang) on a free
+  port, bench's sglang benchmark the stand-in that parses sglang's real flags
+  (tests/support/fake_bench). GPUs are a recorded `nvidia-smi` answer
+  (tests/fixtures/nvidia-smi/rtx-pro-6000-x4.csv). What needs a GPU, a peer,
+  a remote host or lm-eval's download of GSM8K stays at `--explain`.
+- `pip install` commands (Install below) run as written, from the package
+  index, into a throwaway virtualenv, and what they install is imported.
 - `docker compose ...`: the real Compose v2 binary runs `config` on the
   reader's checkout with the same profiles: the project must be valid with the
   reader's .env, each named profile must start something, and the services an
@@ -30,11 +37,14 @@ bake targets, pip extras, compose profiles and Kubernetes names are real.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +83,16 @@ class NotHere:
     why: str
 
 
+@dataclass(frozen=True)
+class Install:
+    """A pip install from the package index, run as written into a throwaway
+    virtualenv (`.venv/` is made fresh under the test's folder), from the
+    checkout; then `check` runs in that virtualenv's Python and must exit 0."""
+
+    why: str
+    check: str
+
+
 GPU = "needs an sm_12x GPU rig and the checkpoint"
 REGISTRY = "needs the published image (a registry: none is reachable from CI)"
 GPU_BENCH = "a GPU benchmark's setup (docs/benchmarks.md says on which machine)"
@@ -85,9 +105,10 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
         NotHere("downloads the 150 GB checkpoint (test_readme checks the revision is the "
                 "recipes')"),
     "python3 -m venv .venv": Run("the host install's first step"),
-    ".venv/bin/pip install -e '.[bench]'": NotHere(
-        "installs from PyPI into a new virtualenv: scripts/test makes the same editable "
-        "install (extras checked below)"),
+    ".venv/bin/pip install -e '.[bench]'": Install(
+        "the host install: sm12x on PATH, with the chart's matplotlib",
+        "import matplotlib, sm12x.bench.chart; import shutil, sys; "
+        "sys.exit(0 if shutil.which('sm12x') else 'no sm12x on PATH')"),
     ". .venv/bin/activate": NotHere("changes the reader's shell only"),
     "docker buildx bake image-amd64 --load": NotHere(
         "builds on sglang's real base image (Docker Hub) and flashinfer's index, neither "
@@ -172,8 +193,12 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
     "python -m tests.support.fake_sglang --port 30001 --fault loop --accept-length 3.4 "
     "--token-delay 0.001": Help("a server that runs until stopped; the integration tests "
                                 "start it with these flags"),
-    "pip install 'sm12x[accuracy]'": NotHere(
-        "installs from PyPI; scripts/test installs the same extra (checked below)"),
+    ".venv/bin/pip install -e '.[accuracy]'": Install(
+        "verify --accuracy's lm-eval: its chat-completions model and sm12x's own GSM8K task",
+        "import lm_eval, verify.accuracy as a; from lm_eval.api.registry import get_model; "
+        "from lm_eval.tasks import TaskManager; get_model('local-chat-completions'); "
+        "assert a.DEFAULT_TASK in TaskManager(include_path=[str(a.TASKS_DIR)], "
+        "include_defaults=False).all_tasks"),
 }
 
 COMMANDS = dc.all_commands()
@@ -262,27 +287,131 @@ def without_redirection(words: list[str]) -> tuple[list[str], str | None]:
     return words, None
 
 
-def run_sm12x(words: list[str], cwd: Path, env: dict[str, str],
-              bench_result: Path) -> subprocess.CompletedProcess[str]:
+LOOPBACK_URL = re.compile(r"^http://127\.0\.0\.1:30000/?$")
+
+
+def runs_for_real(sub: str, args: list[str]) -> bool:
+    """What this machine can run as written, beside the stand-in server:
+    doctor (it reports what it finds, GPUs from the recorded nvidia-smi),
+    verify of a server on this machine, bench of one (its benchmark the
+    stand-in of sglang's, which parses the real flags)."""
+    if sub == "doctor":
+        return True
+    if sub == "verify":
+        urls = [args[k + 1] for k, a in enumerate(args) if a == "--base-url"]
+        return len(urls) == 1 and bool(LOOPBACK_URL.match(urls[0])) and "--boot" not in args \
+            and not {"--compare-url", "--accuracy", "--metrics-url"} & set(args)
+    if sub == "bench":
+        return not args
+    return False
+
+
+def run_sm12x(words: list[str], cwd: Path, env: dict[str, str], bench_result: Path,
+              stand_in: "StandIn | None" = None) -> subprocess.CompletedProcess[str]:
     words, into = without_redirection(words)
     if words[0] in ("python", "python3"):  # python -m verify ...
         words = ["sm12x", "verify", *words[3:]]
     sub, args = words[1], words[2:]
-    real = sub == "render" or (sub == "bench" and FILE_ONLY & set(args))
-    if sub == "bench" and real:
+    files_only = sub == "render" or (sub == "bench" and FILE_ONLY & set(args))
+    if sub == "bench" and files_only:
         stage(args, cwd, bench_result)
-    argv = [str(Path(PY).parent / "sm12x"), sub, *args, *([] if real else ["--explain"])]
+    argv = [str(Path(PY).parent / "sm12x"), sub, *args, *([] if files_only else ["--explain"])]
     done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
                           check=False)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     assert "Traceback" not in out, out
     assert "old name" not in done.stderr, f"the doc uses a deprecated name: {done.stderr}"
-    if not real:
+    if not files_only:
         assert done.stdout.startswith(f"# sm12x {sub} settings"), out
+        if stand_in is not None and runs_for_real(sub, args):
+            done = stand_in.run(sub, args, cwd, env)
     if into:
         (cwd / into).write_text(done.stdout)
     return done
+
+
+class StandIn:
+    """The stand-in sglang server (tests/support/fake_sglang) on a free port,
+    and the commands a reader runs against it, for real."""
+
+    def __init__(self, work: Path) -> None:
+        from tests.support.fake_sglang.server import free_port
+
+        self.work = work
+        self.port = free_port()
+        # Its own process, as README starts it: in pytest's process its event
+        # loop would share one interpreter with the test on a loaded machine.
+        self.log = (work / "stand-in.log").open("w")
+        self.process = subprocess.Popen(
+            [PY, "-m", "tests.support.fake_sglang", "--port", str(self.port)], cwd=ROOT,
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 300
+        while not self.healthy():
+            assert self.process.poll() is None, (work / "stand-in.log").read_text()
+            assert time.monotonic() < deadline, "the stand-in did not listen within 300 s"
+            time.sleep(0.5)
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2):
+                return True
+        except OSError:
+            return False
+
+    def run(self, sub: str, args: list[str], cwd: Path,
+            env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        env = {**env, "COLUMNS": "200"}
+        if sub == "verify":  # the reader's port is the stand-in's
+            args = [re.sub(r":30000\b", f":{self.port}", a) for a in args]
+        if sub == "bench":
+            # The reader's .env names the server (SM12X_PORT); sglang's
+            # benchmark is the stand-in that parses its real flags.
+            scenario = self.work / "scenario.json"
+            runs = {str(c): {"line": json.loads((BENCH_LINES / f"c{c}.json").read_text())}
+                    for c in (16, 32, 64)}
+            scenario.write_text(json.dumps({"runs": runs}))
+            env = {**env, "SM12X_PORT": str(self.port),
+                   "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "support" / "fake_bench"),
+                                                  env["PYTHONPATH"], str(ROOT / "tests")]),
+                   "SM12X_FAKE_BENCH_SCENARIO": str(scenario),
+                   "SM12X_FAKE_BENCH_RECORD": str(self.work / "bench-argv.jsonl"),
+                   **({"SM12X_CACHE": os.environ["SM12X_CACHE"]}
+                      if "SM12X_CACHE" in os.environ else {})}
+        done = subprocess.run([str(Path(PY).parent / "sm12x"), sub, *args], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=600, check=False)
+        out = done.stdout + done.stderr
+        assert "Traceback" not in out, out
+        if sub == "doctor":
+            # This machine has no sm_12x GPU driver stack, Docker plugins or
+            # checkpoint: doctor says so (exit 1) with a fix per failure.
+            assert done.returncode in (0, 1), out
+            if "--json" in args:
+                checks = {c["id"]: c for c in json.loads(done.stdout)["checks"]}
+                assert checks["gpus"]["verdict"] == "ok", checks["gpus"]
+                assert all(c["fix"] for c in checks.values() if c["verdict"] in ("warn", "fail"))
+            else:
+                assert "GPUs" in done.stdout and "4x" in done.stdout, out
+        else:
+            # A healthy stand-in passes verify, and bench measures it.
+            assert done.returncode == 0, out
+        return done
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=20)
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def stand_in(tmp_path_factory):
+    server = StandIn(tmp_path_factory.mktemp("stand-in"))
+    yield server
+    server.stop()
 
 
 def test_sm12x_runs_as_the_readme_installs_it():
@@ -333,7 +462,7 @@ def run_compose(words: list[str], cwd: Path, tmp_path: Path, bench_result: Path)
         inside.mkdir()
         environment = {k: v for k, v in (services[name].get("environment") or {}).items()
                        if v is not None}
-        run_sm12x(inner, inside, reader_env(tmp_path, environment), bench_result)
+        run_sm12x(inner, inside, reader_env(tmp_path, environment), bench_result)  # no server
     elif sub == "cp":
         source = args[0]
         name, path = source.split(":", 1)
@@ -377,14 +506,41 @@ def run_help(command: dc.Command) -> None:
         assert flag in done.stdout, f"{words[0]} --help does not list {flag}"
 
 
+def run_install(command: dc.Command, how: Install, tmp_path: Path) -> None:
+    """The documented install, from the package index (pip's own configuration
+    and cache, as the reader's), into a virtualenv made for it."""
+    venv = tmp_path / ".venv"
+    done = subprocess.run([PY, "-m", "venv", str(venv)], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert command.text.startswith(".venv/bin/pip "), command.text
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["PATH"] = f"{venv}/bin:/usr/bin:/bin"
+    text = command.text.replace(".venv/", f"{venv}/", 1)
+    done = subprocess.run(["bash", "-c", text], cwd=ROOT, capture_output=True, text=True,
+                          timeout=2700, env=env, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", how.check], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def run_python_venv(tmp_path: Path) -> None:
     done = subprocess.run([PY, "-m", "venv", "--without-pip", str(tmp_path / ".venv")],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=[c.id for c in COMMANDS])
-def test_every_command_runs_or_says_why_not(command, tmp_path, bench_result):
+def _param(command: dc.Command):
+    # An install from the package index takes minutes (lm-eval's stack is
+    # ~630 MB): beyond the suite's 900 s per test on a loaded machine.
+    slow = isinstance(CLASSIFIED.get(command.text), Install)
+    return pytest.param(command, id=command.id,
+                        marks=[pytest.mark.slow, pytest.mark.timeout(3000)] if slow else [])
+
+
+@pytest.mark.parametrize("command", [_param(c) for c in COMMANDS])
+def test_every_command_runs_or_says_why_not(command, tmp_path, bench_result, stand_in):
     words = command.words
     how = CLASSIFIED.get(command.text)
     if by_rule(command):
@@ -398,7 +554,7 @@ def test_every_command_runs_or_says_why_not(command, tmp_path, bench_result):
             run_compose(words, checkout(tmp_path, command), tmp_path, bench_result)
         else:
             home = checkout(tmp_path, command)
-            run_sm12x(words, home, reader_env(tmp_path), bench_result)
+            run_sm12x(words, home, reader_env(tmp_path), bench_result, stand_in)
         return
     assert how is not None, (
         f"{command.id}: `{command.text}` is neither run by a rule of this test nor in "
@@ -407,7 +563,9 @@ def test_every_command_runs_or_says_why_not(command, tmp_path, bench_result):
     if isinstance(how, NotHere):
         assert len(how.why) > 10
         pytest.skip(f"not run here: {how.why}")
-    if isinstance(how, Help):
+    if isinstance(how, Install):
+        run_install(command, how, tmp_path)
+    elif isinstance(how, Help):
         run_help(command)
     elif command.text == "python3 -m venv .venv":
         run_python_venv(tmp_path)
@@ -490,7 +648,7 @@ def test_bake_targets_named_by_commands_exist():
 
 
 def test_the_build_command_makes_the_image_compose_runs():
-    """README's "Serve it": build it yourself until it is published; then compose
+    """README's "Build or pull the image": build it yourself until it is published; then compose
     finds the image locally under the name it would pull."""
     stem, track = compose_cli.image_default()  # the image compose runs with no .env
     compose_default = f"{stem}-{track}"

@@ -5,30 +5,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
 from support import checkpoint
 from support.doctor_rigs import GIB, IBV, IMAGE_ID, failing, rig, spark_rig
+from support.doctor_rigs import run_doctor as run
 
 from sm12x import cli
 from sm12x.doctor import main as doctor_main
 from sm12x.doctor import rdma
 from sm12x.doctor.checks import Doctor, Options
-from sm12x.doctor.host import Output
+from sm12x.doctor.host import Host, Output
 from sm12x.errors import UserError
-
-
-def run(host, **options) -> dict[str, object]:
-    doctor = Doctor(host, Options(env_file=os.devnull, **options))
-    checks = doctor.run()
-    by_id = {c.id: c for c in checks}
-    assert len(by_id) == len(checks), "check ids are unique"
-    for check in checks:
-        assert check.verdict in ("ok", "warn", "fail", "skip")
-        if check.verdict in ("warn", "fail"):
-            assert check.fix, f"{check.id} {check.verdict} without a fix"
-    return {"doctor": doctor, "checks": by_id, "failed": [c.id for c in checks if c.failed]}
 
 
 # --- every rig, healthy --------------------------------------------------------------------------
@@ -48,8 +39,9 @@ def test_healthy_single_node_rigs_are_ready(tmp_path, fixture, recipe):
     assert result["failed"] == []
     checks = result["checks"]
     assert checks["recipe"].data["recipe"] == recipe
-    for id in ("gpus", "driver", "recipe", "gpu-memory", "docker", "compose", "nvidia-runtime",
-               "image", "model-dir", "model-config", "model-shards", "model-revision",
+    for id in ("gpus", "driver", "recipe", "gpu-memory", "docker", "compose", "buildx",
+               "nvidia-runtime", "image", "model-dir", "model-config", "model-shards",
+               "model-revision",
                "tokenizer", "disk", "shm"):
         assert checks[id].verdict == "ok", (id, checks[id])
     # No Spark-pair check on a single-node rig.
@@ -156,7 +148,8 @@ def test_docker_daemon_down(tmp_path):
 def test_compose_missing_while_the_daemon_is_down_is_still_reported(tmp_path):
     host = rig(tmp_path, "rtx-pro-6000-x4.csv")
     host.answer(("docker", "version"), failing("Cannot connect to the Docker daemon"))
-    host.answer(("docker", "compose", "version"), failing("unknown flag: --short", 125))
+    host.answer(("docker", "compose", "version"), failing(
+        "docker: unknown command: docker compose\n\nRun 'docker --help' for more information"))
     result = run(host)
     assert result["failed"] == ["docker", "compose"]
     assert "unknown shorthand flag: 'd'" in result["checks"]["compose"].detail
@@ -167,15 +160,10 @@ def test_no_docker_cli_skips_compose(tmp_path):
     host.tools.discard("docker")
     checks = run(host)["checks"]
     assert checks["docker"].verdict == "fail" and "install Docker Engine" in checks["docker"].fix
-    assert checks["compose"].verdict == "skip"
+    assert checks["compose"].verdict == checks["buildx"].verdict == "skip"
 
 
-OS_RELEASE = {
-    "debian-12": 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n',
-    "debian-13": 'PRETTY_NAME="Debian GNU/Linux 13 (trixie)"\nID=debian\nVERSION_ID="13"\n',
-    "ubuntu-24.04": 'PRETTY_NAME="Ubuntu 24.04.2 LTS"\nID=ubuntu\nID_LIKE=debian\n'
-                    'VERSION_ID="24.04"\n',
-    "dgx-os": 'PRETTY_NAME="Ubuntu 24.04.3 LTS"\nID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"\n',
+OS_RELEASE = {  # written from the format; Debian and Ubuntu: tests/unit/test_doctor_packages.py
     "fedora-41": 'PRETTY_NAME="Fedora Linux 41"\nID=fedora\nVERSION_ID=41\n',
     "rocky-9": 'PRETTY_NAME="Rocky Linux 9.5"\nID="rocky"\nID_LIKE="rhel centos fedora"\n',
     "arch": 'PRETTY_NAME="Arch Linux"\nID=arch\n',
@@ -185,31 +173,25 @@ OS_RELEASE = {
 @pytest.mark.parametrize(
     ("system", "docker_ce", "fix"),
     [
-        ("debian-12", False, "archive has only Compose v1"),
-        ("debian-12", True, "sudo apt-get install docker-compose-plugin"),
-        ("debian-13", False, "sudo apt-get install docker-compose"),
-        ("ubuntu-24.04", False, "sudo apt-get install docker-compose-v2"),
-        ("dgx-os", True, "sudo apt-get install docker-compose-plugin"),
         ("fedora-41", True, "sudo dnf install docker-compose-plugin"),
         ("rocky-9", False, "sudo dnf install docker-compose-plugin"),
         ("arch", False, "docker-compose-plugin from Docker's repository"),
     ],
 )
-def test_no_compose_plugin_names_the_package_of_this_distribution(tmp_path, system, docker_ce,
-                                                                  fix):
+def test_no_compose_plugin_outside_debian_names_docker_s_package(tmp_path, system, docker_ce,
+                                                                 fix):
     host = rig(tmp_path, "rtx-pro-6000-x4.csv")
     host.answer(("docker", "compose", "version"),
                 failing("docker: 'compose' is not a docker command."))
     (host.root / "etc").mkdir(exist_ok=True)
     (host.root / "etc" / "os-release").write_text(OS_RELEASE[system])
-    host.tools |= {"dpkg-query", "rpm"}
-    host.answer(("dpkg-query",), "install ok installed" if docker_ce else failing(
-        "dpkg-query: no packages found matching docker-ce-cli"))
+    host.tools |= {"rpm"}
     host.answer(("rpm",), "docker-ce-cli-28.0.1-1.fc41.x86_64\n" if docker_ce else failing(
         "package docker-ce-cli is not installed"))
     check = run(host)["checks"]["compose"]
     assert check.verdict == "fail"
     assert fix in check.fix, check.fix
+    assert ("like this machine's docker-ce-cli" in check.fix) == docker_ce
 
 
 def test_no_nvidia_container_toolkit(tmp_path):
@@ -235,7 +217,8 @@ def test_image_not_pulled_is_a_warning(tmp_path):
     result = run(host)
     assert result["failed"] == []
     assert result["checks"]["image"].verdict == "warn"
-    # Not published yet: build it (README, "Serve it") for the recipe's arch; pull later.
+    # Not published yet: build it (README, "Build or pull the image") for the
+    # recipe's arch; pull it later.
     assert "docker buildx bake image-amd64 --load" in result["checks"]["image"].fix
     assert "docker compose pull" in result["checks"]["image"].fix
 
@@ -571,3 +554,52 @@ def test_the_cli_refuses_a_peer_that_is_not_a_host(tmp_path):
 
     result = run_sm12x("doctor", "--peer", PROXY, "--json", cwd=tmp_path)
     assert_one_clear_error(result, "--peer", "not a host name or IP address")
+
+
+# --- .env and git: the real git, in a repository made for the test ----------------------------
+
+
+def env_in_git(tmp_path, key: str, *, track: bool = False, ignore: bool = False,
+               git: bool = True):
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    if git:
+        subprocess.run(["git", "init", "-q", str(repo)], check=True, timeout=30)
+    if ignore:
+        (repo / ".gitignore").write_text(".env\n")
+    env_file = repo / ".env"
+    env_file.write_text(f"SM12X_API_KEY={key}\n")
+    if track:
+        subprocess.run(["git", "-C", str(repo), "add", "-f", ".env"], check=True, timeout=30)
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    host.tools.add("git")
+    host.answer(("git",), lambda argv: Host(environ={"PATH": "/usr/bin:/bin"}).run(argv))
+    return Doctor(host, Options(env_file=env_file)).run()
+
+
+@pytest.mark.parametrize(("key", "track", "ignore", "git", "verdict", "says"), [
+    ("s3cret", True, True, True, "warn", "git tracks it"),
+    ("s3cret", False, False, True, "warn", "`git add -A` would commit it"),
+    ("s3cret", False, True, True, "ok", "git ignores it"),
+    ("", True, False, True, "ok", "holds no key"),
+    ("s3cret", False, False, False, "ok", "not in a git work tree"),
+])
+def test_a_key_bearing_env_file_in_git_is_a_warning(tmp_path, key, track, ignore, git, verdict,
+                                                     says):
+    checks = {c.id: c for c in env_in_git(tmp_path, key, track=track, ignore=ignore, git=git)}
+    check = checks["env-git"]
+    assert (check.verdict, check.required) == (verdict, False), check
+    assert says in check.detail, check.detail
+    if track and key:
+        assert "git rm --cached .env" in check.fix
+    assert "s3cret" not in check.detail + (check.fix or "")  # names the key, never its value
+
+
+def test_every_check_is_a_row_of_docs_doctor_md(tmp_path):
+    doc = (Path(__file__).parents[2] / "docs" / "doctor.md").read_text()
+    rows = {name for line in doc.splitlines() if line.startswith("| `")
+            for name in re.findall(r"`([a-z0-9-]+)`", line.split("|")[1])}
+    ids = {c.id for c in Doctor(spark_rig(tmp_path / "spark"), Options(env_file=os.devnull)).run()}
+    ids |= set(run(rig(tmp_path / "rtx", "rtx-pro-6000-x4.csv"))["checks"])
+    assert {"buildx", "env-git", "compose"} <= ids
+    assert ids <= rows, sorted(ids - rows)

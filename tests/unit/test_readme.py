@@ -4,12 +4,15 @@ patch facts are checked against the files they describe."""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import tomllib
 
 import pytest
 import yaml
 from support.cli import ROOT
 from support.doc_commands import docs
+from support.doctor_rigs import on_distribution, packages_fixture, rig, run_doctor
 
 from sm12x import cli
 from sm12x.recipe import list_recipes, load_all
@@ -47,9 +50,9 @@ def test_serve_it_is_the_documented_two_steps():
     assert "COMPOSE_PROFILES=auto" in (ROOT / ".env.example").read_text()
 
 
-def test_serve_it_says_to_build_the_image_until_it_is_published():
-    text = section("Serve it")
-    build = code_blocks(text)[1]
+def test_build_or_pull_says_to_build_the_image_until_it_is_published():
+    text = section("Build or pull the image")
+    build = code_blocks(text)[0]
     assert build.split("#")[0].strip() == "docker buildx bake image-amd64 --load"
     assert "image-arm64" in build  # the DGX Spark's arch
     assert "not published" in text and "docker compose pull" in text
@@ -57,6 +60,96 @@ def test_serve_it_says_to_build_the_image_until_it_is_published():
     # reads the bake file for it).
     image = load_versions()["SM12X_IMAGE"]  # the default track's
     assert f"`{image}`" in text and f"docker save {image}" in text
+
+
+# The order a user acts in: each step's section before the next one's.
+USER_ORDER = ("Before you start", "Check the machine", "Build or pull the image", "Serve it",
+              "Verify, bench, doctor")
+
+
+def test_readme_walks_in_the_order_a_user_acts():
+    headings = re.findall(r"^## (.+)$", README, re.MULTILINE)
+    positions = [headings.index(title) for title in USER_ORDER]
+    assert positions == sorted(positions), headings
+    # Nothing a user must do comes first: the tests are the project's own business.
+    assert headings.index("Run the tests") > headings.index("Verify, bench, doctor")
+    first_steps = README.split("## Before you start")[0]
+    for title in USER_ORDER:
+        anchor = title.lower().replace(",", "").replace(" ", "-")
+        assert f"(#{anchor})" in first_steps, f"the opening does not point at {title}"
+    # doctor runs before the image exists: its section says the image may be missing.
+    assert code_blocks(section("Check the machine"))[0].strip() == "sm12x doctor"
+
+
+def recorded(name: str, argv: list[str]) -> dict:
+    fixture = packages_fixture(name)
+    return next(c for c in fixture["commands"] if c["argv"] == argv)
+
+
+def test_the_missing_plugin_symptoms_are_the_ones_the_cli_prints():
+    """Recorded on this kind of machine (tests/fixtures/packages/debian-12.json):
+    the docker CLI without its plugins, reading their flags as its own."""
+    load = recorded("debian-12", ["docker", "buildx", "bake", "image-amd64", "--load"])
+    up = recorded("debian-12", ["docker", "compose", "up", "-d"])
+    load_line, up_line = load["stderr"].splitlines()[0], up["stderr"].splitlines()[0]
+    assert (load_line, load["returncode"]) == ("unknown flag: --load", 125)
+    assert up_line == "unknown shorthand flag: 'd' in -d" and up["returncode"] == 125
+    build = section("Build or pull the image")
+    assert f"`{load_line}`" in " ".join(build.split())
+    before = " ".join(section("Before you start").split())
+    assert f'says "{load_line}"' in before and f'says "{up_line}"' in before
+    table = section("When something goes wrong")
+    assert f"`{load_line}`" in table and f"`{up_line}`" in table
+
+
+PLUGIN_ROWS = {  # README's row -> the recorded machines it speaks for
+    "Docker Engine from Docker's repository": ("debian-12-docker-ce", "dgx-os"),
+    "Debian 12 with Debian's `docker.io`": ("debian-12",),
+    "Debian 13 with Debian's `docker.io`": ("debian-13",),
+    "Ubuntu 22.04 or 24.04 with Ubuntu's `docker.io`": ("ubuntu-22.04", "ubuntu-24.04"),
+}
+
+
+def plugin_table() -> dict[str, tuple[str, str]]:
+    start = README.index("<!-- docker-plugins")
+    end = README.index("<!-- /docker-plugins -->")
+    rows = [line for line in README[start:end].splitlines() if line.startswith("| ")][1:]
+    table = {}
+    for row in rows:
+        system, compose, buildx = (c.strip() for c in row.strip("|").split("|"))
+        table[system] = (compose, buildx)
+    return table
+
+
+@pytest.mark.parametrize("row", sorted(PLUGIN_ROWS))
+def test_the_plugin_table_is_what_doctor_advises(tmp_path, row):
+    """Each row's package (the last one its cell names) is the one doctor tells
+    that machine to install, from the machine's recorded package tools."""
+    table = plugin_table()
+    (system,) = [s for s in table if s.startswith(row)]
+    for n, name in enumerate(PLUGIN_ROWS[row]):
+        host = on_distribution(rig(tmp_path / f"{n}", "rtx-pro-6000-x4.csv"), name)
+        checks = run_doctor(host)["checks"]
+        for cell, check in zip(table[system], (checks["compose"], checks["buildx"])):
+            package = re.findall(r"`(docker-[\w-]+)`", cell)[-1]
+            assert check.fix.endswith(f"sudo apt-get install {package}"), (name, check.fix)
+    assert "DGX OS" in " ".join(table)
+
+
+def test_env_is_ignored_by_git_and_the_example_is_not(tmp_path):
+    """README: `.gitignore` keeps `.env` out of git. Asked of git itself, in a
+    copy of the repository's .gitignore."""
+    shutil.copy(ROOT / ".gitignore", tmp_path / ".gitignore")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, timeout=30)
+
+    def ignored(name: str) -> bool:
+        done = subprocess.run(["git", "-C", str(tmp_path), "check-ignore", "-q", name],
+                              timeout=30, check=False)
+        assert done.returncode in (0, 1)
+        return done.returncode == 0
+
+    assert ignored(".env") and not ignored(".env.example")
+    assert "`.gitignore` keeps it out of git" in " ".join(section("Before you start").split())
 
 
 GLOSSARY_TERMS = ("C16", "TP", "pass^k", "TTFT", "ITL", "SPS", "depth", "block size", "gamma",
@@ -162,3 +255,61 @@ def test_symptom_cause_fix_table():
 
 def test_image_section_points_at_the_image_doc():
     assert "docs/image.md" in section("The image")
+
+
+def patch_entries(number: str) -> list[dict]:
+    series = tomllib.loads((ROOT / "patches" / "sglang" / "patches.toml").read_text())
+    return [p for p in series["patch"] if p["file"].startswith(number + "-")]
+
+
+def test_compress_plan_patches_retire_as_patches_toml_says():
+    text = " ".join(section("The dispatch patch, and when it retires").split())
+    for number in ("0020", "0021"):
+        (release,) = {p["retire_sglang"] for p in patch_entries(number)}
+        assert f"`0020` and `0021` retire with sglang {release}" in text
+    kv_store = patch_entries("0022")
+    assert all("retire_sglang" not in p for p in kv_store), "0022 retires now: say when"
+    newest = max((v for p in kv_store for v in p["sglang"]),
+                 key=lambda v: tuple(map(int, v.split("."))))
+    assert f"it is still carried on {newest}" in text
+    assert "All three retire" not in text
+
+
+def test_the_test_workers_are_scripts_test_s_default():
+    default = re.search(r"SM12X_TEST_WORKERS:-(\d+)", (ROOT / "scripts" / "test").read_text())[1]
+    assert f"pytest runs in {default} processes" in " ".join(section("Run the tests").split())
+    conftest = (ROOT / "tests" / "conftest.py").read_text()
+    assert f"runs -n {default} --dist loadfile" in conftest
+
+
+def test_the_test_costs_are_the_measured_ones():
+    """The cold and warm figures are docs/benchmarks.md's (which has the
+    command); the section must name both, with the disk it needs."""
+    start = README.index("<!-- test-cost")
+    cost = " ".join(README[start:README.index("<!-- /test-cost -->")].split())
+    suite = " ".join((ROOT / "docs" / "benchmarks.md").read_text().split(
+        "## The test suite (`scripts/test`)")[1].split("\n## ")[0].split())
+    for figure in re.findall(r"\d+ min \d+ s", cost):
+        assert figure in suite, figure
+    setup = re.search(r"cold \(setup (\d+ s)\)", cost)[1]
+    assert f"| {setup} |" in suite
+    assert "warm" in cost and "cold" in cost and "GB" in cost
+
+
+def test_the_stand_in_example_says_it_needs_the_test_environment():
+    """The host install (`.[bench]`) has no starlette; the stand-in imports it."""
+    import tomllib as toml
+
+    project = toml.loads((ROOT / "pyproject.toml").read_text())["project"]
+    host = project["dependencies"] + project["optional-dependencies"]["bench"]
+    assert not any(d.startswith("starlette") for d in host)
+    stand_in = "\n".join(p.read_text() for p in (ROOT / "tests" / "support" / "fake_sglang")
+                         .glob("*.py"))
+    assert re.search(r"^(from|import) (starlette|fastapi)", stand_in, re.MULTILINE)
+    text = " ".join(section("Verify, bench, doctor").split())
+    assert "`.cache/venv/bin/python -m tests.support.fake_sglang --port 30001 --fault loop`" in text
+    assert "prints nothing while it loads" in text
+    # ... and says where it listens once it does: the line README quotes.
+    main = (ROOT / "tests" / "support" / "fake_sglang" / "__main__.py").read_text()
+    assert 'print(f"fake sglang on http://{args.host}:{args.port}' in main
+    assert "`fake sglang on http://127.0.0.1:30001 ...` as it starts to listen" in text
