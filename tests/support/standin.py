@@ -1,26 +1,40 @@
-"""A stand-in for the sglang base image, built here from Debian's archive.
+"""Stand-ins for the two real sglang base images, built here from Debian's archive.
 
-No image registry is reachable from the CI machines, so the real base
-(lmsysorg/sglang) cannot be pulled. The stand-in has what the Dockerfile
-relies on, at the same layout: a Debian/Ubuntu system python3 with pip,
-`patch`, and sglang, flashinfer and what importing them for the dispatch
-self-test needs, installed by pip into /usr/local/lib/python3.X/dist-packages
-(the real base's dist-packages layout). Like the real base it carries
-sglang's *own* flashinfer pin (0.6.15.post1 for sglang 0.5.17, the version
-versions.env pins; 0.6.14 for 0.5.16; 0.7.2 for 0.5.23), which the build
-reinstalls at versions.env's. One per track (versions.env): the track's
-sglang. It has a CPU torch instead of a CUDA one (torch 2.13.0, also for
-0.5.23, which pins 2.14.1: that release is only a CUDA build on these
-machines, and 0.5.23's code imports and runs the self-test on 2.13.0), and
-no CUDA compiler: the self-test needs neither.
+No image registry is reachable from the CI machines, so the real bases
+(lmsysorg/sglang:v0.5.17-cu130-runtime, v0.5.23-cu130-runtime) cannot be
+pulled. Each track gets a stand-in shaped like its real base as read from
+sglang's docker/Dockerfile (docs/image.md, "The real bases"):
 
-Two layers, each cached under SM12X_CACHE/standin/ keyed by its inputs:
+  pinned (0.5.17)  system Python, packages pip-installed into
+                   /usr/local/lib/python3.X/dist-packages, the PEP 668 marker
+                   (Debian's python3 ships it), sglang an editable install of
+                   a checkout: `pip install --no-deps -e` of
+                   /sgl-workspace/sglang/python; WORKDIR /sgl-workspace/sglang.
+  current (0.5.23) the same checkout, installed into a virtualenv at
+                   /opt/sglang whose bin/ is first on PATH.
+
+Both: root, the track's sglang dependency closure as far as this machine's
+index has it (tests/support/closure.py, resolved for the stand-in's Python),
+less the GPU-only packages in GPU_ONLY (each with why), plus a CPU torch and
+the Triton whose interpreter runs sglang's kernels; an sglang-router of the
+base's own (pinned: another release than versions.env's, so the build's
+replacement shows; current: the pinned one, kept); a cache prebaked under
+/root/.cache as the real bases have; a fake `cuobjdump` at
+/usr/local/cuda/bin (the devel base's place) that lists a library's GPU code
+in the real tool's format (tests/support/fake_cuobjdump). No `patch`
+program: scripts/apply-patches must work without it.
+
+What a stand-in cannot imitate: Ubuntu 24.04 and its Python 3.12 (bookworm's
+is 3.11), CUDA, the GPU packages, the real git checkout (only sglang's
+package folder and a pyproject.toml are there).
+
+Layers, each cached under SM12X_CACHE/standin/ keyed by its inputs:
   1. the OS: `debootstrap --variant=minbase` -> os-<key>.tar -> `docker import`
   2. the Python stack: wheels downloaded on this machine (same Python 3.11 and
      glibc as the chroot) into wheels-<key>/, installed offline by a
-     two-line Dockerfile (--network none).
+     Dockerfile per shape (--network none).
 The images persist in the daemon's data root (scripts/test keeps it under
-.cache/docker), so a warm run finds both and does nothing.
+.cache/docker), so a warm run finds them and does nothing.
 """
 
 from __future__ import annotations
@@ -42,7 +56,8 @@ from support import containers, wheels
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
-INCLUDE = ("python3", "python3-pip", "python3-venv", "patch", "ca-certificates")
+# No `patch`: the real bases do not promise it, and apply-patches must not need it.
+INCLUDE = ("python3", "python3-pip", "python3-venv", "ca-certificates")
 # What importing sglang's sparse-MLA path and flashinfer needs on a CPU
 # (reference/upstream-facts.md, "Importing the real code on a CPU machine").
 IMPORT_DEPS = (
