@@ -91,7 +91,8 @@ class Compiled:
     log: str
 
 
-def compile_(requirements: list[str], constraints: dict[str, str], platform: str) -> Compiled:
+def compile_(requirements: list[str], constraints: dict[str, str], platform: str,
+             python: str = PYTHON) -> Compiled:
     """`uv pip compile` of requirements under constraints, for the real base's Python."""
     with tempfile.TemporaryDirectory(prefix="sm12x-closure-") as tmp:
         req_file, con_file, out = Path(tmp, "in.txt"), Path(tmp, "con.txt"), Path(tmp, "out.txt")
@@ -99,7 +100,7 @@ def compile_(requirements: list[str], constraints: dict[str, str], platform: str
         con_file.write_text("".join(f"{n}=={v}\n" for n, v in sorted(constraints.items())))
         proc = subprocess.run(
             [uv(), "pip", "compile", str(req_file), "-c", str(con_file), "-o", str(out),
-             "--python-version", PYTHON, "--python-platform", platform, "--only-binary",
+             "--python-version", python, "--python-platform", platform, "--only-binary",
              ":all:", "--no-header", "--no-annotate", "--quiet", "--no-python-downloads",
              "--index-url", "https://pypi.org/simple"],
             capture_output=True, text=True, timeout=900,
@@ -121,20 +122,23 @@ class Closure:
     lacking: dict[str, str] = field(default_factory=dict)  # requirement -> uv's reason
 
 
-def closure(track: str | None, arch: str) -> Closure:
-    """The track's sglang closure for one image arch (cached)."""
+def closure(track: str | None, arch: str, python: str = PYTHON,
+            platform: str | None = None) -> Closure:
+    """The track's sglang closure for one image arch (cached); python and platform
+    default to the real base's (the stand-in asks for its own)."""
     sglang = load_versions(track)["SGLANG_VERSION"]
     requirements = sglang_requirements(sglang)
-    key = hashlib.sha256(json.dumps([requirements, arch, PYTHON, PLATFORMS[arch],
+    platform = platform or PLATFORMS[arch]
+    key = hashlib.sha256(json.dumps([requirements, arch, python, platform,
                                      load_versions()["TEST_UV_VERSION"]]).encode()).hexdigest()
-    cached = cache_dir() / f"sglang-{sglang}-{arch}-{key[:12]}.json"
+    cached = cache_dir() / f"sglang-{sglang}-{arch}-py{python}-{key[:12]}.json"
     if cached.is_file():
         data = json.loads(cached.read_text())
         return Closure(sglang, arch, data["pins"], data["lacking"])
     lacking: dict[str, str] = {}
     wanted = list(requirements)
     for _ in range(len(requirements)):
-        result = compile_(wanted, {}, PLATFORMS[arch])
+        result = compile_(wanted, {}, platform, python)
         if result.ok:
             break
         missing = {norm(a or b) for a, b in NO_VERSION.findall(result.log)}
