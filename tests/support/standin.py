@@ -279,8 +279,7 @@ ENV PATH=${VENV_BIN}/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin
 RUN if [ "$SHAPE" = venv ]; then python3 -m venv /opt/sglang; fi
 RUN --mount=type=bind,source=wheels,target=/tmp/wheels \\
     python3 -m pip install --break-system-packages --root-user-action=ignore \\
-      --disable-pip-version-check --no-index --no-deps /tmp/wheels/*.whl \\
-
+      --disable-pip-version-check --no-index --no-deps /tmp/wheels/*.whl
 COPY checkout /sgl-workspace/sglang
 # As sglang's Dockerfile: an editable install of the checkout, no dependencies.
 RUN python3 -m pip install --break-system-packages --root-user-action=ignore \\
