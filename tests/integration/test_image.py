@@ -516,6 +516,20 @@ def test_a_failing_self_test_fails_the_build(base):
 
 # --- the prebuilt path, against a local stand-in for flashinfer's index ----------------------
 
+def build_prebuilt(tag: str, base: str, tmp_path: Path, name: str,
+                   machine: str | None = None, **index) -> subprocess.CompletedProcess[str]:
+    """FLASHINFER_PREBUILT=1 against a stand-in index served under its own URL path
+    (BuildKit keys a step by its arguments: another test's URL would hit that
+    build's cached result)."""
+    version, cuda = PINS["FLASHINFER_VERSION"], "cu" + PINS["CUDA_VERSION"].replace(".", "")
+    flashinfer_index.build_index(tmp_path / "index" / name, version, cuda,
+                                 machine or platform.machine(), **index)
+    with flashinfer_index.serving(tmp_path / "index") as url:
+        return build(tag, BASE_IMAGE=base, FLASHINFER_PREBUILT="1",
+                     FLASHINFER_CUBIN_INDEX_URL=f"{url}/{name}",
+                     FLASHINFER_JIT_CACHE_INDEX_URL=f"{url}/{name}/{cuda}")
+
+
 def test_prebuilt_flashinfer_path_installs_all_three_at_one_version(base, tmp_path):
     """FLASHINFER_PREBUILT=1, as the real image is built: cubin and jit-cache come
     from their own index (here tests/support/flashinfer_index.py on 127.0.0.1:
@@ -568,14 +582,8 @@ def test_a_kernel_library_without_the_gpu_s_code_fails_the_build(base, tmp_path)
     """A jit-cache whose sparse_mla_sm120 was compiled for other GPUs only: the image
     (amd64: RTX PRO 6000 / RTX 5090, sm_120) would fail at the first call."""
     version, cuda = PINS["FLASHINFER_VERSION"], "cu" + PINS["CUDA_VERSION"].replace(".", "")
-    root = tmp_path / "index" / "no-sm120"
-    flashinfer_index.build_index(root, version, cuda, platform.machine(),
-                                 code="elf=sm_90a,sm_100a ptx=")
-    with flashinfer_index.serving(tmp_path / "index") as url:
-        index = f"{url}/no-sm120"
-        proc = build("sm12x-test:no-sm120", BASE_IMAGE=base, FLASHINFER_PREBUILT="1",
-                     FLASHINFER_CUBIN_INDEX_URL=index,
-                     FLASHINFER_JIT_CACHE_INDEX_URL=f"{index}/{cuda}")
+    proc = build_prebuilt("sm12x-test:no-sm120", base, tmp_path, "no-sm120",
+                          code="elf=sm_90a,sm_100a ptx=")
     assert proc.returncode != 0
     assert ("image-build: error: kernel libraries without sm_120 code (x86_64 images run on "
             "sm_120 GPUs; the first call would fail with 'no kernel image is available'): "
@@ -593,14 +601,9 @@ def test_a_jit_cache_shim_gets_its_providers_or_the_build_stops(base, tmp_path, 
     provider the index lacks stops it, naming the provider."""
     version, cuda = PINS["FLASHINFER_VERSION"], "cu" + PINS["CUDA_VERSION"].replace(".", "")
     name = "split" if served else "split-missing"
-    flashinfer_index.build_index(tmp_path / "index" / name, version, cuda, platform.machine(),
-                                 providers=(PROVIDER,), serve_providers=served)
     tag = f"sm12x-test:{name}"
-    with flashinfer_index.serving(tmp_path / "index") as url:
-        index = f"{url}/{name}"
-        proc = build(tag, BASE_IMAGE=base, FLASHINFER_PREBUILT="1",
-                     FLASHINFER_CUBIN_INDEX_URL=index,
-                     FLASHINFER_JIT_CACHE_INDEX_URL=f"{index}/{cuda}")
+    proc = build_prebuilt(tag, base, tmp_path, name, providers=(PROVIDER,),
+                          serve_providers=served)
     try:
         if not served:
             assert proc.returncode != 0
@@ -622,14 +625,7 @@ def test_a_jit_cache_shim_gets_its_providers_or_the_build_stops(base, tmp_path, 
 def test_a_jit_cache_for_another_arch_fails_the_build(base, tmp_path):
     version, cuda = PINS["FLASHINFER_VERSION"], "cu" + PINS["CUDA_VERSION"].replace(".", "")
     other = "aarch64" if platform.machine() == "x86_64" else "x86_64"
-    # Its own URL path: BuildKit keys a step by its arguments, and the same URL
-    # as the test above would hit that build's cached success.
-    flashinfer_index.build_index(tmp_path / "index" / "other-arch", version, cuda, other)
-    with flashinfer_index.serving(tmp_path / "index") as url:
-        index = f"{url}/other-arch"
-        proc = build("sm12x-test:wrong-arch", BASE_IMAGE=base, FLASHINFER_PREBUILT="1",
-                     FLASHINFER_CUBIN_INDEX_URL=index,
-                     FLASHINFER_JIT_CACHE_INDEX_URL=f"{index}/{cuda}")
+    proc = build_prebuilt("sm12x-test:wrong-arch", base, tmp_path, "other-arch", machine=other)
     assert proc.returncode != 0
     # pip finds no wheel for this arch; the build stops naming the requirement.
     assert f"No matching distribution found for flashinfer-jit-cache=={version}+{cuda}" \
