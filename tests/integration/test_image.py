@@ -7,7 +7,7 @@ with the PEP 668 marker and sglang an editable install of a checkout at
 at /opt/sglang on PATH; each with the track's sglang closure as far as this
 machine's index has it (and sglang's own flashinfer pin, which the build
 reinstalls at FLASHINFER_VERSION: the same version, sglang 0.5.17's and
-0.5.23's own), no `patch` program, a cache prebaked under /root/.cache and
+0.5.23's own), no `patch` program, a cache prebaked in root's $HOME/.cache and
 a router of the base's own. The build is the real one: BuildKit, the Dockerfile as it is,
 the build arguments scripts/image-args computes from versions.env for the
 track, host networking for PyPI. Only FLASHINFER_PREBUILT=0: flashinfer-cubin

@@ -18,8 +18,8 @@ index has it (tests/support/closure.py, resolved for the stand-in's Python),
 less the GPU-only packages in GPU_ONLY (each with why), plus a CPU torch and
 the Triton whose interpreter runs sglang's kernels; an sglang-router of the
 base's own (pinned: another release than versions.env's, so the build's
-replacement shows; current: the pinned one, kept); a cache prebaked under
-/root/.cache as the real bases have; a fake `cuobjdump` at
+replacement shows; current: the pinned one, kept); a cache prebaked in root's
+home cache folder as the real bases have; a fake `cuobjdump` at
 /usr/local/cuda/bin (the devel base's place) that lists a library's GPU code
 in the real tool's format (tests/support/fake_cuobjdump). No `patch`
 program: scripts/apply-patches must work without it.
@@ -91,7 +91,7 @@ KEEP = {"nvidia-ml-py"}
 # another release than versions.env's, so the build's replacement shows; for
 # current the pinned release itself, reinstalled from PyPI by the build.
 BASE_ROUTER = {"pinned": "0.3.1"}
-# What the real bases prebake under /root/.cache (reference/real-bases.md:
+# What the real bases prebake in root's home cache folder (reference/real-bases.md:
 # sglang's kernels.lock among them); the runtime user must find it.
 PREBAKED = "sglang/kernels.lock"
 # Bump to rebuild every layer (a change to how they are made).
@@ -265,33 +265,9 @@ def checkout(house: Path, sglang: str, dest: Path) -> None:
 
 FAKE_CUOBJDUMP = Path(__file__).resolve().parent / "fake_cuobjdump"
 
-# One Dockerfile, two shapes (SHAPE=system | venv), offline, from the wheelhouse.
-DOCKERFILE = """\
-ARG OS_IMAGE
-FROM ${OS_IMAGE}
-ARG SHAPE
-ARG PREBAKED
-ARG VENV_BIN
-# pinned (system): pip into /usr/local/lib/python3.X/dist-packages past Debian's
-# PEP 668 marker. current (venv): a virtualenv at /opt/sglang, first on PATH.
-# /usr/local/cuda/bin: where the CUDA base keeps cuobjdump (here, a fake one).
-ENV PATH=${VENV_BIN}/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-RUN if [ "$SHAPE" = venv ]; then python3 -m venv /opt/sglang; fi
-RUN --mount=type=bind,source=wheels,target=/tmp/wheels \\
-    python3 -m pip install --break-system-packages --root-user-action=ignore \\
-      --disable-pip-version-check --no-index --no-deps /tmp/wheels/*.whl
-COPY checkout /sgl-workspace/sglang
-# As sglang's Dockerfile: an editable install of the checkout, no dependencies.
-RUN python3 -m pip install --break-system-packages --root-user-action=ignore \\
-      --disable-pip-version-check --no-index --no-deps --no-build-isolation \\
-      -e /sgl-workspace/sglang/python \\
- && rm -rf /sgl-workspace/sglang/python/build
-COPY fake_cuobjdump /usr/local/cuda/bin/cuobjdump
-RUN mkdir -p "/root/.cache/$(dirname "$PREBAKED")" \\
- && echo "prebaked by the stand-in base" > "/root/.cache/$PREBAKED" && chmod 700 /root
-WORKDIR /sgl-workspace/sglang
-CMD ["/bin/bash"]
-"""
+# One Dockerfile, two shapes (SHAPE=system | venv), offline, from the wheelhouse;
+# its own file (paths inside the image, not of this machine).
+DOCKERFILE = (Path(__file__).resolve().parent / "standin.Dockerfile").read_text()
 
 
 def shape(track: str | None) -> str:
