@@ -48,13 +48,9 @@ FROM ${BASE_IMAGE}${BASE_IMAGE_DIGEST:+@}${BASE_IMAGE_DIGEST} AS base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG SGLANG_VERSION
 COPY scripts/image-build /opt/sm12x/scripts/image-build
-# apply-patches needs `patch`; sglang's images do not promise it.
-# hadolint ignore=DL3008
-RUN python3 /opt/sm12x/scripts/image-build check-base --sglang "${SGLANG_VERSION}" \
- && if ! command -v patch >/dev/null; then \
-      apt-get update && apt-get install -y --no-install-recommends patch \
-      && rm -rf /var/lib/apt/lists/*; \
-    fi
+# Nothing from the OS archive: apply-patches applies the series itself when the
+# base has no `patch` (sglang's images do not promise it).
+RUN python3 /opt/sm12x/scripts/image-build check-base --sglang "${SGLANG_VERSION}"
 
 # --- wheel: the sm12x package, built from this checkout ----------------------------
 FROM base AS wheel
@@ -91,7 +87,9 @@ RUN --mount=type=cache,id=sm12x-pip,target=/root/.cache/pip \
       --cubin-index "${FLASHINFER_CUBIN_INDEX_URL}" \
       --jit-cache-index "${FLASHINFER_JIT_CACHE_INDEX_URL}" \
       --cuda "${CUDA_VERSION}" --targetarch "${TARGETARCH}" \
-      --prebuilt "${FLASHINFER_PREBUILT}" --pip-ca /run/secrets/pip-ca
+      --prebuilt "${FLASHINFER_PREBUILT}" --pip-ca /run/secrets/pip-ca \
+ && python3 /opt/sm12x/scripts/image-build check-kernels --targetarch "${TARGETARCH}" \
+      --required "${FLASHINFER_PREBUILT}"
 
 # --- patched: the dispatch patch, applied by the one mechanism -----------------------
 FROM stack AS patched
@@ -103,9 +101,7 @@ COPY patches/sglang /opt/sm12x/patches/sglang
 RUN python3 /opt/sm12x/scripts/apply-patches \
  && python3 /opt/sm12x/scripts/image-build check-patches \
       --sglang "${SGLANG_VERSION}" --expect "${SM12X_PATCHES}" \
- && python3 -c 'import compileall, importlib.util as u, pathlib, sys; \
-p = pathlib.Path(u.find_spec("sglang").origin).parent / "kernels/ops/attention/flash_mla_sm120.py"; \
-sys.exit(not compileall.compile_file(str(p), quiet=1))'
+ && python3 /opt/sm12x/scripts/image-build compile-bytecode
 
 # --- app: sm12x and sglang-router in sglang's own Python -----------------------------
 FROM patched AS app
@@ -116,7 +112,8 @@ RUN --mount=type=cache,id=sm12x-pip,target=/root/.cache/pip \
     --mount=type=bind,from=wheel,source=/dist,target=/tmp/sm12x-dist \
     python3 /opt/sm12x/scripts/image-build install-app --wheels /tmp/sm12x-dist \
       --sm12x-version "${SM12X_VERSION}" --router-version "${SGLANG_ROUTER_VERSION}" \
-      --pip-ca /run/secrets/pip-ca
+      --pip-ca /run/secrets/pip-ca \
+ && python3 /opt/sm12x/scripts/image-build compile-bytecode --check-only
 
 # --- selftest: the hermetic dispatch self-test, no GPU ------------------------------
 # Its own stage so its caches and bytecode stay out of the image; the runtime
@@ -142,19 +139,6 @@ ARG SM12X_REVISION
 ARG SM12X_SOURCE
 COPY --from=selftest /opt/sm12x/selftest /opt/sm12x/selftest
 
-# A non-root user in group 0 (OpenShift-style: any UID in group 0 can run it).
-# The cache volume (compose mounts it at /cache) is group-writable and setgid,
-# so a new named volume inherits ownership and mode from the image's /cache.
-RUN useradd --uid 10001 --gid 0 --home-dir /home/sm12x --create-home \
-      --shell /usr/sbin/nologin sm12x \
- && mkdir -p /cache/huggingface /cache/triton /cache/torchinductor /cache/deep_gemm /cache/nv \
- && chown -R 10001:0 /cache /home/sm12x \
- && chmod -R g=u /cache /home/sm12x \
- && find /cache /home/sm12x -type d -exec chmod g+s {} + \
- && cubins="$(python3 -c 'import importlib.util as u; s = u.find_spec("flashinfer_cubin"); \
-print(s.submodule_search_locations[0] if s else "")')" \
- && if [ -n "${cubins}" ] && [ -d "${cubins}/cubins" ]; then chmod -R g+w "${cubins}/cubins"; fi
-
 # The JIT and compile caches, all on the cache volume; the same paths
 # `sm12x launch` sets from SM12X_CACHE_DIR (sm12x/launch/render.py CACHE_ENV),
 # here too for anything started without the launcher.
@@ -170,6 +154,23 @@ ENV SM12X_CACHE_DIR=/cache \
     PYTHONUNBUFFERED=1 \
     SM12X_TRACK=${SM12X_TRACK}
 
+# A non-root user in group 0 (OpenShift-style: any UID in group 0 can run it).
+# The cache volume (compose mounts it at /cache) is group-writable and setgid,
+# so a new named volume inherits ownership and mode from the image's /cache.
+# What the base prebaked under /root/.cache (invisible to this user) is copied
+# under /cache first; then every cache is proven writable as uid 10001.
+RUN useradd --uid 10001 --gid 0 --home-dir /home/sm12x --create-home \
+      --shell /usr/sbin/nologin sm12x \
+ && mkdir -p /cache/huggingface /cache/triton /cache/torchinductor /cache/deep_gemm /cache/nv \
+ && chown -R 10001:0 /cache /home/sm12x \
+ && chmod -R g=u /cache /home/sm12x \
+ && find /cache /home/sm12x -type d -exec chmod g+s {} + \
+ && cubins="$(python3 -c 'import importlib.util as u; s = u.find_spec("flashinfer_cubin"); \
+print(s.submodule_search_locations[0] if s else "")')" \
+ && if [ -n "${cubins}" ] && [ -d "${cubins}/cubins" ]; then chmod -R g+w "${cubins}/cubins"; fi \
+ && python3 /opt/sm12x/scripts/image-build runtime-caches --adopt --uid 10001 --gid 0 \
+ && python3 /opt/sm12x/scripts/image-build runtime-caches --uid 4242 --gid 0
+
 LABEL org.opencontainers.image.title="sm12x" \
       org.opencontainers.image.description="DeepSeek-V4-Flash-0731 with SGLang and DSpark on sm_120/sm_121 (RTX PRO 6000, RTX 5090, DGX Spark)" \
       org.opencontainers.image.source="${SM12X_SOURCE}" \
@@ -182,6 +183,8 @@ LABEL org.opencontainers.image.title="sm12x" \
       sm12x.flashinfer.version="${FLASHINFER_VERSION}" \
       sm12x.flashinfer.prebuilt="${FLASHINFER_PREBUILT}" \
       sm12x.track="${SM12X_TRACK}" \
+      sm12x.sglang-router.version="${SGLANG_ROUTER_VERSION}" \
+      sm12x.sglang-router.source="pypi, replacing the base's own (/opt/sm12x/build/router.txt)" \
       sm12x.patches="${SM12X_PATCHES}"
 
 USER 10001:0

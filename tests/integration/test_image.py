@@ -1,10 +1,14 @@
 """The real Dockerfile, built on a stand-in base and run, for every track.
 
 No registry is reachable here, so the base is tests/support/standin.py's
-Debian image with Python and the track's sglang wheel at the real base's
-dist-packages layout (and sglang's own flashinfer pin, which the build
+Debian image shaped like the track's real base: for pinned the system Python
+with the PEP 668 marker and sglang an editable install of a checkout at
+/sgl-workspace/sglang/python, for current the same checkout in a virtualenv
+at /opt/sglang on PATH; each with the track's sglang closure as far as this
+machine's index has it (and sglang's own flashinfer pin, which the build
 reinstalls at FLASHINFER_VERSION: the same version, sglang 0.5.17's and
-0.5.23's own). The build is the real one: BuildKit, the Dockerfile as it is,
+0.5.23's own), no `patch` program, a cache prebaked in root's $HOME/.cache and
+a router of the base's own. The build is the real one: BuildKit, the Dockerfile as it is,
 the build arguments scripts/image-args computes from versions.env for the
 track, host networking for PyPI. Only FLASHINFER_PREBUILT=0: flashinfer-cubin
 and flashinfer-jit-cache live on flashinfer's own index, which these machines
@@ -12,10 +16,13 @@ cannot reach (docs/image.md, "What CI builds").
 
 Then each image is run: the self-test, `sm12x launch --dry-run` for every
 recipe against its golden command, the labels, the user, the cache volume,
-the HEALTHCHECK, and each patched file byte for byte against what
-scripts/apply-patches makes of the same wheel. And builds that must fail,
-each with its reason: another track's base, a patch that does not apply, a
-self-test that fails.
+the HEALTHCHECK, each patched file byte for byte against what
+scripts/apply-patches makes of the same wheel and proven to be the file the
+interpreter imports (from fresh bytecode, as the runtime user). And builds
+and build-time checks that must fail, each with its reason: another track's
+base, a patch that does not apply, a self-test that fails, a jit-cache
+without its providers, a kernel library without the GPU's code, stale
+bytecode, a cache the runtime user cannot write.
 """
 
 from __future__ import annotations
@@ -142,6 +149,44 @@ def python_in(image: str, code: str, **kw) -> str:
     result = containers.run(image, "-c", code, entrypoint="python3", **kw)
     assert result.code == 0, result.explain()
     return result.stdout
+
+
+# --- the stand-in bases are shaped like the real ones -----------------------------------
+
+CHECKOUT = "/sgl-workspace/sglang/python"
+LAYOUT = """
+import importlib.metadata as m, importlib.util as u, json, os, sys, sysconfig
+dist = m.distribution("sglang")
+direct = json.loads(dist.read_text("direct_url.json") or "{}")
+print(json.dumps({"prefix": sys.prefix, "purelib": sysconfig.get_paths()["purelib"],
+    "executable": sys.executable, "sglang": u.find_spec("sglang").origin,
+    "editable": direct.get("dir_info", {}).get("editable", False), "url": direct.get("url"),
+    "marker": os.path.exists(os.path.join(sysconfig.get_paths()["stdlib"],
+                                          "EXTERNALLY-MANAGED")),
+    "cwd": os.getcwd(), "packages": len(list(m.distributions()))}))
+"""
+
+
+@pytest.mark.parametrize("track", tracks())
+def test_the_stand_in_base_is_shaped_like_the_real_one(bases, track):
+    base = bases(track)
+    found = json.loads(python_in(base, LAYOUT))
+    assert found["sglang"] == f"{CHECKOUT}/sglang/__init__.py"  # the checkout, not site-packages
+    assert found["editable"] is True and found["url"] == f"file://{CHECKOUT}"
+    assert found["cwd"] == "/sgl-workspace/sglang"
+    if standin.shape(track) == "venv":
+        assert found["prefix"] == "/opt/sglang"
+        assert found["executable"].startswith("/opt/sglang/bin/python3")
+    else:
+        assert found["prefix"] == "/usr"
+        assert found["marker"] is True  # Debian's, as Ubuntu's: PEP 668
+        assert found["purelib"].startswith("/usr/local/lib/python3")
+        assert found["purelib"].endswith("/dist-packages")
+    # The track's closure, not a hand-picked 30 packages.
+    assert found["packages"] >= len(standin.contents(track)["installed"])
+    tools = containers.run(base, "-c", "command -v patch || echo no-patch; command -v cuobjdump",
+                           entrypoint="sh")
+    assert tools.stdout.split() == ["no-patch", "/usr/local/cuda/bin/cuobjdump"], tools.explain()
 
 
 # --- what the build did --------------------------------------------------------------
@@ -319,6 +364,81 @@ def test_patched_files_are_byte_identical_to_apply_patches_on_the_wheel(image, t
         assert "retired for it:" in check.stdout, check.explain()
 
 
+IMPORTED = """
+import importlib.util as u, json, sys
+targets = json.loads(sys.argv[1])
+out = {}
+for target in targets:
+    name = target[:-3].replace("/", ".")
+    spec = u.find_spec(name)
+    out[target] = {"origin": spec.origin, "cached": spec.cached}
+print(json.dumps(out))
+"""
+
+
+def test_the_patched_files_are_the_ones_the_interpreter_imports(image):
+    """The runtime user's python3 finds each patched module in the checkout the
+    patches went into, with bytecode compiled at build time and still fresh: the
+    checkout is root's, so it could neither recompile nor be shadowed."""
+    record = json.loads(python_in(image.tag, (
+        "import importlib.util as u, pathlib; print((pathlib.Path(u.find_spec('sglang').origin)"
+        ".parent / '.sm12x-patches.json').read_text())")))
+    targets = sorted({p["target"] for p in record["patches"]} | {TARGET})
+    result = containers.run(image.tag, "-c", IMPORTED, json.dumps(targets),
+                            entrypoint="python3", user="10001:0")
+    assert result.code == 0, result.explain()
+    found = json.loads(result.stdout)
+    for target in targets:
+        assert found[target]["origin"] == f"{CHECKOUT}/{target}", found[target]
+    # One sglang in the image: nothing else on sys.path could be imported instead.
+    copies = containers.run(image.tag, "-c", "find / -xdev -path '*/sglang/__init__.py' "
+                            "-not -path '/proc/*' 2>/dev/null", entrypoint="sh")
+    assert copies.stdout.split() == [f"{CHECKOUT}/sglang/__init__.py"], copies.explain()
+    fresh = containers.run(image.tag, "/opt/sm12x/scripts/image-build", "compile-bytecode",
+                           "--check-only", entrypoint="python3", user="10001:0")
+    assert fresh.code == 0, fresh.explain()
+    assert "compiled and fresh" in fresh.stdout
+    for target in targets:
+        assert found[target]["cached"].startswith(f"{CHECKOUT}/"), found[target]
+
+
+def test_the_router_replaced_the_base_s_own_and_says_so(image, bases):
+    base_router = python_in(bases(image.track), "import importlib.metadata as m; "
+                            "print(m.version('sglang-router'))").strip()
+    said = python_in(image.tag, "print(open('/opt/sm12x/build/router.txt').read())")
+    pinned = image.pins["SGLANG_ROUTER_VERSION"]
+    assert f"the base's own {base_router} replaced by PyPI's {pinned}" in said
+    labels = containers.inspect_image(image.tag)["Config"]["Labels"]
+    assert labels["sm12x.sglang-router.version"] == pinned
+    assert labels["sm12x.sglang-router.source"].startswith("pypi")
+
+
+def test_what_the_base_prebaked_under_root_is_the_runtime_user_s(image):
+    result = containers.run(image.tag, "-c", f"cat /cache/{standin.PREBAKED}; "
+                            f"touch /cache/{standin.PREBAKED}", entrypoint="sh", user="10001:0")
+    assert result.code == 0, result.explain()
+    assert "prebaked by the stand-in base" in result.stdout
+
+
+def test_stale_bytecode_is_caught_by_the_build_s_check(image):
+    # A file changed after the build compiled it (what a late edit would do).
+    result = containers.run(image.tag, "-c", f"touch -d 2001-01-01 {CHECKOUT}/{TARGET} && "
+                            "python3 /opt/sm12x/scripts/image-build compile-bytecode --check-only",
+                            entrypoint="sh", user="0:0")
+    assert result.code == 1
+    assert "of sglang's modules have no fresh bytecode" in result.stderr, result.explain()
+    assert TARGET in result.stderr
+
+
+def test_a_cache_the_runtime_user_cannot_write_is_caught(image):
+    result = containers.run(image.tag, "-c", "chmod 0555 /cache/triton && python3 "
+                            "/opt/sm12x/scripts/image-build runtime-caches --uid 10001",
+                            entrypoint="sh", user="0:0")
+    assert result.code == 1
+    assert ("the runtime user (uid 10001, gid 0) cannot write TRITON_CACHE_DIR=/cache/triton "
+            "(Permission denied)") in result.stderr, result.explain()
+
+
 STUB = Path(__file__).resolve().parents[1] / "support" / "stub_openai.py"
 # The image's HEALTHCHECK command with test-sized timings (failures inside the
 # start period do not count, so it is short).
@@ -396,6 +516,20 @@ def test_a_failing_self_test_fails_the_build(base):
 
 # --- the prebuilt path, against a local stand-in for flashinfer's index ----------------------
 
+def build_prebuilt(tag: str, base: str, tmp_path: Path, name: str,
+                   machine: str | None = None, **index) -> subprocess.CompletedProcess[str]:
+    """FLASHINFER_PREBUILT=1 against a stand-in index served under its own URL path
+    (BuildKit keys a step by its arguments: another test's URL would hit that
+    build's cached result)."""
+    version, cuda = PINS["FLASHINFER_VERSION"], "cu" + PINS["CUDA_VERSION"].replace(".", "")
+    flashinfer_index.build_index(tmp_path / "index" / name, version, cuda,
+                                 machine or platform.machine(), **index)
+    with flashinfer_index.serving(tmp_path / "index") as url:
+        return build(tag, BASE_IMAGE=base, FLASHINFER_PREBUILT="1",
+                     FLASHINFER_CUBIN_INDEX_URL=f"{url}/{name}",
+                     FLASHINFER_JIT_CACHE_INDEX_URL=f"{url}/{name}/{cuda}")
+
+
 def test_prebuilt_flashinfer_path_installs_all_three_at_one_version(base, tmp_path):
     """FLASHINFER_PREBUILT=1, as the real image is built: cubin and jit-cache come
     from their own index (here tests/support/flashinfer_index.py on 127.0.0.1:
@@ -423,6 +557,67 @@ def test_prebuilt_flashinfer_path_installs_all_three_at_one_version(base, tmp_pa
         assert found["aot_dir"].endswith("flashinfer_jit_cache/jit_cache")
         # flashinfer downloads missing cubins there at run time, as the image user.
         assert found["cubins_writable"]
+        # The kernel check found the jit-cache's library and its sm_12x code.
+        check = containers.run(tag, "/opt/sm12x/scripts/image-build", "check-kernels",
+                               "--targetarch", "arm64", entrypoint="python3")
+        assert check.code == 0, check.explain()
+        assert "sparse_mla_sm120.so: sm_121a runs on sm_121" in check.stdout
+        # The same library built without sm_121 code: an arm64 image (DGX Spark) refuses it.
+        lacking = containers.run(tag, "-c", (
+            "so=$(python3 -c 'import flashinfer_jit_cache as j, os; print(os.path.join("
+            "j.get_jit_cache_dir(), \"sparse_mla_sm120/sparse_mla_sm120.so\"))') && "
+            "printf 'SM12X-FAKE-DEVICE-CODE elf=sm_90a,sm_120a ptx=\\n' > \"$so\" && "
+            "python3 /opt/sm12x/scripts/image-build check-kernels --targetarch arm64"),
+            entrypoint="sh", user="0:0")
+        assert lacking.code == 1, lacking.explain()
+        assert (f"kernel libraries without sm_121 code (aarch64 images run on sm_121 GPUs"
+                in lacking.stderr), lacking.explain()
+        assert (f"flashinfer-jit-cache {version}+{cuda}: sparse_mla_sm120.so has sm_90a, "
+                "sm_120a, nothing that runs on sm_121") in lacking.stderr
+    finally:
+        containers.docker("rmi", "-f", tag)
+
+
+def test_a_kernel_library_without_the_gpu_s_code_fails_the_build(base, tmp_path):
+    """A jit-cache whose sparse_mla_sm120 was compiled for other GPUs only: the image
+    (amd64: RTX PRO 6000 / RTX 5090, sm_120) would fail at the first call."""
+    version, cuda = PINS["FLASHINFER_VERSION"], "cu" + PINS["CUDA_VERSION"].replace(".", "")
+    proc = build_prebuilt("sm12x-test:no-sm120", base, tmp_path, "no-sm120",
+                          code="elf=sm_90a,sm_100a ptx=")
+    assert proc.returncode != 0
+    assert ("image-build: error: kernel libraries without sm_120 code (x86_64 images run on "
+            "sm_120 GPUs; the first call would fail with 'no kernel image is available'): "
+            f"flashinfer-jit-cache {version}+{cuda}: sparse_mla_sm120.so has sm_90a, sm_100a, "
+            "nothing that runs on sm_120") in proc.stderr, containers.tail(proc.stderr)
+
+
+PROVIDER = "flashinfer-jit-cache-sm120f"  # a name for the stand-in; the build reads the shim's
+
+
+@pytest.mark.parametrize("served", [True, False], ids=["with-providers", "providers-missing"])
+def test_a_jit_cache_shim_gets_its_providers_or_the_build_stops(base, tmp_path, served):
+    """flashinfer 0.7's layout: the jit-cache wheel is a shim naming per-arch provider
+    wheels. The build installs exactly what the shim names, from the same index; a
+    provider the index lacks stops it, naming the provider."""
+    version, cuda = PINS["FLASHINFER_VERSION"], "cu" + PINS["CUDA_VERSION"].replace(".", "")
+    name = "split" if served else "split-missing"
+    tag = f"sm12x-test:{name}"
+    proc = build_prebuilt(tag, base, tmp_path, name, providers=(PROVIDER,),
+                          serve_providers=served)
+    try:
+        if not served:
+            assert proc.returncode != 0
+            assert ("image-build: error: pip install failed (see pip's output above): "
+                    f"{PROVIDER}=={version}+{cuda}") in proc.stderr, containers.tail(proc.stderr)
+            return
+        assert proc.returncode == 0, containers.tail(proc.stderr, 80)
+        found = python_in(tag, "import importlib.metadata as m; "
+                          f"print(m.version({PROVIDER!r}))")
+        assert found.strip() == f"{version}+{cuda}"
+        check = containers.run(tag, "/opt/sm12x/scripts/image-build", "check-kernels",
+                               "--targetarch", "amd64", entrypoint="python3")
+        assert check.code == 0, check.explain()
+        assert f"kernels: {PROVIDER}: sparse_mla_sm120.so: sm_120a runs on sm_120" in check.stdout
     finally:
         containers.docker("rmi", "-f", tag)
 
@@ -430,14 +625,7 @@ def test_prebuilt_flashinfer_path_installs_all_three_at_one_version(base, tmp_pa
 def test_a_jit_cache_for_another_arch_fails_the_build(base, tmp_path):
     version, cuda = PINS["FLASHINFER_VERSION"], "cu" + PINS["CUDA_VERSION"].replace(".", "")
     other = "aarch64" if platform.machine() == "x86_64" else "x86_64"
-    # Its own URL path: BuildKit keys a step by its arguments, and the same URL
-    # as the test above would hit that build's cached success.
-    flashinfer_index.build_index(tmp_path / "index" / "other-arch", version, cuda, other)
-    with flashinfer_index.serving(tmp_path / "index") as url:
-        index = f"{url}/other-arch"
-        proc = build("sm12x-test:wrong-arch", BASE_IMAGE=base, FLASHINFER_PREBUILT="1",
-                     FLASHINFER_CUBIN_INDEX_URL=index,
-                     FLASHINFER_JIT_CACHE_INDEX_URL=f"{index}/{cuda}")
+    proc = build_prebuilt("sm12x-test:wrong-arch", base, tmp_path, "other-arch", machine=other)
     assert proc.returncode != 0
     # pip finds no wheel for this arch; the build stops naming the requirement.
     assert f"No matching distribution found for flashinfer-jit-cache=={version}+{cuda}" \

@@ -1,26 +1,40 @@
-"""A stand-in for the sglang base image, built here from Debian's archive.
+"""Stand-ins for the two real sglang base images, built here from Debian's archive.
 
-No image registry is reachable from the CI machines, so the real base
-(lmsysorg/sglang) cannot be pulled. The stand-in has what the Dockerfile
-relies on, at the same layout: a Debian/Ubuntu system python3 with pip,
-`patch`, and sglang, flashinfer and what importing them for the dispatch
-self-test needs, installed by pip into /usr/local/lib/python3.X/dist-packages
-(the real base's dist-packages layout). Like the real base it carries
-sglang's *own* flashinfer pin (0.6.15.post1 for sglang 0.5.17, the version
-versions.env pins; 0.6.14 for 0.5.16; 0.7.2 for 0.5.23), which the build
-reinstalls at versions.env's. One per track (versions.env): the track's
-sglang. It has a CPU torch instead of a CUDA one (torch 2.13.0, also for
-0.5.23, which pins 2.14.1: that release is only a CUDA build on these
-machines, and 0.5.23's code imports and runs the self-test on 2.13.0), and
-no CUDA compiler: the self-test needs neither.
+No image registry is reachable from the CI machines, so the real bases
+(lmsysorg/sglang:v0.5.17-cu130-runtime, v0.5.23-cu130-runtime) cannot be
+pulled. Each track gets a stand-in shaped like its real base as read from
+sglang's docker/Dockerfile (docs/image.md, "The real bases"):
 
-Two layers, each cached under SM12X_CACHE/standin/ keyed by its inputs:
+  pinned (0.5.17)  system Python, packages pip-installed into
+                   /usr/local/lib/python3.X/dist-packages, the PEP 668 marker
+                   (Debian's python3 ships it), sglang an editable install of
+                   a checkout: `pip install --no-deps -e` of
+                   /sgl-workspace/sglang/python; WORKDIR /sgl-workspace/sglang.
+  current (0.5.23) the same checkout, installed into a virtualenv at
+                   /opt/sglang whose bin/ is first on PATH.
+
+Both: root, the track's sglang dependency closure as far as this machine's
+index has it (tests/support/closure.py, resolved for the stand-in's Python),
+less the GPU-only packages in GPU_ONLY (each with why), plus a CPU torch and
+the Triton whose interpreter runs sglang's kernels; an sglang-router of the
+base's own (pinned: another release than versions.env's, so the build's
+replacement shows; current: the pinned one, kept); a cache prebaked in root's
+home cache folder as the real bases have; a fake `cuobjdump` at
+/usr/local/cuda/bin (the devel base's place) that lists a library's GPU code
+in the real tool's format (tests/support/fake_cuobjdump). No `patch`
+program: scripts/apply-patches must work without it.
+
+What a stand-in cannot imitate: Ubuntu 24.04 and its Python 3.12 (bookworm's
+is 3.11), CUDA, the GPU packages, the real git checkout (only sglang's
+package folder and a pyproject.toml are there).
+
+Layers, each cached under SM12X_CACHE/standin/ keyed by its inputs:
   1. the OS: `debootstrap --variant=minbase` -> os-<key>.tar -> `docker import`
   2. the Python stack: wheels downloaded on this machine (same Python 3.11 and
      glibc as the chroot) into wheels-<key>/, installed offline by a
-     two-line Dockerfile (--network none).
+     Dockerfile per shape (--network none).
 The images persist in the daemon's data root (scripts/test keeps it under
-.cache/docker), so a warm run finds both and does nothing.
+.cache/docker), so a warm run finds them and does nothing.
 """
 
 from __future__ import annotations
@@ -38,26 +52,50 @@ import zipfile
 from pathlib import Path
 
 from sm12x.versions import load_versions
-from support import containers, wheels
+from support import closure, containers, wheels
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
-INCLUDE = ("python3", "python3-pip", "python3-venv", "patch", "ca-certificates")
-# What importing sglang's sparse-MLA path and flashinfer needs on a CPU
-# (reference/upstream-facts.md, "Importing the real code on a CPU machine").
-IMPORT_DEPS = (
-    "numpy", "orjson", "psutil", "pybase64", "requests", "packaging", "pillow", "starlette",
-    "tqdm", "ipython", "pydantic", "aiohttp", "msgspec", "nvidia-ml-py", "partial-json-parser",
-    "apache-tvm-ffi>=0.1.6,<0.2,!=0.1.8,!=0.1.8.post0",
-)
-# What sglang 0.5.23's self-test imports beyond that (its DeepSeek-V4 model module,
-# for the target's own head count), at the sglang release's own pins where it
-# has them (the real base has every one): found by running the self-test in a
-# virtualenv with only the above, one ImportError at a time.
-MODEL_IMPORT_DEPS = ("pyzmq", "transformers", "dill", "sentencepiece", "einops",
-                     "compressed-tensors", "gguf", "openai")
+# No `patch`: the real bases do not promise it, and apply-patches must not need it.
+INCLUDE = ("python3", "python3-pip", "python3-venv", "ca-certificates")
+# The closure's packages a stand-in leaves out, each with why (docs/image.md).
+# Everything else of the track's closure is installed at the closure's version.
+GPU_ONLY = {
+    "torch": "a CUDA build of several GB; the stand-in has the CPU torch TEST_TORCH_VERSION",
+    "triton": "the stand-in has TEST_TRITON_VERSION, whose CPU interpreter runs sglang's kernels",
+    "torchvision": "pulls a CUDA torch; sglang's import chain only needs it to exist",
+    "torchaudio": "built against the CUDA torch of its release",
+    "torchcodec": "built against the CUDA torch of its release",
+    "torchao": "C++ ops built against the CUDA torch of its release",
+    "torch-memory-saver": "a CUDA allocator hook",
+    "torch-c-dlpack-ext": "built against the CUDA torch of its release",
+    "sglang-kernel": "sglang's CUDA kernels (383 MB on x86_64), no GPU here",
+    "sgl-kernel": "sglang's CUDA kernels, no GPU here",
+    "sgl-deep-gemm": "CUDA kernels",
+    "flash-attn-4": "CUDA kernels (CuTe DSL)",
+    "humming-kernels": "CUDA kernels",
+    "quack-kernels": "CUDA kernels (CuTe DSL)",
+    "tokenspeed-mla": "CUDA kernels",
+    "tokenspeed-triton": "a GPU compiler build (Triton fork)",
+    "tilelang": "a GPU kernel compiler bundling CUDA/TVM libraries",
+    "helion": "a GPU kernel compiler on CUDA torch",
+    "nccl4py": "NCCL bindings, no GPU here",
+}
+GPU_ONLY_PREFIXES = {
+    "nvidia-": "CUDA libraries and toolchain wheels (GBs), no GPU here",
+    "cuda-": "CUDA Python bindings and toolkit wheels, no GPU here",
+}
+# CPU-only exceptions to the prefixes: pure Python, and what the self-test imports.
+KEEP = {"nvidia-ml-py"}
+# The base's own sglang-router (the real bases build one in-tree): for pinned
+# another release than versions.env's, so the build's replacement shows; for
+# current the pinned release itself, reinstalled from PyPI by the build.
+BASE_ROUTER = {"pinned": "0.3.1"}
+# What the real bases prebake in root's home cache folder (reference/real-bases.md:
+# sglang's kernels.lock among them); the runtime user must find it.
+PREBAKED = "sglang/kernels.lock"
 # Bump to rebuild every layer (a change to how they are made).
-RECIPE_VERSION = "2"
+RECIPE_VERSION = "3"
 
 
 def cache_dir() -> Path:
@@ -136,58 +174,105 @@ def os_image(timer: Timer) -> str:
     return tag
 
 
-def model_deps(sglang: str) -> list[str]:
-    """MODEL_IMPORT_DEPS at sglang's own pins (unpinned where it pins none)."""
-    own = wheels.sglang_pins(sglang)
-    return [f"{name}=={own[name]}" if name in own else name for name in MODEL_IMPORT_DEPS]
+def left_out(name: str) -> str | None:
+    """Why the stand-in leaves a closure package out (None: it installs it)."""
+    if name in KEEP:
+        return None
+    if name in GPU_ONLY:
+        return GPU_ONLY[name]
+    return next((why for prefix, why in GPU_ONLY_PREFIXES.items() if name.startswith(prefix)),
+                None)
+
+
+# The stand-in's own Python and glibc (bookworm: 3.11, 2.36), for its closure.
+STANDIN_PYTHON, STANDIN_PLATFORM = "3.11", f"{platform.machine()}-manylinux_2_36"
+
+
+def track_closure(track: str | None) -> closure.Closure:
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}[platform.machine()]
+    return closure.closure(track, arch, STANDIN_PYTHON, STANDIN_PLATFORM)
+
+
+def contents(track: str | None) -> dict[str, dict[str, str]]:
+    """What a track's stand-in installs ('installed': name -> version) and leaves out
+    ('left_out': requirement -> why), as docs/image.md and the tests read it."""
+    pins = load_versions(track)
+    found = track_closure(track)
+    installed, skipped = {}, {}
+    for name, version in sorted(found.pins.items()):
+        why = left_out(name)
+        if name == "sglang":
+            continue
+        if why:
+            skipped[f"{name}=={version}"] = why
+        else:
+            installed[name] = version
+    for requirement, why in found.lacking.items():
+        skipped[requirement] = f"not on this machine's index ({why})"
+    installed["torch"] = pins["TEST_TORCH_VERSION"]
+    installed["triton"] = pins["TEST_TRITON_VERSION"]
+    installed["sglang-router"] = BASE_ROUTER.get(pins["SM12X_TRACK"],
+                                                 pins["SGLANG_ROUTER_VERSION"])
+    return {"installed": installed, "left_out": skipped}
 
 
 def wheelhouse(timer: Timer, track: str | None = None) -> Path:
     pins = load_versions(track)
     sglang = pins["SGLANG_VERSION"]
-    flashinfer = base_flashinfer(sglang)
-    pinned = [f"torch=={pins['TEST_TORCH_VERSION']}", f"triton=={pins['TEST_TRITON_VERSION']}"]
-    deps = [*IMPORT_DEPS, *model_deps(sglang)]
-    key = _key(RECIPE_VERSION, sys.version_info[:2], platform.machine(), pinned, deps,
-               sglang, flashinfer)
+    wanted = contents(track)["installed"]
+    key = _key(RECIPE_VERSION, sys.version_info[:2], platform.machine(), sorted(wanted.items()),
+               sglang)
     house = cache_dir() / f"wheels-{key}"
     if (house / ".complete").is_file():
         return house
     started = time.monotonic()
     shutil.rmtree(house, ignore_errors=True)
     house.mkdir(parents=True)
-    _say(f"downloading the stand-in's wheels into {house}")
+    _say(f"downloading the stand-in's {len(wanted)} wheels into {house}")
     # This Python is the chroot's (3.11, glibc >= 2.36), so what pip picks for
     # it installs there. torch comes as a CPU build from this machine's disk.
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
-         "--timeout", "120", "--retries", "3", "-d", str(house), *pinned, *deps],
-        capture_output=True, text=True, timeout=1800)
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+         "--timeout", "120", "--retries", "3", "-d", str(house),
+         *(f"{name}=={version}" for name, version in sorted(wanted.items()))],
+        capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise RuntimeError(f"pip download failed:\n{containers.tail(proc.stdout + proc.stderr)}")
-    for dist, version in (("sglang", sglang), ("flashinfer-python", flashinfer)):
-        try:
-            source = wheels.wheel(dist, version)
-        except FileNotFoundError:
-            subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                            "--only-binary=:all:", "-d", str(wheels.cache_dir()),
-                            f"{dist}=={version}"], check=True, timeout=900)
-            source = wheels.wheel(dist, version)
-        shutil.copy2(source, house / source.name)
+    source = wheels.wheel("sglang", sglang)
+    shutil.copy2(source, house / source.name)
     (house / ".complete").write_text("\n".join(sorted(p.name for p in house.glob("*.whl"))))
     timer.step("wheels", started)
     return house
 
 
-DOCKERFILE = """\
-ARG OS_IMAGE
-FROM ${OS_IMAGE}
-# The base image's Python stack: pip installs into /usr/local/lib/python3.X/
-# dist-packages as in the real base; offline, from the pre-resolved wheels.
-RUN --mount=type=bind,source=wheels,target=/tmp/wheels \\
-    python3 -m pip install --break-system-packages --root-user-action=ignore \\
-      --disable-pip-version-check --no-index --no-deps /tmp/wheels/*.whl
-"""
+def checkout(house: Path, sglang: str, dest: Path) -> None:
+    """sglang's checkout as the real bases have it: /sgl-workspace/sglang/python holds
+    the package and a pyproject.toml (setuptools, as sglang's own), from the wheel."""
+    python = dest / "python"
+    with zipfile.ZipFile(next(house.glob(f"sglang-{sglang}-*.whl"))) as archive:
+        archive.extractall(python, members=[n for n in archive.namelist()
+                                            if n.startswith("sglang/")])
+    requirements = closure.sglang_requirements(sglang)
+    deps = "".join(f"  {json.dumps(r)},\n" for r in requirements)
+    (python / "pyproject.toml").write_text(
+        "# The stand-in's: sglang's real python/pyproject.toml builds with setuptools too.\n"
+        '[build-system]\nrequires = ["setuptools>=64"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        f'[project]\nname = "sglang"\nversion = "{sglang}"\nrequires-python = ">=3.10"\n'
+        f"dependencies = [\n{deps}]\n\n"
+        '[tool.setuptools.packages.find]\ninclude = ["sglang*"]\n')
+    (dest / "README.md").write_text("sglang checkout (stand-in: only python/ is real code)\n")
+
+
+FAKE_CUOBJDUMP = Path(__file__).resolve().parent / "fake_cuobjdump"
+
+# One Dockerfile, two shapes (SHAPE=system | venv), offline, from the wheelhouse;
+# its own file (paths inside the image, not of this machine).
+DOCKERFILE = (Path(__file__).resolve().parent / "standin.Dockerfile").read_text()
+
+
+def shape(track: str | None) -> str:
+    """The real base's Python layout for a track: system (pinned) or venv (current)."""
+    return "venv" if load_versions(track)["SM12X_TRACK"] == "current" else "system"
 
 
 def image(timer: Timer | None = None, track: str | None = None) -> str:
@@ -196,21 +281,32 @@ def image(timer: Timer | None = None, track: str | None = None) -> str:
     timer = timer or Timer()
     os_tag = os_image(timer)
     house = wheelhouse(timer, track)
-    tag = f"sm12x-standin:{_key(RECIPE_VERSION, os_tag, house.name, DOCKERFILE)}"
+    sglang = load_versions(track)["SGLANG_VERSION"]
+    helper = FAKE_CUOBJDUMP.read_text()
+    key = _key(RECIPE_VERSION, os_tag, house.name, DOCKERFILE, shape(track), helper,
+               closure.sglang_requirements(sglang))
+    tag = f"sm12x-standin:{key}"
     if containers.image_exists(tag):
         return tag
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sm12x-standin-") as tmp:
         context = Path(tmp)
         (context / "Dockerfile").write_text(DOCKERFILE)
+        shutil.copy2(FAKE_CUOBJDUMP, context / "fake_cuobjdump")
+        checkout(house, sglang, context / "checkout")
         # Hard links: the context is sent as a tar; no second copy on disk.
         (context / "wheels").mkdir()
         for whl in house.glob("*.whl"):
+            if whl.name.startswith("sglang-"):
+                continue  # sglang comes from the checkout
             try:
                 os.link(whl, context / "wheels" / whl.name)
             except OSError:
                 shutil.copy2(whl, context / "wheels" / whl.name)
-        proc = containers.build(context, tag, {"OS_IMAGE": os_tag}, network="none")
+        venv_bin = "/opt/sglang/bin:" if shape(track) == "venv" else ""
+        proc = containers.build(context, tag, {"OS_IMAGE": os_tag, "SHAPE": shape(track),
+                                               "PREBAKED": PREBAKED, "VENV_BIN": venv_bin},
+                                network="none")
     if proc.returncode != 0:
         raise RuntimeError(f"building the stand-in failed:\n{containers.tail(proc.stderr)}")
     timer.step("standin-build", started)

@@ -11,8 +11,10 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,14 @@ import pytest
 from support.wheels import ROOT
 
 SCRIPT = ROOT / "scripts" / "image-build"
+request_cleanup: list[Path] = []
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cleanup():
+    yield
+    for path in request_cleanup:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def load_module():
@@ -217,3 +227,181 @@ def test_only_versions_pip_accepts_become_constraints():
     module = load_module()
     assert module.pep440("2.11.0+cu130") and module.pep440("4.3.0.dev0")
     assert not module.pep440("main-20260101") and not module.pep440("")
+
+
+# --- check-kernels: the GPU code of every kernel library, for the target's GPUs ----------
+
+FAKE_CUOBJDUMP = ROOT / "tests" / "support" / "fake_cuobjdump"
+
+
+def kernel_site(site: Path, dist_name: str, package: str, elf: str, ptx: str = "") -> Path:
+    """A kernel distribution whose one .so stands for the given device code."""
+    dist(site, dist_name, "0.4.5", package=package)
+    library = site / package / "common_ops.abi3.so"
+    library.write_bytes(b"\x7fELF\0host code\n" + f"SM12X-FAKE-DEVICE-CODE elf={elf} ptx={ptx}\n"
+                        .encode())
+    record = next(site.glob(f"{dist_name.replace('-', '_')}-*.dist-info")) / "RECORD"
+    record.write_text(record.read_text() + f"{package}/common_ops.abi3.so,,\n")
+    return library
+
+
+def check_kernels_in(site: Path, tmp_path: Path, targetarch: str,
+                     required: str = "1") -> subprocess.CompletedProcess[str]:
+    bindir = tmp_path / "cuda-bin"
+    bindir.mkdir(exist_ok=True)
+    if not (bindir / "cuobjdump").exists():
+        (bindir / "cuobjdump").symlink_to(FAKE_CUOBJDUMP)
+    env = {**os.environ, "PYTHONPATH": str(site), "PATH": f"{bindir}:{os.environ['PATH']}"}
+    return subprocess.run([sys.executable, "-S", str(SCRIPT), "check-kernels", "--targetarch",
+                           targetarch, "--required", required], capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
+def test_gpu_arch_per_image_arch_is_what_the_recipes_run_on():
+    from sm12x.recipe import load_all
+
+    module = load_module()
+    wanted: dict[str, set[tuple[int, int]]] = {}
+    for recipe in load_all():
+        major, minor = recipe.hardware.compute_capability.split(".")
+        wanted.setdefault(recipe.hardware.cpu_arch, set()).add((int(major), int(minor)))
+    assert {arch: {cc} for arch, cc in module.GPU_ARCH.items()} == wanted
+
+
+@pytest.mark.parametrize("kind, code, target, runs", [
+    ("elf", "sm_121a", (12, 1), True), ("elf", "sm_120a", (12, 1), False),
+    ("elf", "sm_120f", (12, 1), True), ("elf", "sm_120", (12, 1), True),
+    ("elf", "sm_121", (12, 0), False), ("elf", "sm_100a", (12, 0), False),
+    ("elf", "sm_90", (12, 0), False), ("ptx", "sm_90", (12, 1), True),
+    ("ptx", "sm_90a", (12, 1), False), ("elf", "sm_120a", (12, 0), True),
+])
+def test_cuda_compatibility_rules(kind, code, target, runs):
+    module = load_module()
+    assert module.runs_on(kind, *module.parse_code(code), target) is runs
+
+
+def test_arm64_refuses_a_kernel_library_without_sm_121_code_and_names_it(tmp_path):
+    site = tmp_path / "site"
+    kernel_site(site, "sglang-kernel", "sgl_kernel", "sm_90a,sm_100a,sm_120a")
+    proc = check_kernels_in(site, tmp_path, "arm64")
+    assert proc.returncode == 1
+    assert ("image-build: error: kernel libraries without sm_121 code (aarch64 images run on "
+            "sm_121 GPUs") in proc.stderr, proc.stderr
+    assert "sglang-kernel 0.4.5: common_ops.abi3.so has sm_90a, sm_100a, sm_120a" in proc.stderr
+    # The same library serves the x86_64 image's sm_120 cards.
+    amd64 = check_kernels_in(site, tmp_path, "amd64")
+    assert amd64.returncode == 0, amd64.stderr
+    assert "common_ops.abi3.so: sm_120a runs on sm_120" in amd64.stdout
+
+
+def test_arm64_accepts_sm_121a_or_the_sm_120f_family(tmp_path):
+    for code in ("sm_90a,sm_121a", "sm_120f"):
+        site = tmp_path / code.replace(",", "-")
+        kernel_site(site, "sglang-kernel", "sgl_kernel", code)
+        proc = check_kernels_in(site, tmp_path, "arm64")
+        assert proc.returncode == 0, proc.stderr
+        assert "every library carries sm_121-compatible code" in proc.stdout
+
+
+def test_a_kernel_library_with_no_gpu_code_at_all_is_named(tmp_path):
+    site = tmp_path / "site"
+    library = kernel_site(site, "sglang-kernel", "sgl_kernel", "")
+    library.write_bytes(b"\x7fELF\0host only\n")
+    proc = check_kernels_in(site, tmp_path, "amd64")
+    assert proc.returncode == 1
+    assert "sglang-kernel 0.4.5: no GPU code in any of its 1 shared objects" in proc.stderr
+
+
+def test_check_kernels_on_a_stand_in_with_no_kernel_library(tmp_path):
+    (tmp_path / "site").mkdir()
+    relaxed = check_kernels_in(tmp_path / "site", tmp_path, "arm64", required="0")
+    assert relaxed.returncode == 0 and "no kernel library installed" in relaxed.stdout
+    real = check_kernels_in(tmp_path / "site", tmp_path, "arm64", required="1")
+    assert real.returncode == 1 and "is not an sglang CUDA image" in real.stderr
+
+
+# --- flashinfer-jit-cache 0.7: the shim and its providers -----------------------------------
+
+def check_providers_in(site: Path) -> str:
+    code = LOAD + ("try:\n    mod.check_providers('0.7.2+cu130')\n"
+                   "except mod.BuildError as e:\n    print('ERROR', e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(site)})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_a_jit_cache_shim_without_its_providers_fails(tmp_path):
+    dist(tmp_path, "flashinfer-jit-cache", "0.7.2+cu130", requires=(
+        "flashinfer-jit-cache-sm120f==0.7.2+cu130; platform_machine == 'x86_64' or "
+        "platform_machine == 'aarch64'", "flashinfer-jit-cache-sm90a==0.7.2+cu130; extra == 'all'"))
+    out = check_providers_in(tmp_path)
+    assert ("ERROR flashinfer-jit-cache 0.7.2+cu130 is a shim without its kernel providers: "
+            "flashinfer-jit-cache-sm120f==0.7.2+cu130 (not installed)") in out
+    assert "FLASHINFER_PREBUILT=0" in out and "sm90a" not in out  # an extra is not required
+    dist(tmp_path, "flashinfer-jit-cache-sm120f", "0.7.2+cu129")
+    assert "(installed: 0.7.2+cu129)" in check_providers_in(tmp_path)
+
+
+def test_a_jit_cache_shim_with_its_providers_passes(tmp_path):
+    dist(tmp_path, "flashinfer-jit-cache", "0.7.2+cu130",
+         requires=("flashinfer-jit-cache-sm120f==0.7.2+cu130",))
+    dist(tmp_path, "flashinfer-jit-cache-sm120f", "0.7.2+cu130")
+    out = check_providers_in(tmp_path)
+    assert "ERROR" not in out
+    assert "providers flashinfer-jit-cache-sm120f 0.7.2+cu130" in out
+
+
+# --- compile-bytecode, the router, the runtime caches ---------------------------------------
+
+def test_bytecode_is_compiled_and_a_later_change_is_caught(tmp_path):
+    dist(tmp_path, "sglang", "0.5.17", package="sglang")
+    module = tmp_path / "sglang" / "kernels.py"
+    module.write_text("X = 1\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    made = subprocess.run([sys.executable, "-S", str(SCRIPT), "compile-bytecode"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert made.returncode == 0, made.stderr
+    assert "bytecode: 2 modules of sglang" in made.stdout
+    module.write_text("X = 22\n")  # a patch after compileall: size (and mtime) differ
+    stale = subprocess.run([sys.executable, "-S", str(SCRIPT), "compile-bytecode",
+                            "--check-only"], capture_output=True, text=True, timeout=60, env=env)
+    assert stale.returncode == 1
+    assert "1 of sglang's modules have no fresh bytecode" in stale.stderr
+    assert "sglang/kernels.py" in stale.stderr
+
+
+@pytest.mark.parametrize("base, line", [
+    (None, "the base has none; installed 0.3.2 from PyPI"),
+    ("0.3.1", "the base's own 0.3.1 replaced by PyPI's 0.3.2"),
+    ("0.3.2", "the base's own 0.3.2 replaced by PyPI's 0.3.2 (same version, reinstalled"),
+])
+def test_the_router_s_fate_is_said_and_kept(tmp_path, capsys, base, line):
+    module = load_module()
+    module.ROUTER_NOTE = tmp_path / "router.txt"
+    module.say_router(base, "0.3.2")
+    assert line in capsys.readouterr().out
+    assert line in module.ROUTER_NOTE.read_text()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to the runtime uid needs root")
+def test_runtime_caches_names_one_the_runtime_user_cannot_write():
+    # Not under pytest's tmp_path: its parents are root's alone (0700).
+    tmp_path = Path(tempfile.mkdtemp(prefix="sm12x-caches-"))
+    request_cleanup.append(tmp_path)
+    caches = {name: tmp_path / name.lower() for name in load_module().CACHE_ENV}
+    for path in caches.values():
+        path.mkdir()
+        path.chmod(0o777)
+    tmp_path.chmod(0o755)
+    caches["TRITON_CACHE_DIR"].chmod(0o555)
+    env = {**os.environ, **{k: str(v) for k, v in caches.items()}}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "runtime-caches", "--uid", "10001"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 1
+    assert ("the runtime user (uid 10001, gid 0) cannot write "
+            f"TRITON_CACHE_DIR={caches['TRITON_CACHE_DIR']} (Permission denied)") in proc.stderr
+    caches["TRITON_CACHE_DIR"].chmod(0o777)
+    ok = subprocess.run([sys.executable, str(SCRIPT), "runtime-caches", "--uid", "10001"],
+                        capture_output=True, text=True, timeout=60, env=env)
+    assert ok.returncode == 0, ok.stderr

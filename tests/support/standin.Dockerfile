@@ -1,0 +1,24 @@
+ARG OS_IMAGE
+FROM ${OS_IMAGE}
+ARG SHAPE
+ARG PREBAKED
+ARG VENV_BIN
+# pinned (system): pip into /usr/local/lib/python3.X/dist-packages past Debian's
+# PEP 668 marker. current (venv): a virtualenv at /opt/sglang, first on PATH.
+# /usr/local/cuda/bin: where the CUDA base keeps cuobjdump (here, a fake one).
+ENV PATH=${VENV_BIN}/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+RUN if [ "$SHAPE" = venv ]; then python3 -m venv /opt/sglang; fi
+RUN --mount=type=bind,source=wheels,target=/tmp/wheels \
+    python3 -m pip install --break-system-packages --root-user-action=ignore \
+      --disable-pip-version-check --no-index --no-deps /tmp/wheels/*.whl
+COPY checkout /sgl-workspace/sglang
+# As sglang's Dockerfile: an editable install of the checkout, no dependencies.
+RUN python3 -m pip install --break-system-packages --root-user-action=ignore \
+      --disable-pip-version-check --no-index --no-deps --no-build-isolation \
+      -e /sgl-workspace/sglang/python \
+ && rm -rf /sgl-workspace/sglang/python/build
+COPY fake_cuobjdump /usr/local/cuda/bin/cuobjdump
+RUN mkdir -p "/root/.cache/$(dirname "$PREBAKED")" \
+ && echo "prebaked by the stand-in base" > "/root/.cache/$PREBAKED" && chmod 700 /root
+WORKDIR /sgl-workspace/sglang
+CMD ["/bin/bash"]
