@@ -14,7 +14,7 @@ import argparse
 from collections.abc import Sequence
 
 
-def _names_only(tokens: Sequence[str]) -> str:
+def names_only(tokens: Sequence[str]) -> str:
     """The option names among tokens, never their values (`--x=1` shows `--x`)."""
     names = [t.split("=", 1)[0] for t in tokens if t.startswith("-")]
     shown = " ".join(names) if names else "a value"
@@ -32,6 +32,6 @@ class StrictParser(argparse.ArgumentParser):
     def parse_args(self, args=None, namespace=None):  # type: ignore[override]
         parsed, unknown = self.parse_known_args(args, namespace)
         if unknown:
-            self.error(f"unrecognized arguments: {_names_only(unknown)}: write the full "
+            self.error(f"unrecognized arguments: {names_only(unknown)}: write the full "
                        "option name (sm12x does not expand prefixes); see --help")
         return parsed
