@@ -203,7 +203,7 @@ def test_verify_deadline_ends_the_run_and_writes_the_reports(slow_server, tmp_pa
     data = json.loads(report.read_text())
     problems = [c.get("problem") or "" for c in data["checks"]]
     assert any("deadline" in p for p in problems), problems
-    assert data["meta"]["deadline_s"] == pytest.approx(deadline, abs=0.01)
+    assert data["verify"]["deadline_s"] == pytest.approx(deadline, abs=0.01)
     # Without the deadline the checks send well over twenty requests in a row.
     assert took < deadline + 10 * one + 15, took
 
