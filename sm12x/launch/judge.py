@@ -110,6 +110,19 @@ def _dests(parser: JudgeParser, flags: Mapping[str, object]) -> dict[str, str]:
     return {table[name].dest: name for name in flags if name in table}
 
 
+def _written(parser: JudgeParser, plan: LaunchPlan) -> dict[str, str]:
+    """dest -> the flag as the recipe or the renderer wrote it (`--api` for api_key)."""
+    written = {}
+    for arg in plan.args:
+        value = arg.value if isinstance(arg.value, str) else PLACEHOLDERS[NODE_RANK_ENV]
+        tokens = [arg.flag] if arg.value is None else [arg.flag, value]
+        try:
+            written.update(dict.fromkeys(vars(parser.parse_args(tokens)), arg.flag))
+        except ParserError:
+            continue  # the whole command's parse says what is wrong
+    return written
+
+
 def _recipe_value(value: object) -> str | int | float | None:
     if isinstance(value, bool) or value is None:
         return None if value in (True, None) else "false"
@@ -148,7 +161,7 @@ def judge_recipe(parser: JudgeParser, plan: LaunchPlan, argv: Sequence[str], sou
     """What the rendered command sets, dest -> value; refuses keys and --config."""
     where = f"recipe {plan.recipe.name}"
     rendered = _parse(parser, argv, f"the command rendered from {where}", source)
-    flags = _dests(parser, {a.flag: None for a in plan.args})
+    flags = _written(parser, plan)
     for dest, value in rendered.items():
         name = flags.get(dest, "--" + dest.replace("_", "-"))
         if dest in KEY_DESTS:
@@ -167,7 +180,7 @@ def judge_extra(
     """What the flags after `--` set, dest -> value, each checked."""
     where = "after --"
     recipe = plan.recipe
-    owned = _dests(parser, {a.flag: None for a in plan.args})
+    owned = _written(parser, plan)
     derived = _dests(parser, DERIVED_FLAGS)
     set_here: dict[str, str] = {}
     values: dict = {}
@@ -194,8 +207,9 @@ def judge_extra(
                     "--recipe FILE"
                 )
             if dest in set_here:
-                raise UserError(f"{where}, {flag.name} sets what {set_here[dest]} sets "
-                                f"(sglang's {dest}): keep one")
+                twice = "is given twice" if set_here[dest] == flag.name else (
+                    f"sets what {set_here[dest]} sets (sglang's {dest})")
+                raise UserError(f"{where}, {flag.name} {twice}: keep one")
             if not _finite(value):
                 raise UserError(f"{where}, {flag.name} {value}: not a finite number; give a "
                                 "real value")

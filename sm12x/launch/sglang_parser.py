@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,8 @@ class JudgeParser(argparse.ArgumentParser):
         return parsed
 
     def error(self, message: str):  # type: ignore[override]
-        raise ParserError(message)
+        # argparse quotes `--flag=value` whole (an ambiguous prefix): not the value.
+        raise ParserError(re.sub(r"(--[\w-]+)=\S+", r"\1=...", message))
 
     def exit(self, status: int = 0, message: str | None = None):  # type: ignore[override]
         raise ParserError(message or f"exited with status {status}")

@@ -98,6 +98,8 @@ SPARK = {"SM12X_NODE_RANK": "1", "SM12X_HEAD_ADDR": "10.0.0.1", "NCCL_IB_HCA": "
     (["--admin-api", "sk-admin"], "rtx-pro-6000-tp4", "admin_api_key"),
     (["--ssl-keyfile-password", "pw"], "rtx-pro-6000-tp4", "ssl_keyfile_password"),
     (["--no-such-flag", "1"], "rtx-pro-6000-tp4", "refuses it"),
+    (["--a=sk-admin"], "rtx-pro-6000-tp4", "ambiguous option: --a=..."),
+    (["--no-such-flag", "sk-admin"], "rtx-pro-6000-tp4", "unrecognized arguments"),
 ])
 def test_flags_after_dashes_are_judged_by_what_sglang_parses(extra, recipe, needle):
     result = _launch(*extra, recipe=recipe, env=SPARK if recipe == "dgx-spark-tp2" else None)
