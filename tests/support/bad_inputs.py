@@ -81,7 +81,7 @@ CASES: list[Case] = [
         ("sets --kv-cache-dtype", "--recipe FILE"),
     ),
     Case("extra-alias-of-recipe-flag", launch("--tp", "2"), ("sets --tp-size",)),
-    Case("extra-api-key", launch("--api-key", "sk-x"), ("--api-key is rendered",)),
+    Case("extra-api-key", launch("--api-key", "sk-x"), ("sglang's api_key", "SM12X_API_KEY")),
     Case("extra-host", launch("--host", "0.0.0.0"), ("SM12X_HOST",)),
     Case("extra-nan", launch("--schedule-conservativeness", "nan"), ("not a finite number",)),
     Case("extra-inf", launch("--schedule-conservativeness=inf"), ("not a finite number",)),
@@ -133,6 +133,7 @@ CASES: list[Case] = [
     ),
     Case("recipe-api-key-flag", ("render", "{tmp}/keyed.yaml"), ("api_key",)),
     Case("recipe-nan-string", ("render", "{tmp}/nan-string.yaml"), ("not a finite number",)),
+    Case("recipe-port-true", ("render", "{tmp}/port-true.yaml"), ("serve.port",)),
     Case("launch-abbreviated-option", ("launch", "--api-key", "sk-secret", "--dry-run"),
          ("unrecognized arguments: --api-key",)),
     Case("extra-value-without-flag", launch("debug"), ("a value with no flag",)),
@@ -339,7 +340,7 @@ CASES: list[Case] = [
     Case(
         "router-extra-api-key",
         ("router", "--dry-run", "--", "--api-key", "sk-x"),
-        ("sm12x router sets --api-key",),
+        ("sglang-router's api_key", "SM12X_API_KEY"),
         {"SM12X_ROUTER_WORKERS": "http://127.0.0.1:30000"},
     ),
 ]
@@ -354,6 +355,7 @@ def prepare(tmp: Path) -> None:
         ("long-name", lambda d: d.update(name=LONG)),
         ("nan", lambda d: d["flags"]["--mem-fraction-static"].update(value=float("nan"))),
         ("inf", lambda d: d["verify"].update(min_accept_length=float("inf"))),
+        ("port-true", lambda d: d.setdefault("serve", {}).update(port=True)),
     ):
         data = raw_recipe("rtx-pro-6000-tp4")
         mutate(data)
