@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from pathlib import Path
 
+from sm12x import bounded
 from sm12x.errors import UserError
 from sm12x.fields import ApiKey, parse
 
@@ -24,6 +24,8 @@ FILE_ENV = "SM12X_API_KEY_FILE"
 OPEN_ENV = "SM12X_INSECURE_NO_API_KEY"
 # Compose's published host address (the container itself listens on 0.0.0.0).
 BIND_ENV = "SM12X_BIND"
+# A key is a line of text; a file bigger than this is not a key file.
+KEY_FILE_LIMIT = 4096
 
 
 def checked_key(value: str, source: str) -> str:
@@ -38,9 +40,13 @@ def checked_key(value: str, source: str) -> str:
 
 
 def read_key_file(path: str) -> str:
-    """The key a file holds (SM12X_API_KEY_FILE), checked."""
+    """The key a file holds (SM12X_API_KEY_FILE), checked: a regular file of
+    at most KEY_FILE_LIMIT bytes (a FIFO or /dev/zero is refused, not waited on)."""
     try:
-        value = Path(path).read_text(encoding="utf-8").strip()
+        value = bounded.read_text(path, KEY_FILE_LIMIT).strip()
+    except bounded.TooBig as exc:
+        raise UserError(f"{FILE_ENV}={path}: not a key file ({exc}): point it at the file "
+                        "that holds the key") from None
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or exc
         raise UserError(f"{FILE_ENV}={path}: cannot read the key ({reason})") from None

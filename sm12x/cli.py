@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sm12x import __version__
+from sm12x.argparsing import StrictParser
 from sm12x.errors import UserError
 
 
@@ -51,7 +52,7 @@ def commands() -> list[Command]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = StrictParser(
         prog="sm12x",
         description="Serve DeepSeek-V4-Flash-0731 with SGLang + DSpark on sm_120/sm_121.",
     )
@@ -59,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in commands():
         child = sub.add_parser(
-            command.name, help=command.help, description=command.description or command.help
+            command.name, help=command.help, description=command.description or command.help,
+            allow_abbrev=False,
         )
         command.add_arguments(child)
         child.set_defaults(_run=command.run)

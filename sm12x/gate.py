@@ -28,7 +28,9 @@ BINDS = {"bind": "the API (SM12X_BIND)", "router_bind": "the router (SM12X_ROUTE
 
 def problems(loaded: Loaded) -> list[str]:
     s = loaded.settings
-    has_key = s.key() is not None
+    # Compose passes SM12X_API_KEY_SET=1, never the key (`docker compose
+    # config` would print it); run by hand, the key itself counts too.
+    has_key = s.api_key_set or s.key() is not None
     found = []
     for name, what in BINDS.items():
         problem = exposure_problem(getattr(s, name), has_key, s.insecure_no_api_key, what)

@@ -42,9 +42,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from sm12x.apikey import FILE_ENV, OPEN_ENV
 from sm12x.errors import UserError
@@ -95,6 +96,23 @@ ROUTER_STOP_GRACE_S = 180
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 
 
+# A hostPath mounted into a pod exposes that part of the node: the whole
+# filesystem, or the node's own system folders, is never a model folder.
+SYSTEM_PATHS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root", "/run",
+                "/sbin", "/sys", "/usr", "/var", "/var/lib/kubelet", "/var/run")
+
+
+def _model_folder(value: str) -> str:
+    path = "/" + value.strip("/")
+    if path == "/" or path in SYSTEM_PATHS or path.startswith(("/proc/", "/sys/", "/dev/")):
+        raise ValueError(f"{value} is the node's root or a system folder: give the folder that "
+                         "holds the checkpoint (e.g. /srv/models/DeepSeek-V4-Flash-0731)")
+    return value
+
+
+ModelHostPath = Annotated[AbsPath, AfterValidator(_model_folder)]
+
+
 class K8sOptions(BaseModel):
     """What `sm12x render --k8s` takes besides the recipe, each value typed
     (sm12x.fields): a bad namespace or image is refused before anything renders."""
@@ -105,7 +123,7 @@ class K8sOptions(BaseModel):
     image: ImageRef = Field(default_factory=lambda: load_versions()["SM12X_IMAGE"])
     # The checkpoint on each GPU node (as SM12X_MODEL_DIR in .env.example), or
     # a PersistentVolumeClaim holding it; mounted read-only either way.
-    model_host_path: AbsPath = "/srv/models/DeepSeek-V4-Flash-0731"
+    model_host_path: ModelHostPath = "/srv/models/DeepSeek-V4-Flash-0731"
     model_pvc: K8sName | None = None
     # JIT/compile caches. Default: an emptyDir (the pod's user can write it;
     # kernels recompile after a pod is replaced). A PVC keeps them across pods;
@@ -693,10 +711,14 @@ def tree(opts: K8sOptions) -> dict[str, str]:
 
 
 def write_tree(out: Path, opts: K8sOptions) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, text in tree(opts).items():
-        path = out / name
-        path.write_text(text)
-        written.append(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in tree(opts).items():
+            path = out / name
+            path.write_text(text)
+            written.append(path)
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot write the manifests there "
+                        f"({exc.strerror or exc}): give a folder you can write") from None
     return written

@@ -48,6 +48,7 @@ from sm12x.apikey import exposure_problem
 from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.keyed import with_key
+from sm12x.launch.sglang_parser import JudgeParser, ParserError
 from sm12x.recipe.extra import check_values, owned_router_flags, owner, parse_extra
 from sm12x.settings import Loaded
 
@@ -281,11 +282,72 @@ ENV_FLAGS = {
 }
 
 
+# sglang-router 0.3.2's dests that carry a secret (router_args.py: the
+# worker key, control-plane keys "id:name:role:key", the Oracle history
+# store's password), and their flags for the check without sglang-router.
+SECRET_DESTS = {"api_key": "the API key", "control_plane_api_keys": "control-plane API keys",
+                "oracle_password": "the Oracle store's password"}
+KEY_FLAGS = ("--api-key", "--control-plane-api-keys", "--oracle-password")
+
+
+def router_parser() -> JudgeParser | None:
+    """sglang-router's own parser (RouterArgs, as launch_router builds it),
+    reporting only what the arguments set; None where it is not installed."""
+    try:
+        from sglang_router.router_args import RouterArgs
+    except ImportError:
+        return None
+    parser = JudgeParser(prog="launch_router", add_help=False)
+    RouterArgs.add_cli_args(parser, use_router_prefix=False)
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS
+        action.required = False
+    return parser
+
+
+def _key_refusal(name: str, what: str) -> UserError:
+    return UserError(
+        f"after --, {name} is refused: it sets {what}, and a key on a command line is readable "
+        "by every user of the host (/proc/PID/cmdline); the router's key is SM12X_API_KEY "
+        "(or SM12X_API_KEY_FILE), handed to it in memory"
+    )
+
+
+def _dests_set(parser: JudgeParser, flag) -> list[str]:
+    tokens = [f"{flag.name}={flag.values[0]}"] if len(flag.values) == 1 else [
+        flag.name, *flag.values]
+    try:
+        return list(vars(parser.parse_args(tokens)))
+    except ParserError as exc:
+        raise UserError(f"after --, {flag.name}: sglang-router's parser refuses it: {exc}"
+                        ) from None
+
+
 def check_extra(settings: RouterSettings) -> None:
-    """Flags after `--` may not set what a variable sets (the key above all)."""
+    """Flags after `--` may not set what a variable sets, nor carry a key,
+    judged by sglang-router's own parser where it is installed (every prefix
+    and alias it accepts), else by name."""
     owned = owned_router_flags(ENV_FLAGS)
+    parser = router_parser()
+    owned_dests = {}
+    if parser is not None:
+        table = parser._option_string_actions
+        owned_dests = {table[f].dest: f for f in owned if f in table}
     for flag in parse_extra(settings.extra):
         check_values(flag)
+        if parser is not None:
+            for dest in _dests_set(parser, flag):
+                if dest in SECRET_DESTS:
+                    raise _key_refusal(flag.name, f"sglang-router's {dest} "
+                                                  f"({SECRET_DESTS[dest]})")
+                if dest in owned_dests:
+                    mine = owned_dests[dest]
+                    raise UserError(
+                        f"after --, {flag.name} is refused: sm12x router sets {mine} from "
+                        f"{owned[mine]}; set that instead")
+            continue
+        if owner(flag.name, KEY_FLAGS):
+            raise _key_refusal(flag.name, f"sglang-router's {owner(flag.name, KEY_FLAGS)}")
         mine = owner(flag.name, owned)
         if mine is not None:
             raise UserError(
@@ -293,6 +355,16 @@ def check_extra(settings: RouterSettings) -> None:
                 f"{owned[mine]}; set that instead (it is checked there, and a key on the "
                 "command line is readable by every user of the host)"
             )
+
+
+def exposure_problems(settings: RouterSettings, has_key: bool, open_allowed: bool) -> list[str]:
+    """The router's API and its metrics listener: neither beyond loopback without a key."""
+    found = [
+        exposure_problem(settings.host, has_key, open_allowed, "the router"),
+        exposure_problem(settings.metrics_host, has_key, open_allowed,
+                         "the router's metrics (SM12X_ROUTER_METRICS_BIND, no authentication)"),
+    ]
+    return [p for p in found if p]
 
 
 def shell(settings: RouterSettings, python: str = "python3") -> str:
@@ -323,11 +395,9 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     settings = replace(RouterSettings.from_settings(loaded), extra=tuple(extra))
     check_extra(settings)
     key = loaded.settings.key()
-    problem = exposure_problem(
-        settings.host, key is not None, loaded.settings.insecure_no_api_key, "the router"
-    )
-    if problem and not (args.explain or args.dry_run):
-        raise UserError(problem)
+    problems = exposure_problems(settings, key is not None, loaded.settings.insecure_no_api_key)
+    if problems and not (args.explain or args.dry_run):
+        raise UserError("; ".join(problems))
     if args.explain or args.dry_run:
         if args.explain:
             sys.stdout.write(explain(settings))

@@ -15,6 +15,7 @@ import importlib.util
 import socket
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -22,6 +23,7 @@ from rich.console import Console
 from rich.text import Text
 
 from sm12x import settings
+from sm12x.argparsing import StrictParser
 from sm12x.errors import UserError
 from sm12x.settings import Loaded
 from verify import accuracy, argtypes, compare, redact, report
@@ -36,8 +38,31 @@ class UsageError(Exception):
     pass
 
 
+# Each soak stream is an open connection and a task: past this a run is a
+# load test (sm12x bench), not a check, and the machine runs out first.
+MAX_SOAK_CONCURRENCY = 1024
+# Requests a check sends one after another, at most, for the default deadline.
+SEQUENTIAL_REQUESTS = {"soak": 0, "compare": 6, "accuracy": 0}
+DEFAULT_REQUESTS = 4
+
+
+def default_deadline(args, chosen: set[str]) -> float:
+    """Seconds for the checks chosen: each may send a few requests in a row,
+    each up to --timeout; the soak its rounds, the accuracy gate its batches."""
+    total = 0.0
+    for name in chosen:
+        if name == "soak":
+            total += args.timeout * (args.soak_rounds + 1)
+        elif name == "accuracy":
+            batches = -(-(args.accuracy_limit or 2000) // max(args.accuracy_concurrency, 1))
+            total += args.timeout * (batches + 1)
+        else:
+            total += args.timeout * SEQUENTIAL_REQUESTS.get(name, DEFAULT_REQUESTS)
+    return max(total, args.timeout)
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="verify", description="Smoke-test a deployed sm12x "
+    p = StrictParser(prog="verify", description="Smoke-test a deployed sm12x "
                                 "(sglang, DeepSeek-V4-Flash + DSPARK) OpenAI-compatible endpoint.")
     p.add_argument("--base-url", help="server root (default: http://SM12X_BIND:SM12X_PORT, "
                    "loopback for 0.0.0.0, i.e. http://127.0.0.1:30000 by default)")
@@ -53,7 +78,13 @@ def parser() -> argparse.ArgumentParser:
                    help="speculative acceptance floor (default: the recipe's, else 2.0)")
     p.add_argument("--metrics-url", help="a backend's base or /metrics URL, for spec figures "
                    "when --base-url is a router")
-    p.add_argument("--soak-concurrency", type=argtypes.count, default=64)
+    p.add_argument("--soak-concurrency", type=argtypes.count, default=64,
+                   help=f"streams at once in the soak (at most {MAX_SOAK_CONCURRENCY})")
+    p.add_argument("--deadline", type=argtypes.seconds, metavar="SECONDS",
+                   help="seconds the whole run of checks may take (after --boot's boot); "
+                   "checks not started by then are not run, requests in flight are cut off, "
+                   "the reports are written (default: derived from the checks chosen and "
+                   "--timeout)")
     p.add_argument("--soak-rounds", type=argtypes.count, default=3, help="k of pass^k")
     p.add_argument("--soak-max-tokens", type=argtypes.count, default=2048)
     p.add_argument("--skip", action="append", default=[], metavar="CHECK",
@@ -251,10 +282,27 @@ class Reports:
 
     def _clean(self, result: CheckResult) -> CheckResult:
         for name in ("problem", "cause", "fix"):
-            setattr(result, name, self.redact(getattr(result, name)))
-        result.evidence = self.redact(result.evidence)
-        result.metrics = self.redact(result.metrics)
+            setattr(result, name, capped(self.redact(getattr(result, name))))
+        result.evidence = capped(self.redact(result.evidence))[:MAX_EVIDENCE_LINES]
+        result.metrics = capped(self.redact(result.metrics))
         return result
+
+
+# A hostile reply quoted in a report is cut here: the report stays readable
+# (it grew to megabytes), and what it shows is enough to see what came.
+MAX_FIELD = 2000
+MAX_EVIDENCE_LINES = 200
+
+
+def capped(value, limit: int = MAX_FIELD):
+    """value with every string in it cut to `limit` characters, saying so."""
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]}... ({len(value) - limit} more characters not shown)"
+    if isinstance(value, list):
+        return [capped(v, limit) for v in value]
+    if isinstance(value, dict):
+        return {capped(k, limit): capped(v, limit) for k, v in value.items()}
+    return value
 
 
 def _server(args, loaded: Loaded, say):
@@ -285,9 +333,14 @@ def run(args, console: Console) -> int:
         return 0
     skip, only = _names(args.skip), _names(args.only)
     try:
-        plan(only, skip)
+        chosen, _ = plan(only, skip)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if args.soak_concurrency > MAX_SOAK_CONCURRENCY:
+        raise UsageError(f"--soak-concurrency {args.soak_concurrency}: at most "
+                         f"{MAX_SOAK_CONCURRENCY} streams (each is a connection and a task); "
+                         "load beyond that is `sm12x bench --concurrency`'s")
+    deadline_s = args.deadline if args.deadline is not None else default_deadline(args, chosen)
     _check_paths(args)
     redactor = Redactor([ep.api_key, args.compare_api_key, *redact.url_secrets(ep.base_url),
                          *redact.url_secrets(args.compare_url or "")])
@@ -348,6 +401,13 @@ def run(args, console: Console) -> int:
                     "(and --compare-url)"
                 reports.write(results)
                 return 2
+        # The run's deadline starts with the checks (a boot has its own bound).
+        end = time.monotonic() + deadline_s
+        meta["deadline_s"] = deadline_s
+        ep = replace(ep, run_deadline=end)
+        options = replace(options, deadline=end, compare_endpoint=(
+            replace(options.compare_endpoint, run_deadline=end)
+            if options.compare_endpoint else None))
         ctx = Context(ep, options, model=args.model)
         try:
             def progress(result) -> None:

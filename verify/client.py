@@ -49,6 +49,7 @@ class Endpoint:
     timeout: float = 120.0        # one whole request
     stall_timeout: float = 30.0   # no byte for this long
     connect_timeout: float = 5.0
+    run_deadline: float | None = None  # time.monotonic() when the whole run must end
 
     @property
     def headers(self) -> dict:
@@ -57,7 +58,7 @@ class Endpoint:
     @property
     def limits(self) -> Limits:
         return Limits(timeout=self.timeout, stall=self.stall_timeout,
-                      connect=self.connect_timeout)
+                      connect=self.connect_timeout, run_deadline=self.run_deadline)
 
     @property
     def display_url(self) -> str:

@@ -22,7 +22,10 @@ _BEARER = re.compile(r"(?i)\b(bearer\s+)[^\s'\",;]+")
 
 def url(text: str) -> str:
     """A URL with any userinfo replaced by ***."""
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError:  # not a URL (`http://[::1`): mask whatever precedes an @
+        return re.sub(r"(?<=://)[^/@]*@", MASK + "@", text)
     if "@" not in parts.netloc:
         return text
     return urlunsplit(parts._replace(netloc=MASK + "@" + parts.netloc.rpartition("@")[2]))
@@ -30,7 +33,10 @@ def url(text: str) -> str:
 
 def url_secrets(text: str) -> list[str]:
     """The user name and password a URL carries, raw and percent-decoded."""
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError:  # not a URL: _base refuses it, masked by url()
+        return []
     values = [parts.username, parts.password]
     return [v for value in values if value for v in {value, unquote(value)}]
 

@@ -70,6 +70,10 @@ NAMES = [c.name for c in CHECKS]
 BY_NAME = {c.name: c for c in CHECKS}
 
 
+DEADLINE_PROBLEM = ("not run: the run's deadline (--deadline) passed before it started; give "
+                    "a longer --deadline, or run fewer checks (--only)")
+
+
 class Interrupted(Exception):
     """Ctrl-C during the run: the results so far, the rest marked not-run."""
 
@@ -132,6 +136,8 @@ def run_checks(ctx: Context, on_result: Callable[[CheckResult], None] | None = N
             result.problem = "skipped by --skip/--only"
         elif failed_needs:
             result.problem = f"not run: {', '.join(failed_needs)} did not pass"
+        elif opts.deadline is not None and time.monotonic() >= opts.deadline:
+            result.problem = DEADLINE_PROBLEM
         else:
             ev = Evidence()
             if check.name in pulled_in:

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from sm12x import bounded
+
 MiB = 1024 * 1024
 STREAMED, PLAIN = "streamed", "non-streamed"
 
@@ -52,6 +54,9 @@ class Limits:
     max_line: int = 1 * MiB     # one line of an event stream
     max_event: int = 1 * MiB    # one event of an event stream (its data lines together)
     fail_fast_after: int = 2    # unfinished requests of a kind in a row before the rest fail
+    # The whole run's deadline (`verify --deadline`), a time.monotonic() value:
+    # no request outlives it, however many each check sends.
+    run_deadline: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("timeout", "stall", "connect"):
@@ -78,6 +83,10 @@ class Stalled(Unfinished):
 
 class DeadlineExceeded(Unfinished):
     pass
+
+
+class RunDeadline(DeadlineExceeded):
+    """The whole run's deadline (`--deadline`) passed: no more requests."""
 
 
 class TooLarge(httpx.TransportError):
@@ -161,10 +170,20 @@ class BoundedAsyncTransport(httpx.AsyncBaseTransport):
         request.headers["Accept-Encoding"] = "identity"
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.timeout
+        run_end = self.limits.run_deadline
+        if run_end is not None:
+            # asyncio's default loop clock is time.monotonic().
+            if loop.time() >= run_end:
+                raise RunDeadline(f"{_what(request)}: not sent, the run's deadline (--deadline) "
+                                  "has passed", request=request)
+            deadline = min(deadline, run_end)
         try:
             async with asyncio.timeout_at(deadline):
                 response = await self._inner.handle_async_request(request)
         except TimeoutError:
+            if run_end is not None and deadline == run_end:
+                raise RunDeadline(f"{_what(request)}: cut off by the run's deadline "
+                                  "(--deadline)", request=request) from None
             error: Unfinished = DeadlineExceeded(
                 f"{_what(request)}: no answer within {self.limits.timeout:g} s (the "
                 "whole-request limit)", request=request)
@@ -197,6 +216,10 @@ class _BoundedBody(httpx.AsyncByteStream):
         what = _what(self.request)
         chunks = self.response.stream.__aiter__()
         received = 0
+        # JSON nested to exhaust the parser's recursion (a hostile server) is
+        # cut off here, before any parser (openai's, httpx's .json()) sees it.
+        kind = self.response.headers.get("content-type", "")
+        gauge = bounded.DepthGauge() if "json" in kind or "event-stream" in kind else None
         while True:
             until = min(self.deadline, loop.time() + limits.stall)
             try:
@@ -206,6 +229,10 @@ class _BoundedBody(httpx.AsyncByteStream):
                 self.t.fail_fast.finished(self.kind)
                 return
             except (TimeoutError, httpx.ReadTimeout):
+                run_end = limits.run_deadline
+                if run_end is not None and self.deadline == run_end and loop.time() >= run_end:
+                    raise RunDeadline(f"{what}: cut off by the run's deadline (--deadline; "
+                                      f"{received} bytes came)", request=self.request) from None
                 if loop.time() >= self.deadline - 0.001:
                     self.t.fail_fast.missed(self.kind, f"{what}: not finished in "
                                                        f"{limits.timeout:g} s")
@@ -220,6 +247,12 @@ class _BoundedBody(httpx.AsyncByteStream):
             if received > limits.max_body:
                 raise TooLarge(f"{what}: the response body is over {_mib(limits.max_body)} "
                                "(the cap on one response)", request=self.request)
+            if gauge is not None:
+                try:
+                    gauge.feed(chunk)
+                except bounded.TooBig as exc:
+                    raise TooLarge(f"{what}: the JSON in the response is {exc} (no reply of "
+                                   "sglang's is)", request=self.request) from None
             yield chunk
 
     async def aclose(self) -> None:

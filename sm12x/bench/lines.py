@@ -32,6 +32,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from sm12x import bounded
+
 # (our name, sglang's field, label, unit). The order is the table's.
 METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("output_tokens_per_s", "output_throughput", "output throughput", "tok/s"),
@@ -75,7 +77,10 @@ class LineError(ValueError):
 def parse_line(text: str) -> dict[str, Any]:
     """One line as a dict; NaN/Infinity (sglang writes them) become None."""
     try:
+        bounded.check_depth(text)
         data = json.loads(text, parse_constant=lambda _name: None)
+    except bounded.TooBig as exc:
+        raise LineError(f"not a line of sglang's benchmark ({exc})") from None
     except json.JSONDecodeError as exc:
         raise LineError(f"not JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(data, dict):

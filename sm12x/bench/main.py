@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -35,7 +36,7 @@ from pydantic import Field
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sm12x import __version__, settings
+from sm12x import __version__, bounded, settings
 from sm12x.bench import chart, compare, lines, provenance, report, runner
 from sm12x.bench.result import (
     BenchResult,
@@ -66,6 +67,14 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 # --- arguments ----------------------------------------------------------------
 
 
+# Past this a concurrency is no rig's working point: sglang's client opens a
+# connection per stream and the machine running it gives out first.
+MAX_CONCURRENCY = 4096
+# What bench reads from files: sglang's lines (a few KB per run) and a result.
+MAX_JSONL_BYTES = 64 * 1024 * 1024
+MAX_RESULT_BYTES = 16 * 1024 * 1024
+
+
 def _concurrencies(text: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
@@ -73,6 +82,9 @@ def _concurrencies(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected numbers like 16,32,64, got {text!r}") from None
     if not values or any(v < 1 for v in values):
         raise argparse.ArgumentTypeError(f"expected positive numbers like 16,32,64, got {text!r}")
+    if max(values) > MAX_CONCURRENCY:
+        raise argparse.ArgumentTypeError(f"{max(values)}: at most {MAX_CONCURRENCY} streams at "
+                                         "once (sglang's client opens a connection per stream)")
     return sorted(set(values))
 
 
@@ -102,6 +114,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       "when it has no sglang, the benchmark runs in the image, SM12X_IMAGE)")
     proc.add_argument("--run-timeout", type=option_type(PositiveFloat), default=3600.0,
                       help="seconds one run may take before it is killed (default 3600)")
+    proc.add_argument("--deadline", type=option_type(PositiveFloat), metavar="SECONDS",
+                      help="seconds all runs together may take: a run still going then is "
+                      "killed, the rest are not started, and the result is written (default: "
+                      "--run-timeout per run)")
     proc.add_argument("--request-timeout", type=option_type(PositiveFloat), default=30.0,
                       help="seconds for each request bench itself makes, whole request, wall "
                       "clock (default 30)")
@@ -263,6 +279,15 @@ def build_run(outcome: lines.Outcome, **extra) -> Run:
     )
 
 
+def deadline_run(concurrency: int, num_prompts: int, deadline: float) -> Run:
+    """A run --deadline left no time for: reported, never silently dropped."""
+    outcome = lines.judge(None, concurrency, num_prompts)
+    outcome.status = "failed"
+    outcome.problems.insert(0, f"not run: --deadline {deadline:g} s had passed")
+    return build_run(outcome, accept_length_scope="server-lifetime", exit_code=None, wall_s=0.0,
+                     log=None)
+
+
 def _no_metrics() -> Metrics:
     return Metrics(output_tokens_per_s=None, mean_itl_ms=None, p99_itl_ms=None,
                    mean_ttft_ms=None, p99_ttft_ms=None, accept_length=None)
@@ -323,11 +348,24 @@ def finish(
 # --- modes ------------------------------------------------------------------------
 
 
-def _read_json(path: Path):
+def _read_capped(path: Path, limit: int) -> str:
+    """A file bench reads, bounded (sm12x.bounded: no FIFO or device waits)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return bounded.read_text(path, limit)
+    except bounded.TooBig as exc:
+        raise UserError(f"{path}: not a file bench reads ({exc})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8 text") from None
     except OSError as exc:
         raise UserError(f"{path}: {exc.strerror or exc}") from None
+
+
+def _read_json(path: Path):
+    text = _read_capped(path, MAX_RESULT_BYTES)
+    try:
+        return bounded.loads(text)
+    except bounded.TooBig as exc:
+        raise UserError(f"{path}: not a bench result ({exc})") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from None
 
@@ -366,10 +404,7 @@ def run_from_jsonl(args: argparse.Namespace, loaded: Loaded, console: Console,
     if args.recipe == "auto":
         raise UserError("--from-jsonl needs --recipe NAME (the lines do not say which rig ran)")
     recipe = load_recipe(args.recipe)
-    try:
-        text = args.from_jsonl.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"{args.from_jsonl}: {exc.strerror or exc}") from None
+    text = _read_capped(args.from_jsonl, MAX_JSONL_BYTES)
     parsed = lines.read_lines(text)
     warnings = [str(item) for item in parsed if isinstance(item, lines.LineError)]
     good = [item for item in parsed if isinstance(item, dict)]
@@ -494,7 +529,12 @@ def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Co
     with progress:
         overall = progress.add_task("all runs", total=sum(n for _, n in plan))
         done_before = 0
+        end = None if args.deadline is None else time.monotonic() + args.deadline
         for concurrency, num_prompts in plan:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                runs.append(deadline_run(concurrency, num_prompts, args.deadline))
+                continue
             scope = "server-lifetime"
             if not args.no_reset_accept_stats:
                 problem = reset_accept_stats(base_url, api_key, timeout)
@@ -516,7 +556,8 @@ def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Co
                 dataset_path=args.dataset_path, tokenizer=tokenizer,
                 extra_args=tuple(args.extra),
             )  # fmt: skip
-            ended = runner.run_one(spec, python, out, timeout_s=args.run_timeout, env=env,
+            run_timeout = args.run_timeout if left is None else min(args.run_timeout, left)
+            ended = runner.run_one(spec, python, out, timeout_s=run_timeout, env=env,
                                    in_image=in_image,
                                    on_progress=on_progress, redactor=secrets)
             line = None

@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from sm12x import proc
+from sm12x import bounded, proc
 from sm12x.bench.result import Environment, Image
 from sm12x.launch import gpus as gpu_query
 from verify import transport
@@ -116,7 +116,9 @@ def request_json(method: str, url: str, api_key: str | None, timeout: float,
         hint = auth_hint(response.status_code, bool(api_key))
         return None, f"{where}: {hint or f'HTTP {response.status_code}'}"
     try:
-        return response.json(), None
+        return bounded.loads(response.content), None
+    except bounded.TooBig as exc:  # nested to blow the stack (a hostile server)
+        return None, f"{where}: the answer is not a reply sglang sends ({exc})"
     except ValueError:  # not JSON, or not UTF-8
         return None, f"{where}: the answer is not JSON"
 

@@ -32,7 +32,8 @@ from sm12x.launch.render import (
     build_launch,
 )
 from sm12x.recipe import Recipe, load_all, load_recipe, warnings_for
-from sm12x.recipe.extra import check_extra
+from sm12x.launch.judge import Judged, judge
+from sm12x.launch.sglang_parser import parser_for
 from sm12x.settings import Loaded
 from sm12x.versions import load_versions, track_of_sglang
 
@@ -120,16 +121,52 @@ def check_model_path(plan: LaunchPlan) -> None:
         )
 
 
-def check_exposure(plan: LaunchPlan, loaded: Loaded) -> None:
-    """Refuse to serve beyond loopback without a key (sm12x.apikey).
+# Files a container runtime puts in every container (Docker, Podman).
+CONTAINER_MARKERS = ("/.dockerenv", "/run/.containerenv")
+NET_CLASS = Path("/sys/class/net")
 
-    Where clients reach the server: compose's published address (SM12X_BIND,
-    passed into the container) when one is set, else the address sglang binds.
+
+def in_container() -> bool:
+    return any(Path(marker).exists() for marker in CONTAINER_MARKERS)
+
+
+def own_network() -> bool:
+    """True when every interface but loopback is one end of a veth pair (its
+    iflink, the peer on the host, differs from its ifindex): the network
+    namespace of a bridged container. A host's own namespace, which a
+    host-network container shares, has a physical NIC or a bridge, whose
+    iflink is itself."""
+    try:
+        interfaces = [p for p in NET_CLASS.iterdir() if p.name != "lo"]
+        links = [((p / "ifindex").read_text().strip(), (p / "iflink").read_text().strip())
+                 for p in interfaces]
+    except OSError:
+        return False
+    return bool(links) and all(index != link for index, link in links)
+
+
+def exposed_address(bound: str, loaded: Loaded) -> str:
+    """Where clients can reach sglang: the address it binds (read from its
+    parsed arguments, after recipe, settings and flags after --).
+
+    One exception: inside a bridged container sglang must bind the
+    unspecified address of the container's own network, and what the host
+    exposes is compose's published address, SM12X_BIND. That is trusted only
+    inside a container on a network of its own: on bare metal (or a
+    host-network container) SM12X_BIND, which .env.example always sets, says
+    nothing about what sglang binds.
     """
-    s = loaded.settings
-    address = s.bind if loaded.given("bind") else plan.context.host
+    unspecified = bound.strip("[]") in ("0.0.0.0", "::")
+    if unspecified and loaded.given("bind") and in_container() and own_network():
+        return loaded.settings.bind
+    return bound
+
+
+def check_exposure(plan: LaunchPlan, loaded: Loaded, judged: Judged) -> None:
+    """Refuse to serve beyond loopback without a key (sm12x.apikey)."""
+    address = exposed_address(judged.host, loaded)
     problem = exposure_problem(
-        address, plan.context.api_key, s.insecure_no_api_key, plan.recipe.name
+        address, plan.context.api_key, loaded.settings.insecure_no_api_key, plan.recipe.name
     )
     if problem:
         raise UserError(problem)
@@ -208,17 +245,20 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
         ctx = replace(ctx, speculative=False)
         _say("--no-spec: speculative decoding off (the reference for verify --compare-url)")
     plan = build_launch(recipe, ctx)
-    # Flags after --: the same lints as the recipe (sm12x.recipe.extra).
     extra = list(args.extra)
     if extra and extra[0] == "--":
         extra = extra[1:]
-    check_extra(recipe, extra)
-    # A dry run shows what is missing as "$NAME" placeholders; a launch refuses.
     variables = loaded.variables()
+    exec_env, notes = plan.exec_env(process_env(environ, loaded))
+    # sglang's own parser judges the recipe and the flags after -- together.
+    parser, source = parser_for(load_versions(loaded.settings.track_name)["SGLANG_VERSION"],
+                                installed_sglang())
+    judged = judge(parser, source, plan, extra, variables, exec_env)
+    # A dry run shows what is missing as "$NAME" placeholders; a launch refuses.
     for check in (
         lambda: check_multinode(recipe, ctx),
         lambda: check_env(plan, variables),
-        lambda: check_exposure(plan, loaded),
+        lambda: check_exposure(plan, loaded, judged),
     ):
         try:
             check()
@@ -226,7 +266,6 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
             if not dry_run:
                 raise
             _say(f"warning: {exc.message}")
-    exec_env, notes = plan.exec_env(process_env(environ, loaded))
     for note in notes:
         _say(note)
     if extra:

@@ -20,8 +20,10 @@ from sm12x import patch_series, settings
 from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.fields import build_model
-from sm12x.launch.main import AUTO, select_recipe
+from sm12x.launch.judge import judge
+from sm12x.launch.main import AUTO, installed_sglang, select_recipe
 from sm12x.launch.render import LaunchContext, build_launch
+from sm12x.launch.sglang_parser import parser_for
 from sm12x.recipe import warnings_for
 from sm12x.versions import load_versions, track_of_sglang
 
@@ -99,6 +101,11 @@ def run(args: argparse.Namespace) -> int:
         ctx = replace(ctx, speculative=False)
     plan = build_launch(recipe, ctx)
     track = loaded.settings.track_name
+    # The command is judged as `sm12x launch` judges it: by sglang's parser
+    # (here, where sglang is seldom installed, the track's description of it).
+    parser, source = parser_for(load_versions(track)["SGLANG_VERSION"], installed_sglang())
+    judge(parser, source, plan, [], loaded.variables(),
+          {e.name: str(e.value) for e in plan.env})
     sglang = args.sglang or load_versions(track)["SGLANG_VERSION"]
     if args.explain:
         site = [n for n, var in recipe.env.items() if var.from_host]

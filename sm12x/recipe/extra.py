@@ -1,17 +1,11 @@
-"""Flags after `--` (`sm12x launch -- FLAG ...`), checked as if the recipe had them.
+"""Flags after `--` (`sm12x launch -- FLAG ...`, `sm12x router -- ...`), as tokens.
 
 sglang keeps the last of a repeated flag, so an appended flag silently
-replaces the recipe's: `-- --speculative-dspark-block-size 5` would run the
-depth that corrupts outputs, past the dspark-depth-5 lint. So flags after
-`--` may only add what the recipe does not set, and the recipe with them
-added must pass every lint the recipe itself passes:
-
-- a flag the launcher renders from another section (DERIVED_FLAGS), or one
-  the recipe sets, is refused with where to change it instead; so is any
-  spelling sglang's parser reads as one of them: an alias (CANONICAL_FLAGS),
-  `--flag=value`, or a prefix argparse expands (`--speculative-dspark-block`);
-- nan and inf are refused as values (no sglang setting means them);
-- the rest is added to a copy of the recipe, which is validated and linted.
+replaces the recipe's. What each flag sets is judged by sglang's own parser
+(sm12x.launch.judge); this module only splits the tokens into
+`--name [value ...]` groups, refuses what is no long flag (a short option, a
+value with no flag before it) and nan/inf as values, and, for the router
+without sglang-router installed, finds the owned flag a prefix means.
 """
 
 from __future__ import annotations
@@ -21,9 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sm12x.errors import UserError
-from sm12x.recipe.lints import CANONICAL_FLAGS, DERIVED_FLAGS, lint_recipe
-from sm12x.recipe.load import RecipeError, validate_recipe
-from sm12x.recipe.model import Recipe
+from sm12x.recipe.lints import CANONICAL_FLAGS
 
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 _NOT_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
@@ -94,59 +86,6 @@ def check_values(flag: ExtraFlag) -> None:
             raise UserError(
                 f"after --, {flag.name} {value}: not a finite number; give a real value"
             )
-
-
-def check_extra(recipe: Recipe, tokens: Sequence[str]) -> list[ExtraFlag]:
-    """The flags after `--`, or one UserError saying which is refused and why."""
-    flags = parse_extra(tokens)
-    seen: set[str] = set()
-    for flag in flags:
-        check_values(flag)
-        derived = owner(flag.name, DERIVED_FLAGS)
-        if derived is not None:
-            raise UserError(
-                f"after --, {flag.name} is refused: {derived} is rendered from "
-                f"{DERIVED_FLAGS[derived]}; change that instead (sglang keeps the last of a "
-                "repeated flag, so a second copy would silently win)"
-            )
-        mine = owner(flag.name, recipe.flags)
-        if mine is not None:
-            raise UserError(
-                f"after --, {flag.name} is refused: recipe {recipe.name} sets {mine} "
-                f"({_shown(recipe.flag_value(mine))}) and a second copy would silently win; "
-                "copy the recipe, change it there and run it with --recipe FILE"
-            )
-        if flag.name in seen:
-            raise UserError(f"after --, {flag.name} is given twice: keep one")
-        seen.add(flag.name)
-    _lint_with(recipe, flags)
-    return flags
-
-
-def _shown(value: object) -> str:
-    return "a switch" if value is None else repr(value)
-
-
-def _lint_with(recipe: Recipe, flags: Sequence[ExtraFlag]) -> None:
-    """The recipe with the extra flags added must pass the recipe's own checks."""
-    if not flags:
-        return
-    data = recipe.model_dump(mode="json", exclude_none=True)
-    for flag in flags:
-        entry: dict = {"why": WHY}
-        if flag.value is not None:
-            entry["value"] = flag.value
-        data["flags"][flag.name] = entry
-    try:
-        merged = validate_recipe(data, "the flags after --")
-    except RecipeError as exc:
-        raise UserError(exc.message) from None
-    errors = [f for f in lint_recipe(merged) if f.level == "error"]
-    if errors:
-        raise UserError(
-            f"with the flags after --, recipe {recipe.name} fails its lints: "
-            + "; ".join(str(f) for f in errors)
-        )
 
 
 def owned_router_flags(rendered: Mapping[str, str]) -> Mapping[str, str]:

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from sm12x import bounded
 from sm12x.paths import data_path
 from sm12x.recipe.errors import RecipeError
 from sm12x.recipe.lints import raise_on_errors
@@ -67,9 +68,18 @@ def recipe_path(name_or_path: str | Path) -> Path:
     return path
 
 
+# A recipe is a few KB of YAML, four levels deep: far larger or deeper is
+# not a recipe (a 200 MB file took minutes and GBs to refuse; deep nesting
+# ended in RecursionError).
+MAX_BYTES = 256 * 1024
+MAX_DEPTH = 16
+
+
 def read_text(path: Path, source: str) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return bounded.read_text(path, MAX_BYTES)
+    except bounded.TooBig as exc:
+        raise RecipeError(f"{source}: not a recipe file ({exc})") from None
     except UnicodeDecodeError as exc:
         raise RecipeError(
             f"{source}: not UTF-8 text (byte {exc.start} is 0x{exc.object[exc.start]:02x}): "
@@ -111,8 +121,28 @@ _UniqueKeyLoader.add_constructor(
 )
 
 
+def _check_shape(text: str, source: str) -> None:
+    """Depth and aliases from the event stream (flat, no recursion) before
+    the composer recurses: deeper than MAX_DEPTH, or any alias (a recipe
+    needs none; nested aliases multiply a small file into a huge document),
+    is refused."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_UniqueKeyLoader):  # noqa: S506 (a SafeLoader)
+        if isinstance(event, yaml.AliasEvent):
+            raise RecipeError(f"{source}:{event.start_mark.line + 1}: a YAML alias (*name): "
+                              "write the value out, recipes use no anchors")
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise RecipeError(f"{source}:{event.start_mark.line + 1}: nested more than "
+                                  f"{MAX_DEPTH} levels deep: not a recipe")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
 def parse_yaml(text: str, source: str) -> dict[str, Any]:
     try:
+        _check_shape(text, source)
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

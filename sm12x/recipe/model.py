@@ -112,7 +112,8 @@ class Model(_Strict):
 
 
 class Serve(_Strict):
-    port: Annotated[int, Field(ge=1, le=65535)] = 30000
+    # StrictInt: YAML's `port: true` is not port 1.
+    port: Annotated[StrictInt, Field(ge=1, le=65535)] = 30000
 
 
 class DSpark(_Strict):
@@ -201,7 +202,7 @@ class EnvVar(_Strict):
 class MultiNode(_Strict):
     """How the nodes of a multi-node recipe find each other."""
 
-    dist_init_port: Annotated[int, Field(ge=1, le=65535)] = Field(
+    dist_init_port: Annotated[StrictInt, Field(ge=1, le=65535)] = Field(
         description="Port on the head node for torch.distributed init; the launcher "
         "renders --dist-init-addr SM12X_HEAD_ADDR:port."
     )

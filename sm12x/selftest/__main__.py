@@ -35,7 +35,8 @@ def check_mirror(rules) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sm12x.selftest", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m sm12x.selftest", description=__doc__,
+                                     allow_abbrev=False)
     parser.add_argument("--json", type=Path, help="write every call's outcome here")
     parser.add_argument("--quick", action="store_true",
                         help="batches 1-8, 16, 32, 64 only (the full census has 1-64)")

@@ -171,6 +171,15 @@ class Settings(BaseSettings):
             path=True,
         ),
     ] = None
+    api_key_set: Annotated[
+        bool,
+        Meta(
+            "1: a key is set (compose gives the gate this instead of SM12X_API_KEY: it only "
+            "needs to know that there is one, and `docker compose config` then shows no key)",
+            commands=("gate",),
+            metavar="1",
+        ),
+    ] = False
     insecure_no_api_key: Annotated[
         bool,
         Meta(

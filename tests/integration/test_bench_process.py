@@ -477,3 +477,19 @@ def test_runner_spec_only_uses_flags_of_every_patched_release():
     for version in ("0.5.16", "0.5.17", "0.5.18"):
         assert ours <= bench_cli.flags(version), (version, ours - bench_cli.flags(version))
         bench_cli.real_parser(version).parse_args(argv[3:])
+
+
+def test_bench_deadline_reports_the_runs_it_left_out(tmp_path, server):
+    """--deadline bounds all runs together (issue 21): the run going when it
+    fires is killed, the rest are reported as not run, the result is written."""
+    scenario = {"runs": {"16": {"line": None, "sleep": 120}, "32": {"line": fixture("c32.json")},
+                         "64": {"line": fixture("c64.json")}}}
+    done, result, calls, _ = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4",
+                                   "--container", "none", "--deadline", "4", scenario=scenario)
+    assert done.returncode == 1, done.stderr
+    runs = {r["concurrency"]: r for r in result["runs"]}
+    assert "did not finish within" in runs[16]["problems"][0]
+    for c in (32, 64):
+        assert runs[c]["status"] == "failed"
+        assert runs[c]["problems"][0] == "not run: --deadline 4 s had passed"
+    assert [c for c in calls if "32" in c["argv"] or "64" in c["argv"]] == []

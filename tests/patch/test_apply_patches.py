@@ -292,3 +292,51 @@ def test_the_pinned_release_names_the_patch_that_is_not_for_it(fresh):
     assert proc.returncode == 0, proc.stderr
     assert (f"sglang {version}: not for it: 0023-dsv4-recipe-block-newlines.patch: sglang "
             f"{version} predates the code it changes (from 0.5.19)") in proc.stdout
+
+
+def _touched(patch_file) -> list[str]:
+    return [line[len("+++ b/"):].split("\t")[0].strip()
+            for line in patch_file.read_text().splitlines() if line.startswith("+++ b/")]
+
+
+def test_a_series_whose_last_patch_fails_leaves_the_tree_as_it_was(fresh, series):
+    """All or nothing (issue 21): with one context line of the last patch's file
+    changed, the patches before it apply, the last fails, and every file is put
+    back; no record is written, and a rerun fails the same way."""
+    version = "0.5.17"
+    site = fresh(version)
+    mine = sorted((p for p in series if version in p["sglang"]), key=lambda p: p["file"])
+    folder = trees.REPO / "patches" / "sglang" / version
+    last = folder / mine[-1]["file"]
+    earlier = {f for p in mine[:-1] for f in _touched(folder / p["file"])}
+    name = next(f for f in _touched(last) if f not in earlier)
+    context = next(line[1:] for line in last.read_text().splitlines()
+                   if line.startswith(" ") and line.strip())
+    target = site / name
+    target.write_text(target.read_text().replace(context, context + " /* edited */", 1))
+    files = sorted({f for p in mine for f in _touched(folder / p["file"])})
+    before = {f: (site / f).read_bytes() for f in files if (site / f).is_file()}
+
+    for _ in range(2):
+        proc = trees.apply_patches(site)
+        assert proc.returncode == 1, proc.stdout
+        assert f"{mine[-1]['file']} does not apply" in proc.stderr
+        assert "the tree is as it was before this run" in proc.stderr
+        assert f"{mine[0]['file']}: applied" in proc.stdout  # the first one did, then was undone
+        assert {f: (site / f).read_bytes() for f in before} == before
+        assert all((site / f).is_file() == (f in before) for f in files)
+        assert not (site / "sglang" / ".sm12x-patches.json").exists()
+
+
+def test_check_changes_nothing_on_a_half_patched_tree(fresh, series):
+    version = "0.5.17"
+    site = fresh(version)
+    first = sorted((p for p in series if version in p["sglang"]), key=lambda p: p["file"])[0]
+    proc = subprocess.run(["patch", "-p1", "--fuzz=0", "-d", str(site), "-i",
+                           str(trees.REPO / "patches" / "sglang" / version / first["file"])],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout
+    snapshot = {p: p.read_bytes() for p in (site / "sglang").rglob("*") if p.is_file()}
+    check = trees.apply_patches(site, "--check")
+    assert check.returncode == 1 and "is not applied" in check.stderr
+    assert {p: p.read_bytes() for p in (site / "sglang").rglob("*") if p.is_file()} == snapshot

@@ -9,11 +9,13 @@ rewrites the table from a fresh run.
 
 In a case, {tmp} stands for a scratch folder holding a model folder with a
 config.json ({tmp}/model), a recipe file that is not UTF-8 ({tmp}/latin1.yaml),
-recipes with a nan flag value, an inf value and a 5000-character name.
+recipes with a nan flag value, an inf value and a 5000-character name, a key
+in a recipe flag, a 300 KB, a deeply nested and an aliased recipe, and a FIFO.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -79,7 +81,7 @@ CASES: list[Case] = [
         ("sets --kv-cache-dtype", "--recipe FILE"),
     ),
     Case("extra-alias-of-recipe-flag", launch("--tp", "2"), ("sets --tp-size",)),
-    Case("extra-api-key", launch("--api-key", "sk-x"), ("--api-key is rendered",)),
+    Case("extra-api-key", launch("--api-key", "sk-x"), ("sglang's api_key", "SM12X_API_KEY")),
     Case("extra-host", launch("--host", "0.0.0.0"), ("SM12X_HOST",)),
     Case("extra-nan", launch("--schedule-conservativeness", "nan"), ("not a finite number",)),
     Case("extra-inf", launch("--schedule-conservativeness=inf"), ("not a finite number",)),
@@ -89,6 +91,51 @@ CASES: list[Case] = [
         ("weight-loader-mmap",),
         {"SM12X_NODE_RANK": "0", "SM12X_HEAD_ADDR": "10.0.0.1", **SPARK_SITE},
     ),
+    # --- judged by what sglang's parser makes of them (sm12x/launch/judge.py) -------------
+    Case("extra-prefix-of-recipe-flag", launch("--tensor-parallel", "2"), ("sets --tp-size",)),
+    Case(
+        "extra-alias-of-derived-flag",
+        launch("--nccl-init-addr", "10.0.0.9:5000", recipe="dgx-spark-tp2"),
+        ("--dist-init-addr is rendered",),
+        {"SM12X_NODE_RANK": "1", "SM12X_HEAD_ADDR": "10.0.0.1", **SPARK_SITE},
+    ),
+    Case(
+        "extra-prefix-lint-mmap-on-spark",
+        launch("--weight-loader-disable", recipe="dgx-spark-tp2"),
+        ("weight-loader-mmap",),
+        {"SM12X_NODE_RANK": "0", "SM12X_HEAD_ADDR": "10.0.0.1", **SPARK_SITE},
+    ),
+    Case("extra-prefix-lint-cuda-graph", launch("--cuda-graph-max-bs-dec", "99999"),
+         ("cuda-graph-bs",)),
+    Case("extra-config", launch("--config", "{tmp}/flags.yaml"), ("--config merges",)),
+    Case("extra-config-prefix", launch("--conf={tmp}/flags.yaml"), ("--config merges",)),
+    Case("extra-admin-api-key", launch("--admin-api-key", "sk-admin"), ("admin_api_key",)),
+    Case("extra-api-key-prefix", launch("--api", "sk-x"), ("api_key",)),
+    Case("extra-unknown-flag", launch("--no-such-flag", "1"), ("refuses it",)),
+    Case(
+        "extra-grpc-port",
+        launch("--grpc-port", "31000"),
+        ("second listener",),
+        {"SM12X_HOST": "0.0.0.0", "SM12X_API_KEY": "sk-x"},
+    ),
+    Case(
+        "extra-smg-grpc-mode",
+        launch("--smg-grpc-mode"),
+        ("second listener",),
+        {"SM12X_HOST": "0.0.0.0", "SM12X_API_KEY": "sk-x"},
+    ),
+    Case(
+        "env-grpc-port",
+        ("launch", "--dry-run"),
+        ("SGLANG_GRPC_PORT", "second listener"),
+        {"SM12X_RECIPE": "rtx-pro-6000-tp4", "SM12X_HOST": "0.0.0.0", "SM12X_API_KEY": "sk-x",
+         "SGLANG_GRPC_PORT": "31000"},
+    ),
+    Case("recipe-api-key-flag", ("render", "{tmp}/keyed.yaml"), ("api_key",)),
+    Case("recipe-nan-string", ("render", "{tmp}/nan-string.yaml"), ("not a finite number",)),
+    Case("recipe-port-true", ("render", "{tmp}/port-true.yaml"), ("serve.port",)),
+    Case("launch-abbreviated-option", ("launch", "--api-key", "sk-secret", "--dry-run"),
+         ("unrecognized arguments: --api-key",)),
     Case("extra-value-without-flag", launch("debug"), ("a value with no flag",)),
     Case("extra-short-option", launch("-v"), ("a short option",)),
     Case("extra-twice", launch("--log-level", "info", "--log-level", "debug"), ("given twice",)),
@@ -187,6 +234,9 @@ CASES: list[Case] = [
         ("name: String should have at most 57 characters",),
     ),
     Case("recipe-flag-nan", ("render", "{tmp}/nan.yaml"), ("finite number",)),
+    Case("recipe-too-big", ("render", "{tmp}/big.yaml"), ("not a recipe file",)),
+    Case("recipe-too-deep", ("render", "{tmp}/deep.yaml"), ("levels deep",)),
+    Case("recipe-alias", ("render", "{tmp}/alias.yaml"), ("YAML alias",)),
     Case(
         "recipe-verify-inf",
         ("render", "{tmp}/inf.yaml"),
@@ -256,9 +306,41 @@ CASES: list[Case] = [
         {"SM12X_RECIPE": "rtx-pro-6000-tp4", "SM12X_API_KEY_FILE": "{tmp}/no-such-file"},
     ),
     Case(
+        "api-key-file-fifo",
+        ("launch", "--dry-run"),
+        ("not a regular file",),
+        {"SM12X_RECIPE": "rtx-pro-6000-tp4", "SM12X_API_KEY_FILE": "{tmp}/fifo"},
+    ),
+    Case(
+        "api-key-file-dev-zero",
+        ("launch", "--dry-run"),
+        ("not a regular file",),
+        {"SM12X_RECIPE": "rtx-pro-6000-tp4", "SM12X_API_KEY_FILE": "/dev/zero"},
+    ),
+    Case(
+        "router-extra-control-plane-keys",
+        ("router", "--dry-run", "--", "--control-plane-api-keys", "id:n:admin:sk-x"),
+        ("control_plane_api_keys",),
+        {"SM12X_ROUTER_WORKERS": "http://127.0.0.1:30000"},
+    ),
+    Case(
+        "router-metrics-open",
+        ("router",),
+        ("router's metrics", "SM12X_ROUTER_METRICS_BIND"),
+        {"SM12X_ROUTER_WORKERS": "http://127.0.0.1:30000", "SM12X_ROUTER_METRICS_BIND": "0.0.0.0"},
+    ),
+    Case("bench-jsonl-dev-zero",
+         ("bench", "--from-jsonl", "/dev/zero", "--recipe", "rtx-pro-6000-tp4"),
+         ("not a regular file",)),
+    Case("bench-concurrency-100000", ("bench", "--concurrency", "100000"), ("at most 4096",)),
+    Case("k8s-host-path-root", ("render", "--k8s", "rtx-pro-6000-tp4", "--model-host-path", "/"),
+         ("root or a system folder",)),
+    Case("k8s-out-proc", ("render", "--k8s", "all", "--out", "/proc/self/x"),
+         ("cannot write the manifests",)),
+    Case(
         "router-extra-api-key",
         ("router", "--dry-run", "--", "--api-key", "sk-x"),
-        ("sm12x router sets --api-key",),
+        ("sglang-router's api_key", "SM12X_API_KEY"),
         {"SM12X_ROUTER_WORKERS": "http://127.0.0.1:30000"},
     ),
 ]
@@ -273,10 +355,23 @@ def prepare(tmp: Path) -> None:
         ("long-name", lambda d: d.update(name=LONG)),
         ("nan", lambda d: d["flags"]["--mem-fraction-static"].update(value=float("nan"))),
         ("inf", lambda d: d["verify"].update(min_accept_length=float("inf"))),
+        ("port-true", lambda d: d.setdefault("serve", {}).update(port=True)),
     ):
         data = raw_recipe("rtx-pro-6000-tp4")
         mutate(data)
         (tmp / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    for name, flag in (("keyed", ("--api", "sk-from-recipe")),
+                       ("nan-string", ("--schedule-conservativeness", "nan"))):
+        data = raw_recipe("rtx-pro-6000-tp4")
+        data["flags"][flag[0]] = {"value": flag[1], "why": "a bad input to refuse"}
+        (tmp / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    (tmp / "big.yaml").write_text("#" * (300 * 1024))
+    (tmp / "deep.yaml").write_text("x: " + "[" * 50 + "]" * 50 + "\n")
+    (tmp / "alias.yaml").write_text("a: &x [1]\nb: *x\n")
+    (tmp / "flags.yaml").write_text("tp-size: 2\n")
+    fifo = tmp / "fifo"
+    if not fifo.exists():
+        os.mkfifo(fifo)
 
 
 def _fill(text: str, tmp: Path) -> str:

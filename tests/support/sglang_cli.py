@@ -271,3 +271,84 @@ def env_vars(sglang_version: str) -> tuple[set[str], dict[str, str]]:
     if "SGLANG_ENABLE_SPEC_V2 has been removed" in hook:
         retired["SGLANG_ENABLE_SPEC_V2"] = "removed"
     return declared, retired
+
+
+# The parser `sglang serve` builds, as sm12x.launch.sglang_parser describes it.
+_DESCRIBE = """
+import json, sys
+from sm12x.selftest.env import stub_torchvision
+stub_torchvision()
+from sm12x.launch.sglang_parser import describe, real_parser
+print(json.dumps(describe(real_parser(), sys.argv[1]), indent=1, sort_keys=True))
+"""
+
+
+@functools.cache
+def parser_description(sglang_version: str) -> str:
+    """sglang `sglang_version`'s real parser, described (JSON text), built in a
+    subprocess with the release's tree (from its wheel) first on the path."""
+    from support import sglang_serving
+
+    site = sglang_serving.tree(sglang_version, patched=False)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [*wheels.pythonpath(sglang_version), str(site), str(wheels.ROOT)])}
+    proc = subprocess.run([sys.executable, "-c", _DESCRIBE, sglang_version], capture_output=True,
+                          text=True, timeout=600, env=env, cwd=site)
+    if proc.returncode != 0:
+        raise RuntimeError(f"sglang {sglang_version}'s parser: {proc.stderr[-2000:]}")
+    return proc.stdout
+
+
+# Each token list parsed by the real parser made to report only what it sets
+# (sm12x.launch.judge's way): the dests and values, or argparse's refusal.
+_PARSE = """
+import json, sys
+from sm12x.selftest.env import stub_torchvision
+stub_torchvision()
+from sm12x.launch.judge import _suppressing
+from sm12x.launch.sglang_parser import ParserError, real_parser
+out = []
+for tokens in json.loads(sys.argv[1]):
+    try:
+        out.append({"set": vars(_suppressing(real_parser()).parse_args(tokens))})
+    except ParserError as exc:
+        out.append({"error": str(exc)})
+print(json.dumps(out, default=repr))
+"""
+
+
+def real_parse(sglang_version: str, token_lists: list[list[str]]) -> list[dict]:
+    """What sglang `sglang_version`'s real parser sets for each token list."""
+    from support import sglang_serving
+
+    site = sglang_serving.tree(sglang_version, patched=False)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [*wheels.pythonpath(sglang_version), str(site), str(wheels.ROOT)])}
+    proc = subprocess.run([sys.executable, "-c", _PARSE, json.dumps(token_lists)],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=site)
+    if proc.returncode != 0:
+        raise RuntimeError(f"sglang {sglang_version}'s parser: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout)
+
+
+def track_versions() -> list[str]:
+    """The sglang release of every track (versions.env)."""
+    from sm12x.versions import load_versions, tracks
+
+    return sorted({load_versions(track)["SGLANG_VERSION"] for track in tracks()})
+
+
+def write_descriptions() -> None:
+    """scripts/regen: sm12x/launch/sglang_parsers/<version>.json for every track."""
+    from sm12x.launch.sglang_parser import description_path
+
+    for version in track_versions():
+        path = description_path(version)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(parser_description(version))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: python tests/support/sglang_cli.py --write")
+    write_descriptions()

@@ -104,8 +104,14 @@ def test_extra_flags_are_appended_and_win():
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
-        (("--api-key", "sk-x"), "sets --api-key from SM12X_API_KEY"),
-        (("--api-key=sk-x",), "sets --api-key"),
+        (("--api-key", "sk-x"), "sets sglang-router's api_key"),
+        (("--api-key=sk-x",), "sets sglang-router's api_key"),
+        # sglang-router's own parser judges prefixes too (issue 21).
+        (("--api", "sk-x"), "sets sglang-router's api_key"),
+        (("--control-plane-api-keys", "id:n:admin:sk-x"), "control_plane_api_keys"),
+        (("--control-plane-api", "id:n:admin:sk-x"), "control_plane_api_keys"),
+        (("--oracle-pass", "pw"), "oracle_password"),
+        (("--prometheus-h", "0.0.0.0"), "sets --prometheus-host from SM12X_ROUTER_METRICS_BIND"),
         (("--host", "0.0.0.0"), "sets --host from SM12X_ROUTER_BIND"),
         (("--polic", "random"), "sets --policy from SM12X_ROUTER_POLICY"),
         (("--max-payload-size", "inf"), "not a finite number"),
