@@ -331,8 +331,9 @@ def measure(python: Python, work: Work, sweep: list[int], base_url: str, extra: 
 
 
 def answers(base_url: str) -> bool:
+    """Whether anything answers HTTP there (/health answers 200 with no JSON body)."""
     _, problem = provenance.get_json(f"{base_url}/health", None, 5.0)
-    return problem is None or "HTTP" in problem
+    return problem is None or "not JSON" in problem or "HTTP " in problem
 
 
 def boot_and_tune(args: argparse.Namespace, loaded: Loaded, recipe: Recipe, deadline_at: float,

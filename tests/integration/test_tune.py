@@ -207,3 +207,27 @@ def test_tune_without_a_cache_folder_says_where_tables_go(machine, monkeypatch):
 def test_gpus_are_read_from_nvidia_smi(machine):
     assert gpus.query_gpus()[0].name == tp.gpu_name()
     assert launch_main.gpu_name() == tp.gpu_name()
+
+
+def test_boot_mode_refuses_when_a_server_already_answers(machine):
+    parser = argparse.ArgumentParser()
+    tune_main.add_arguments(parser)
+    with FakeServer() as server:
+        args = parser.parse_args(["--recipe", str(tp.FIXTURE), "--cache-dir",
+                                  str(machine / "cache"), "--port", str(server.port),
+                                  "--boot-command", "sleep 60"])
+        with pytest.raises(UserError, match="a server already answers at .*stop that one"):
+            tune_main.run(args)
+
+
+def test_boot_mode_starts_a_one_off_container_of_the_rigs_service_in_profiling_mode():
+    from sm12x.launch import compose
+    from sm12x.settings import load
+
+    recipe = load_recipe(tp.FIXTURE)
+    service = compose.profiling_service(recipe, load(environ={}))
+    run = service.up[service.up.index("run"):]
+    assert run == ["run", "-d", "--name", f"sm12x-tune-{tp.THROUGHPUT}", "--service-ports",
+                   tp.RIG, "--sps-profile", "--recipe", tp.THROUGHPUT]
+    assert service.up[service.up.index("--profile") + 1] == tp.RIG
+    assert service.down == ["docker", "rm", "--force", f"sm12x-tune-{tp.THROUGHPUT}"]
