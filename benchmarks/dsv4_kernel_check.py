@@ -66,6 +66,20 @@ def sglang_version(tree: Path) -> str:
     return infos[0].name.removeprefix("sglang-").removesuffix(".dist-info") if infos else "?"
 
 
+def namespaced(tree: Path) -> bool:
+    """sglang 0.5.23 puts its JIT kernels in `namespace sglang` and its loader wraps the
+    exports in the same namespace (kernels/jit/utils/compile/spec.py)."""
+    plan = kernel_root(tree) / "csrc" / "deepseek_v4" / "c_plan.cuh"
+    return "namespace sglang {" in plan.read_text()
+
+
+def has_req_ring(tree: Path) -> bool:
+    """sglang 0.5.23's plan takes `use_req_ring` (c4 with a unified KV pool keeps a
+    per-request ring, compressor_v2.py)."""
+    plan = kernel_root(tree) / "csrc" / "deepseek_v4" / "c_plan.cuh"
+    return "use_req_ring" in plan.read_text()
+
+
 def load_kernel(tree: Path, name: str, source: str, wrappers: list[tuple[str, str]],
                 build_root: Path):
     """Compile (once per tree and build root) and load one JIT module."""
@@ -81,8 +95,13 @@ def load_kernel(tree: Path, name: str, source: str, wrappers: list[tuple[str, st
         return load_module(str(built))
     os.environ["TVM_FFI_CUDA_ARCH_LIST"] = f"{major}.{minor}{suffix}"
     sources = [f'#include "{root / "csrc" / source}"']
-    sources += [f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({export}, ({kernel}));"
-                for export, kernel in wrappers]
+    exports = [f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({export}, ({kernel}));"
+               for export, kernel in wrappers]
+    if namespaced(tree):
+        sources = ["#include <tvm/ffi/function.h>", *sources, "namespace sglang {", *exports,
+                   "}  // namespace sglang"]
+    else:
+        sources += exports
     return load_inline(
         name,
         cpp_sources=[],
@@ -95,17 +114,37 @@ def load_kernel(tree: Path, name: str, source: str, wrappers: list[tuple[str, st
     )
 
 
-def plan_module(tree: Path, build_root: Path):
-    return load_kernel(tree, "compress_plan", "deepseek_v4/c_plan.cuh",
-                       [("plan_prefill", "plan_compress_prefill")], build_root)
+class Planner:
+    """The compiled plan_compress_prefill of one tree, called with the arguments its
+    own signature takes (0.5.23 adds use_req_ring before use_cuda_graph)."""
+
+    def __init__(self, module, req_ring_param: bool):
+        self.module, self.req_ring_param = module, req_ring_param
+
+    def plan_prefill(self, *args, use_req_ring: bool = False):
+        *head, use_cuda_graph = args
+        if self.req_ring_param:
+            return self.module.plan_prefill(*head, use_req_ring, use_cuda_graph)
+        assert not use_req_ring, "this sglang's plan has no per-request ring"
+        return self.module.plan_prefill(*head, use_cuda_graph)
+
+
+def plan_module(tree: Path, build_root: Path) -> Planner:
+    module = load_kernel(tree, "compress_plan", "deepseek_v4/c_plan.cuh",
+                         [("plan_prefill", "plan_compress_prefill")], build_root)
+    return Planner(module, has_req_ring(tree))
 
 
 def store_module(tree: Path, build_root: Path, kind: str, page_size: int):
     cls = "FlashMLA" if kind == "flashmla" else "Indexer"
     # make_cpp_args(bf16, int64, page_size, is_arch_support_pdl()): PDL on sm_90+
     pdl = "true" if torch.cuda.get_device_capability()[0] >= 9 else "false"
+    # 0.5.23's FlashMLA store takes the KV layout too; DeepSeek-V4's is KVLayout::V4
+    # (attn.py's _jit_fused_store_module), whose page bytes are the older formula.
+    layout = "deepseek_v4::KVLayout::V4, " if kind == "flashmla" and namespaced(tree) else ""
     return load_kernel(tree, f"store_{kind}_{page_size}", "deepseek_v4/store.cuh",
-                       [("run", f"FusedStoreCache{cls}Kernel<bf16_t, int64_t, {page_size}, {pdl}>::run")],
+                       [("run", f"FusedStoreCache{cls}Kernel<bf16_t, int64_t, {page_size}, "
+                                f"{layout}{pdl}>::run")],
                        build_root)
 
 
@@ -145,9 +184,11 @@ def tables(reqs: int):
     return _TABLES[reqs]
 
 
-def expected_slot(ratio: int, ring: int, request: int, position: int) -> int:
-    """sglang's own slot formulas (c_plan.cuh compute_loc / compute_c128_loc)."""
-    if ratio == 128:
+def expected_slot(ratio: int, ring: int, request: int, position: int,
+                  req_ring: bool = False) -> int:
+    """sglang's own slot formulas (c_plan.cuh compute_loc / compute_c128_loc, 0.5.23's
+    compute_req_ring_loc)."""
+    if ratio == 128 or req_ring:
         return request * ring + position % ring
     swa_loc = request * MAX_TOKENS + position
     return (swa_loc // SWA_PAGE[4]) * ring + swa_loc % ring
@@ -164,7 +205,8 @@ def needed(ratio: int, position: int) -> bool:
     return position >= boundary - (ratio if ratio == 4 else 0)
 
 
-def run_plan(module, batch: Batch, ratio: int, ring: int, on_gpu: bool):
+def run_plan(module, batch: Batch, ratio: int, ring: int, on_gpu: bool,
+             req_ring: bool = False):
     """The plan as two lists of tuples (compress rows, write rows), invalid ones dropped."""
     dev = "cuda"
     r2t, f2s = tables(len(batch.seq_lens))
@@ -177,7 +219,7 @@ def run_plan(module, batch: Batch, ratio: int, ring: int, on_gpu: bool):
     else:
         pin = torch.empty(batch.num_q * 24, dtype=torch.uint8, pin_memory=True)
     plan_c, plan_w = module.plan_prefill(rids, r2t, f2s, seq, ext, pin, batch.num_q, ratio,
-                                         SWA_PAGE[ratio], ring, False)
+                                         SWA_PAGE[ratio], ring, False, use_req_ring=req_ring)
     plan_c = torch.from_dlpack(plan_c).cpu().view(torch.int32).reshape(-1, 4)
     plan_w = torch.from_dlpack(plan_w).cpu().view(torch.int32).reshape(-1, 2)
     torch.cuda.synchronize()
@@ -194,7 +236,7 @@ def digest(plan) -> str:
     return hashlib.sha256(json.dumps(plan).encode()).hexdigest()[:16]
 
 
-def coverage(batch: Batch, writes, ratio: int, ring: int) -> dict:
+def coverage(batch: Batch, writes, ratio: int, ring: int, req_ring: bool = False) -> dict:
     """Which verify rows the write plan puts in the ring, by row index."""
     rows = max(batch.extend_lens)
     written = dict(writes)
@@ -205,7 +247,7 @@ def coverage(batch: Batch, writes, ratio: int, ring: int) -> dict:
     for rid, req, j, position in batch.rows():
         if rid in written:
             planned[j] += 1
-            wrong_slot += written[rid] != expected_slot(ratio, ring, req, position)
+            wrong_slot += written[rid] != expected_slot(ratio, ring, req, position, req_ring)
         if needed(ratio, position):
             need_total += 1
             missing[j] += rid not in written
@@ -259,7 +301,42 @@ def check_plan(module) -> dict:
                 out["coverage"].append({"ratio": ratio, "ring": ring, "rows": "4..8",
                                         "path": "gpu (ragged)", "requests": len(batch.seq_lens),
                                         **coverage(batch, gpu[1], ratio, ring)})
+    out["compact"] = check_compact(module)
     return out
+
+
+# DSPARK's ragged verify (SGLANG_RAGGED_VERIFY_MODE=compact / cap-accept) gives each
+# request of a batch its own verify width, from the planner's min_verify_len (>= 1) to
+# depth + 1 (dspark_planner.py: verify_lens per request; an idle slot verifies 1 row).
+# Widths 1..8 are depth 7 (the throughput recipes); 1..10 the widest any plan keeps on
+# the 16-slot c4 ring; 1..11 one past it, where rows must go missing.
+COMPACT_WIDTHS = [(1, 8), (1, 10), (1, 11)]
+
+
+def check_compact(module: Planner) -> list[dict]:
+    """Ragged verify batches of mixed per-request widths through the GPU planner (the
+    one CUDA-graph verify uses), with the whole write plan kept so a CPU model of the
+    write rule can be checked against it entry by entry."""
+    results = []
+    for ratio in (4, 128):
+        rings = [False, True] if ratio == 4 and module.req_ring_param else [False]
+        for req_ring in rings:
+            ring = SPEC_RING[ratio]
+            for lo, hi in COMPACT_WIDTHS:
+                batch = ragged_batch(ratio * 7919 + hi, lo, hi, count=128)
+                compress, writes = run_plan(module, batch, ratio, ring, on_gpu=True,
+                                            req_ring=req_ring)
+                host = run_plan(module, batch, ratio, ring, on_gpu=False, req_ring=req_ring)
+                results.append({
+                    "ratio": ratio, "ring": ring, "req_ring": req_ring,
+                    "rows": f"{lo}..{hi}", "path": "gpu (compact)",
+                    "requests": len(batch.seq_lens),
+                    **coverage(batch, writes, ratio, ring, req_ring),
+                    "host_writes_equal": host[1] == writes,
+                    "seq_lens": batch.seq_lens, "extend_lens": batch.extend_lens,
+                    "writes": writes,
+                })
+    return results
 
 
 def agreement(case: str, ratio: int, ring: int, host, gpu) -> dict:
@@ -351,6 +428,18 @@ def report(paths: list[Path]) -> str:
                          f"{c['path']} | {c['requests']} | {c['rows_planned']} / {c['rows_total']} | "
                          f"{c['needed']} | {c['missing_needed']} | "
                          f"{c['missing_needed_by_row']} | {c['wrong_slot']} |")
+    lines += ["", "### Ragged (compact) verify: mixed per-request widths, GPU planner", "",
+              "| sglang | tree | ratio | ring | per-request ring | widths | requests | "
+              "rows planned / all | rows needed | needed rows missing | missing by row | "
+              "rows at a wrong slot | host loop plans the same writes |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        for c in run.get("plan", {}).get("compact", []):
+            lines.append(f"| {run['sglang']} | {run['state']} | c{c['ratio']} | {c['ring']} | "
+                         f"{c['req_ring']} | {c['rows']} | {c['requests']} | "
+                         f"{c['rows_planned']} / {c['rows_total']} | {c['needed']} | "
+                         f"{c['missing_needed']} | {c['missing_needed_by_row']} | "
+                         f"{c['wrong_slot']} | {c['host_writes_equal']} |")
     lines += ["", "### Host loop vs GPU planner", "",
               "| sglang | tree | case | ratio | ring | compress plans equal | write plans equal | "
               "writes host / GPU |", "|---|---|---|---|---|---|---|---|"]

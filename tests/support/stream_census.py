@@ -262,7 +262,8 @@ def _reform(enc, text: str, call: Call) -> str:
 # ---------------------------------------------------------------------------
 # Chunkings: deliveries of decode steps (see dspark_engine.Plan).
 
-MODES = ["one-token", "gamma3", "gamma4", "gamma5", "gamma6", "gamma7", "burst16", "split"]
+MODES = ["one-token", "gamma3", "gamma4", "gamma5", "gamma6", "gamma7", "ragged7", "burst16",
+         "split"]
 SPLIT_MAX_TOKENS = 120  # "short outputs": every split point of outputs up to this long
 
 
@@ -276,6 +277,26 @@ def _steps(n: int, rng: random.Random, gamma: int) -> list[int]:
     return out
 
 
+def _ragged_plan(n: int, rng: random.Random, gamma: int) -> list[list[int]]:
+    """The throughput recipes' DSPARK: depth 7 under compact ragged verify, with DP
+    attention at high concurrency. Each step the SPS budget gives the request a verify
+    width of 1..gamma+1 rows (dspark_planner: min_verify_len 1), of which 1..width are
+    accepted; so runs of 1-token steps (a starved budget) sit beside 8-token ones, and
+    the tokenizer manager merges 1..4 steps into one delivery when the batch is large."""
+    steps, left = [], n
+    while left:
+        width = rng.randint(1, gamma + 1)
+        k = min(left, rng.randint(1, width))
+        steps.append(k)
+        left -= k
+    plan, i = [], 0
+    while i < len(steps):
+        merged = rng.randint(1, 4)
+        plan.append(steps[i:i + merged])
+        i += merged
+    return plan
+
+
 def chunkings(mode: str, n: int, samples: int, seed: int,
               split_stride: int = 1) -> list[list[list[int]]]:
     """The delivery plans of `mode` for an output of n tokens."""
@@ -284,6 +305,9 @@ def chunkings(mode: str, n: int, samples: int, seed: int,
     if mode.startswith("gamma"):
         gamma = int(mode[5:])
         return [[[k] for k in _steps(n, random.Random(f"{seed}/{mode}/{s}"), gamma)]
+                for s in range(samples)]
+    if mode == "ragged7":
+        return [_ragged_plan(n, random.Random(f"{seed}/{mode}/{s}"), gamma=7)
                 for s in range(samples)]
     if mode == "burst16":
         # Under load the tokenizer manager merges steps: deliveries of up to 16

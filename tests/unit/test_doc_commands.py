@@ -115,6 +115,11 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
     "pip download --no-deps --only-binary=:all: --python-version 3.12 --platform "
     "manylinux_2_28_x86_64 -d wheels apache-tvm-ffi==0.1.11": NotHere(GPU_BENCH),
     "benchmarks/dsv4_kernel_check.sh wheels out": NotHere("needs a CUDA GPU and nvcc"),
+    "benchmarks/dsv4_compact_check.sh --prepare .cache/wheels/sglang-0.5.17-*.whl "
+    ".cache/wheels/sglang-0.5.23-*.whl .devtrees": NotHere(
+        GPU_BENCH + "; tests/patch/test_apply_patches.py patches the same wheels with the "
+        "same script"),
+    "benchmarks/dsv4_compact_check.sh .devtrees out": NotHere("needs a CUDA GPU and nvcc"),
     ".cache/venv/bin/python benchmarks/router_overhead.py --json router-overhead.json":
         Help("a benchmark (minutes, and timing needs an idle machine)"),
     ".cache/venv/bin/python benchmarks/verify_headroom.py --concurrency 64 --rounds 5":
@@ -159,6 +164,10 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
         "part of the test suite this test runs in"),
     ".cache/venv/bin/python scripts/stream-census --json census.json":
         Help("the census takes minutes (tests/patch/test_stream_census.py runs a sample)"),
+    ".cache/venv/bin/python scripts/stream-census 0.5.17 0.5.17+patches 0.5.23 "
+    "0.5.23+patches --modes ragged7 --samples 5":
+        Help("the census takes minutes (tests/patch/test_stream_census.py runs a sample of "
+             "every mode, ragged7 among them)"),
     # docs/verify.md
     "python -m tests.support.fake_sglang --port 30001 --fault loop --accept-length 3.4 "
     "--token-delay 0.001": Help("a server that runs until stopped; the integration tests "
