@@ -68,8 +68,8 @@ def cost(throughput: Recipe, baseline: Recipe | None) -> str:
         against = theirs.get(ref.concurrency)
         vs = f" vs {against:,.0f}" if against is not None else ""
         parts.append(f"C{ref.concurrency} {ref.output_tokens_per_s:,.0f}{vs}")
-    label = "throughput vs baseline, " if theirs else ""
-    return f"published output tok/s: {', '.join(parts)} ({label}{ours[0].source})"
+    label = ", throughput vs baseline" if theirs else ""
+    return f"published output tok/s{label}: {', '.join(parts)} ({ours[0].source})"
 
 
 @dataclass(frozen=True)
@@ -151,8 +151,8 @@ def resolve(named: Recipe, choice: str, track: str, find: Finder, *, profiling: 
         return refuse(f"SM12X_CONFIGURATION=throughput: {problem}: set SM12X_TRACK "
                       "accordingly, or SM12X_CONFIGURATION=auto", throughput)
     return Resolved(named, f"SM12X_CONFIGURATION=auto: running the baseline {named.name}, not "
-                    f"its throughput configuration {throughput.name}: {problem}. That leaves "
-                    f"{cost(throughput, named)} on the table; {_fix(problem)}")
+                    f"its throughput configuration {throughput.name}: {problem}. What that "
+                    f"leaves on the table: {cost(throughput, named)}; {_fix(problem)}")
 
 
 def _fix(problem: str) -> str:
@@ -165,5 +165,5 @@ def refusal(throughput: Recipe, baseline: Recipe | None, lookup: Lookup, by: str
                 "the baseline by itself") if baseline is not None else "or run the baseline"
     return (f"{throughput.name} ({by}) reads a tuned SPS table and {lookup.problem()}: without "
             "one its ragged verify budget degenerates to verify-all, so it is refused rather "
-            f"than run slow. The baseline instead costs {cost(throughput, baseline)}. "
+            f"than run slow. What running the baseline instead costs: {cost(throughput, baseline)}. "
             f"{TUNE_HINT[0].upper() + TUNE_HINT[1:]}; or {fallback}")

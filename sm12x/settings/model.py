@@ -220,8 +220,9 @@ class Settings(BaseSettings):
     image: Annotated[
         ImageRef | None,
         Meta(
-            "the sm12x image (compose runs it; doctor looks for it; bench runs the "
-            "benchmark in it when this machine has no sglang; render --k8s writes it)",
+            "the sm12x image (compose runs it; doctor looks for it; bench and tune run "
+            "sglang's benchmark and profiler in it when this machine has no sglang; render "
+            "--k8s writes it)",
             commands=("render", "doctor", "bench", "tune"),
             default="the track's: SM12X_IMAGE_REPO:SM12X_VERSION-<track> in versions.env",
             metavar="REF",
