@@ -34,7 +34,7 @@ from sm12x.launch.render import (
 from sm12x.recipe import Recipe, load_all, load_recipe, warnings_for
 from sm12x.recipe.extra import check_extra
 from sm12x.settings import Loaded
-from sm12x.tune import store
+from sm12x import sps_tables as store
 from sm12x.versions import load_versions, track_of_sglang
 
 AUTO = "auto"
@@ -65,7 +65,7 @@ def gpu_name() -> str | None:
 
 
 def table_finder(loaded: Loaded) -> configuration.Finder:
-    """How this launch looks up a tuned SPS table (sm12x.tune.store): for the
+    """How this launch looks up a tuned SPS table (sm12x.sps_tables): for the
     track's image as this Python has it, this sm12x and these GPUs."""
     s = loaded.settings
     have = installed_sglang()

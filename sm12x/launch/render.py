@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from sm12x.errors import UserError
 from sm12x.recipe.model import Recipe
 from sm12x.settings import Loaded
-from sm12x.tune.store import relative_path
+from sm12x.sps_tables import relative_path
 from sm12x.versions import default_track
 
 SGLANG_MODULE = "sglang.launch_server"
@@ -246,7 +246,7 @@ PROFILING_ENV = {
 
 def tuned_table_path(recipe: Recipe, ctx: LaunchContext) -> Value:
     """Where `sm12x tune` stores this recipe's table for the context's track
-    (sm12x.tune.store): under SM12X_CACHE_DIR, a placeholder when it is unset."""
+    (sm12x.sps_tables): under SM12X_CACHE_DIR, a placeholder when it is unset."""
     relative = relative_path(recipe, ctx.track or default_track())
     if ctx.cache_dir:
         return f"{ctx.cache_dir.rstrip('/')}/{relative}"

@@ -10,7 +10,7 @@ a recipe that reads a tuned table; auto from the GPUs), the cache folder the
 table goes to (SM12X_CACHE_DIR; compose: the cache volume) and the track come
 from the settings every sm12x command reads. The table is measured by
 sglang's own profiler (sm12x.tune.profiler) and stored keyed by what it was
-measured for (sm12x.tune.store), where `sm12x launch` looks for it.
+measured for (sm12x.sps_tables), where `sm12x launch` looks for it.
 
 Boot mode starts a one-off container of the rig's compose service with
 `sm12x launch --sps-profile` (static verify, per-step records, speculation
@@ -44,7 +44,8 @@ from sm12x.launch import configuration, gpus
 from sm12x.launch.main import AUTO, select_recipe
 from sm12x.recipe import Recipe
 from sm12x.settings import Loaded
-from sm12x.tune import probe, store
+from sm12x import sps_tables as store
+from sm12x.tune import probe
 from sm12x.tune.profiler import (
     DEFAULTS,
     FIT_TIMEOUT_S,

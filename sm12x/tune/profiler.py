@@ -20,7 +20,7 @@ work folder):
 - at the deadline the profiler's process group is killed and the server's
   requests aborted; the finished rounds stay for the next run.
 
-The table and its sidecar are published by sm12x.tune.store (atomically);
+The table and its sidecar are published by sm12x.sps_tables (atomically);
 the work folder is removed only after that.
 """
 

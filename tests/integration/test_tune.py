@@ -27,7 +27,7 @@ from sm12x.launch import main as launch_main
 from sm12x.launch.configuration import resolve
 from sm12x.recipe import load_recipe
 from sm12x.tune import main as tune_main
-from sm12x.tune import store
+from sm12x import sps_tables as store
 from sm12x.versions import default_track, load_versions
 from tests.support import sglang_serving
 from tests.support.fake_sglang.server import FakeServer

@@ -18,7 +18,7 @@ from sm12x.launch import render_cmd
 from sm12x.launch.render import LaunchContext, build_launch
 from sm12x.recipe import load
 from sm12x.recipe import load_recipe
-from sm12x.tune import store
+from sm12x import sps_tables as store
 from sm12x.versions import default_track, load_versions
 
 PINNED_SGLANG = load_versions(default_track())["SGLANG_VERSION"]
