@@ -61,20 +61,11 @@ from sm12x.tune.profiler import (
     session_identity,
 )
 from sm12x.versions import load_versions
+from verify import argtypes
 
 REQUEST_TIMEOUT_S = 30.0
 DEFAULT_DEADLINE_S = 3600.0
 WORK = ".work"
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,13 +89,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     bound.add_argument("--fresh", action="store_true",
                        help="discard the rounds an earlier, unfinished run measured")
     sweep = parser.add_argument_group("the profiler's sweep (its own flags)")
-    sweep.add_argument("--batch-size", type=_count, nargs="+", metavar="N",
+    sweep.add_argument("--batch-size", type=argtypes.count, nargs="+", metavar="N",
                        help="running requests per DP rank to measure (default: the profiler's "
                        "sweep up to the server's largest decode CUDA graph)")
-    sweep.add_argument("--max-batch-size", type=_count, metavar="N",
+    sweep.add_argument("--max-batch-size", type=argtypes.count, metavar="N",
                        help="the top of the profiler's sweep, per DP rank")
-    sweep.add_argument("--input-len", type=_count, default=DEFAULTS["input_len"])
-    sweep.add_argument("--min-steady-steps", type=_count, default=DEFAULTS["min_steady_steps"])
+    sweep.add_argument("--input-len", type=argtypes.count, default=DEFAULTS["input_len"])
+    sweep.add_argument("--min-steady-steps", type=argtypes.count,
+                       default=DEFAULTS["min_steady_steps"])
     sweep.add_argument("--min-steady-seconds", type=option_type(NonNegativeFloat),
                        default=DEFAULTS["min_steady_seconds"])
     sweep.add_argument("--round-timeout", type=option_type(PositiveFloat),
