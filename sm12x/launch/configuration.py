@@ -165,5 +165,6 @@ def refusal(throughput: Recipe, baseline: Recipe | None, lookup: Lookup, by: str
                 "the baseline by itself") if baseline is not None else "or run the baseline"
     return (f"{throughput.name} ({by}) reads a tuned SPS table and {lookup.problem()}: without "
             "one its ragged verify budget degenerates to verify-all, so it is refused rather "
-            f"than run slow. What running the baseline instead costs: {cost(throughput, baseline)}. "
+            "than run slow. What running the baseline instead costs: "
+            f"{cost(throughput, baseline)}. "
             f"{TUNE_HINT[0].upper() + TUNE_HINT[1:]}; or {fallback}")

@@ -101,7 +101,8 @@ def test_tune_makes_a_table_that_the_launch_then_runs(machine, capsys):
     assert meta["key"] == key.__dict__
     assert meta["profiler"]["measured"] == [1, 2, 4, 8]
     fitted = json.loads(table.read_text())
-    assert fitted["sample_batch_tokens"] == [b * (recipe.dspark.block_size + 1) for b in (1, 2, 4, 8)]
+    rows = recipe.dspark.block_size + 1
+    assert fitted["sample_batch_tokens"] == [b * rows for b in (1, 2, 4, 8)]
     assert not (cache / "sps" / tp.THROUGHPUT / ".work" / key.slug).exists()
     assert not leftovers(cache)
     assert f"wrote {table}" in capsys.readouterr().err

@@ -56,7 +56,8 @@ def table_for(rig: Path, **changes) -> Path:
     key = store.key_for(recipe, track=default_track(), sglang=PINNED_SGLANG, sm12x=__version__,
                         gpu=GPUS[0].name)
     key = store.TableKey(**{**key.__dict__, **changes})
-    return store.write(rig / "cache", key, '{"sample_batch_tokens": [8], "sample_steps_per_sec": [50.0]}')
+    table = '{"sample_batch_tokens": [8], "sample_steps_per_sec": [50.0]}'
+    return store.write(rig / "cache", key, table)
 
 
 def value(args: list[str], flag: str) -> str | None:
@@ -67,7 +68,8 @@ def test_auto_without_a_table_runs_the_baseline_and_says_what_it_costs(rig, monk
     args, env = launch(rig, monkeypatch)
     assert value(args, "--speculative-dspark-block-size") == "4"
     assert "--dp-size" not in args and "SGLANG_RAGGED_VERIFY_MODE" not in env
-    notices = [line for line in capsys.readouterr().err.splitlines() if "SM12X_CONFIGURATION" in line]
+    err = capsys.readouterr().err
+    notices = [line for line in err.splitlines() if "SM12X_CONFIGURATION" in line]
     assert len(notices) == 1, notices
     (notice,) = notices
     assert f"running the baseline {tp.RIG}" in notice and tp.THROUGHPUT in notice
