@@ -43,6 +43,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "sm12x.verify_cmd",
     "sm12x.bench.main",
     "sm12x.doctor.main",
+    "sm12x.tune.main",
     "sm12x.gate",
 )
 

@@ -6,6 +6,7 @@ beside the recipe's published figures.
     sm12x bench --from-jsonl runs.jsonl --recipe rtx-pro-6000-tp4   # report recorded lines
     sm12x bench --validate result.json                              # check a submission
     sm12x bench --report result.json                                # its tables and chart again
+    sm12x bench --compare-configurations --recipe rtx-pro-6000-tp4 --boot   # baseline vs throughput
 
 The server, its key, the recipe, the tokenizer (SM12X_MODEL_DIR) and the image
 come from the settings every sm12x command reads (sm12x.settings: flags, the
@@ -37,7 +38,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sm12x import __version__, bounded, settings
-from sm12x.bench import chart, compare, lines, provenance, report, runner
+from sm12x.bench import chart, compare, configurations, lines, provenance, report, runner
 from sm12x.bench.result import (
     BenchResult,
     Client,
@@ -142,6 +143,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--report", type=Path, metavar="RESULT",
                      help="no benchmark: print an existing result.json's tables and draw its "
                      "chart beside it (e.g. on the host, for a run made inside the image)")
+    configurations.add_arguments(parser)
     # --recipe (the references it is judged by; auto: from the server's GPUs),
     # --api-key, --bind/--port (the default --url), --model-dir (the tokenizer),
     # --image (the image to run in, and provenance), --docker, --env-file, --explain.
@@ -623,6 +625,13 @@ def run(args: argparse.Namespace) -> int:
     args.recipe = loaded.settings.recipe
     if args.from_jsonl:
         return run_from_jsonl(args, loaded, console, err)
+    if args.compare_configurations:
+        return configurations.run_compare(
+            args, loaded, console, err, lambda leg: run_live(leg, loaded, console, err),
+            configurations.named_recipe(args.recipe))
+    if args.url_baseline or args.url_throughput or args.boot or args.boot_command:
+        raise UserError("--url-baseline, --url-throughput, --boot and --boot-command go with "
+                        "--compare-configurations")
     return run_live(args, loaded, console, err)
 
 

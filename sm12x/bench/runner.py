@@ -106,6 +106,11 @@ class InImage:
     reads: tuple[str, ...] = ()  # host paths the run reads
 
     def argv(self, spec: Spec, output_file: Path, workdir: Path, name: str) -> list[str]:
+        _, *module = spec.argv("python3", output_file)
+        return self.python(module, workdir, name)
+
+    def python(self, args: Sequence[str], workdir: Path, name: str) -> list[str]:
+        """`docker run` of the image's python3 with args (e.g. -m MODULE ...)."""
         argv = [
             self.docker, "run", "--rm", "--name", name,
             "--network", "host", "--init", "--user", self.user,
@@ -115,8 +120,7 @@ class InImage:
         for path in self.reads:
             argv += ["--volume", f"{path}:{path}:ro"]
         # The image's entrypoint is `sm12x launch`: run its python3 instead.
-        python, *module = spec.argv("python3", output_file)
-        return [*argv, "--entrypoint", python, self.image, *module]
+        return [*argv, "--entrypoint", "python3", self.image, *args]
 
     def stop(self, name: str) -> None:
         """Remove the container: killing `docker run` does not stop it."""
@@ -205,7 +209,7 @@ def run_one(
         except OSError as exc:
             return Process(None, False, 0.0, [], error=f"could not start {argv[0]}: {exc}")
         reader = threading.Thread(
-            target=_pump, args=(proc, log, tail, on_progress, clean), daemon=True
+            target=pump, args=(proc, log, tail, on_progress, clean), daemon=True
         )
         reader.start()
         timed_out = False
@@ -213,9 +217,9 @@ def run_one(
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(proc)
+            kill_group(proc)
         except BaseException:
-            _kill_group(proc)
+            kill_group(proc)
             raise
         finally:
             if in_image is not None and (timed_out or proc.returncode is None
@@ -234,7 +238,7 @@ def run_one(
     return Process(proc.returncode, timed_out, wall, lines, tail[-40:], error)
 
 
-def _pump(proc: subprocess.Popen, log, tail: list[str], on_progress, clean) -> None:
+def pump(proc: subprocess.Popen, log, tail: list[str], on_progress, clean) -> None:
     """Copy the process's output to its log, keep a tail, report tqdm's counter."""
     assert proc.stdout is not None
     buffer = b""
@@ -267,7 +271,7 @@ def _line(text: str, log, tail: list[str], on_progress) -> None:
     del tail[:-200]
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
@@ -291,15 +295,16 @@ def summarise(tail: Sequence[str]) -> str:
     return tail[-1].strip()[:300] if tail else "no output"
 
 
-def python_has_benchmark(python: str, timeout: float = 60.0) -> str | None:
-    """None if `python -m sglang.benchmark.serving` can start, else why not."""
+def python_has_benchmark(python: str, timeout: float = 60.0, module: str = MODULE) -> str | None:
+    """None if `python -m MODULE` (an sglang module) can start, else why not."""
     # Look for the file without importing sglang (its __init__ pulls in most
     # of the package): find the top-level package, then the module's file.
+    relative = module.split(".", 1)[1].replace(".", "/") + ".py"
     code = (
         "import importlib.util, os, sys\n"
         "spec = importlib.util.find_spec('sglang')\n"
         "dirs = list(spec.submodule_search_locations or []) if spec else []\n"
-        "ok = any(os.path.isfile(os.path.join(d, 'benchmark', 'serving.py')) for d in dirs)\n"
+        f"ok = any(os.path.isfile(os.path.join(d, {relative!r})) for d in dirs)\n"
         "sys.exit(0 if ok else 3)\n"
     )
     try:
@@ -313,6 +318,6 @@ def python_has_benchmark(python: str, timeout: float = 60.0) -> str | None:
     if done.returncode == 0:
         return None
     if done.returncode == 3:
-        return f"{python} has no {MODULE} (sglang is not installed there)"
+        return f"{python} has no {module} (sglang is not installed there)"
     said = (done.stderr or done.stdout).strip().splitlines()
     return f"{python} failed to look for sglang: {said[-1] if said else done.returncode}"

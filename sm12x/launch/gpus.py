@@ -129,9 +129,12 @@ class Pick:
 
 
 def pick_recipe(gpus: Sequence[Gpu], recipes: Sequence[Recipe]) -> Pick:
-    """The recipe for these GPUs: same GPU model and compute capability, and
-    the most GPUs per node that the machine has."""
+    """The rig for these GPUs: same GPU model and compute capability, and the
+    most GPUs per node that the machine has. Only baselines are picked: a rig's
+    other configurations are SM12X_CONFIGURATION's to choose
+    (sm12x.launch.configuration)."""
     found = describe_gpus(gpus)
+    recipes = [r for r in recipes if r.configuration_kind == "baseline"]
 
     def no_match(why: str) -> NoRecipeMatch:
         listing = "; ".join(describe_recipe_hardware(r) for r in recipes)

@@ -18,12 +18,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from sm12x import settings
+from sm12x import __version__, settings
 from sm12x.apikey import ENV as KEY_ENV
 from sm12x.apikey import exposure_problem
 from sm12x.cli import Command
 from sm12x.errors import UserError
-from sm12x.launch import gpus
+from sm12x.launch import configuration, gpus
 from sm12x.launch.render import (
     HEAD_ADDR_ENV,
     NODE_RANK_ENV,
@@ -35,6 +35,7 @@ from sm12x.recipe import Recipe, load_all, load_recipe, warnings_for
 from sm12x.launch.judge import Judged, judge
 from sm12x.launch.sglang_parser import parser_for
 from sm12x.settings import Loaded
+from sm12x import sps_tables as store
 from sm12x.versions import load_versions, track_of_sglang
 
 AUTO = "auto"
@@ -52,6 +53,44 @@ def select_recipe(
         return load_recipe(choice), f"recipe {choice} (SM12X_RECIPE, from {origin})"
     pick = gpus.pick_recipe(gpus.query_gpus(nvidia_smi), load_all())
     return pick.recipe, f"SM12X_RECIPE=auto picked {pick.recipe.name}: {pick.reason}"
+
+
+def gpu_name() -> str | None:
+    """The name nvidia-smi gives this machine's GPUs (the first), None when it cannot
+    tell: a tuned table is then not judged by its GPU."""
+    try:
+        found = gpus.query_gpus()
+    except gpus.GpuQueryError:
+        return None
+    return found[0].name if found else None
+
+
+def table_finder(loaded: Loaded) -> configuration.Finder:
+    """How this launch looks up a tuned SPS table (sm12x.sps_tables): for the
+    track's image as this Python has it, this sm12x and these GPUs."""
+    s = loaded.settings
+    have = installed_sglang()
+    sglang = have or load_versions(s.track_name)["SGLANG_VERSION"]
+
+    def find(recipe: Recipe) -> store.Lookup:
+        key = store.key_for(recipe, track=s.track_name, sglang=sglang, sm12x=__version__,
+                            gpu=gpu_name())
+        return store.lookup(s.cache_dir, key)
+
+    return find
+
+
+def choose_configuration(recipe: Recipe, loaded: Loaded, *, profiling: bool, dry_run: bool,
+                         say) -> Recipe:
+    """SM12X_CONFIGURATION applied to the recipe picked (sm12x.launch.configuration)."""
+    s = loaded.settings
+    resolved = configuration.resolve(recipe, s.configuration, s.track_name, table_finder(loaded),
+                                     profiling=profiling, dry_run=dry_run)
+    if resolved.warning:
+        say(f"warning: {resolved.warning}")
+    if resolved.notice:
+        say(resolved.notice)
+    return resolved.recipe
 
 
 def gpu_mismatch(recipe: Recipe) -> str | None:
@@ -233,6 +272,10 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     choice = loaded.settings.recipe
     recipe, why = select_recipe(choice, origin=loaded.origin("recipe"))
     _say(why)
+    if args.sps_profile and args.no_spec:
+        raise UserError("--sps-profile profiles speculative decoding: it does not go with --no-spec")
+    recipe = choose_configuration(recipe, loaded, profiling=args.sps_profile, dry_run=dry_run,
+                                  say=_say)
     if choice != AUTO and not dry_run:
         mismatch = gpu_mismatch(recipe)
         if mismatch:
@@ -244,6 +287,8 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     if args.no_spec:
         ctx = replace(ctx, speculative=False)
         _say("--no-spec: speculative decoding off (the reference for verify --compare-url)")
+    if args.sps_profile:
+        ctx = replace(ctx, sps_profile=True)
     plan = build_launch(recipe, ctx)
     extra = list(args.extra)
     if extra and extra[0] == "--":
@@ -306,6 +351,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the recipe without speculative decoding (its dspark flags dropped): the "
         "reference server for `sm12x verify --compare-url`",
+    )
+    parser.add_argument(
+        "--sps-profile",
+        action="store_true",
+        help="the rig's configuration that reads a tuned SPS table, in the mode sglang's SPS "
+        "profiler needs (static verify, per-step records, speculation accepting nothing): "
+        "what `sm12x tune` boots; never for serving",
     )
     settings.add_arguments(
         parser,

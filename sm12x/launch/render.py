@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from sm12x.errors import UserError
 from sm12x.recipe.model import Recipe
 from sm12x.settings import Loaded
+from sm12x.sps_tables import relative_path
+from sm12x.versions import default_track
 
 SGLANG_MODULE = "sglang.launch_server"
 # With an API key, sglang is started through sm12x.keyed, which hands it the
@@ -85,6 +87,11 @@ class LaunchContext:
     # False renders the recipe without speculative decoding (`--no-spec`):
     # the reference `verify --compare-url` holds the speculative server to.
     speculative: bool = True
+    # The track (SM12X_TRACK): a tuned SPS table is stored per track's image.
+    track: str | None = None
+    # True renders the mode sglang's SPS profiler needs (`sm12x tune`; see
+    # PROFILING_ENV): static verify, per-step records, no table.
+    sps_profile: bool = False
 
     @classmethod
     def from_settings(cls, loaded: Loaded) -> LaunchContext:
@@ -98,6 +105,7 @@ class LaunchContext:
             api_key=s.key() is not None,
             cache_dir=s.cache_dir,
             host_env=loaded.variables(),
+            track=s.track_name,
         )
 
 
@@ -217,8 +225,38 @@ def _flag_value(value: str | float) -> str:
     return value if isinstance(value, str) else repr(value)
 
 
-def speculative_args(recipe: Recipe) -> list[RenderedArg]:
-    """Every flag the recipe's dspark section renders; `--no-spec` drops them all."""
+RAGGED_VERIFY_ENV = "SGLANG_RAGGED_VERIFY_MODE"
+# What sglang's SPS profiler (sglang/benchmark/dspark_sps_profiler.py,
+# fetch_server_context) requires of the server it measures: the per-step
+# records on /server_info (dspark_observability.py: the `core` and
+# `step_cpu_time` components), every step committing exactly the bonus token
+# (spec_utils/dspark_worker_v2: SGLANG_SIMULATE_ACC_LEN, which must be
+# exactly 1.0) and, for the diagonal sweep, every request verifying all its
+# rows (static).
+PROFILING_ENV = {
+    "SGLANG_DSPARK_ENABLE_SPS_RECORD": (
+        "1", "sm12x tune: the per-step decode records the SPS profiler reads on /server_info"),
+    "SGLANG_SIMULATE_ACC_LEN": (
+        "1.0", "sm12x tune: every step commits exactly the bonus token, so the profiled "
+        "batches are deterministic (the profiler refuses any other value)"),
+    RAGGED_VERIFY_ENV: (
+        "static", "sm12x tune: the profiler's diagonal sweep measures static verify steps"),
+}
+
+
+def tuned_table_path(recipe: Recipe, ctx: LaunchContext) -> Value:
+    """Where `sm12x tune` stores this recipe's table for the context's track
+    (sm12x.sps_tables): under SM12X_CACHE_DIR, a placeholder when it is unset."""
+    relative = relative_path(recipe, ctx.track or default_track())
+    if ctx.cache_dir:
+        return f"{ctx.cache_dir.rstrip('/')}/{relative}"
+    return EnvRef("SM12X_CACHE_DIR", f"/{relative}")
+
+
+def speculative_args(recipe: Recipe, ctx: LaunchContext | None = None) -> list[RenderedArg]:
+    """Every flag the recipe's dspark section renders; `--no-spec` drops them all.
+    Profiling (`sm12x tune`) renders no table: the profiler measures without one."""
+    ctx = ctx or LaunchContext()
     args = [
         RenderedArg(
             "--speculative-algorithm",
@@ -229,6 +267,8 @@ def speculative_args(recipe: Recipe) -> list[RenderedArg]:
             "--speculative-dspark-block-size", str(recipe.dspark.block_size), recipe.dspark.why
         ),
     ]
+    if ctx.sps_profile:
+        return args
     if recipe.dspark.sps_table_path:
         args.append(
             RenderedArg(
@@ -237,7 +277,30 @@ def speculative_args(recipe: Recipe) -> list[RenderedArg]:
                 "profiled SPS cost table",
             )
         )
+    elif recipe.dspark.sps_table == "tuned":
+        args.append(
+            RenderedArg(
+                "--speculative-dspark-sps-table-path",
+                tuned_table_path(recipe, ctx),
+                "the SPS cost table `sm12x tune` profiled on this rig for this recipe, image, "
+                "depth and layout (without one the verify budget degenerates to verify-all)",
+            )
+        )
     return args
+
+
+def speculative_env(recipe: Recipe, ctx: LaunchContext) -> list[RenderedEnv]:
+    """The variables the dspark section renders (none for static verify, sglang's
+    default; `--no-spec` drops them, profiling replaces them)."""
+    if not ctx.speculative:
+        return []
+    if ctx.sps_profile:
+        return [RenderedEnv(n, v, why, fixed=True) for n, (v, why) in PROFILING_ENV.items()]
+    mode = recipe.dspark.ragged_verify
+    if mode == "static":
+        return []
+    return [RenderedEnv(RAGGED_VERIFY_ENV, mode, f"dspark.ragged_verify: {mode} verify, "
+                        "budgeted by the SPS table", fixed=True)]
 
 
 def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> LaunchPlan:
@@ -276,7 +339,7 @@ def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> Launch
         args.append(RenderedArg(name, value, flag.why))
 
     if ctx.speculative:
-        args += speculative_args(recipe)
+        args += speculative_args(recipe, ctx)
 
     if recipe.is_multinode:
         assert recipe.multinode is not None
@@ -319,6 +382,7 @@ def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> Launch
         else:
             assert var.value is not None
             env.append(RenderedEnv(name, var.value, var.why, fixed=True))
+    env += speculative_env(recipe, ctx)
     if ctx.cache_dir:
         for name, (sub, why) in CACHE_ENV.items():
             env.append(

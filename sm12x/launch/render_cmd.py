@@ -21,7 +21,7 @@ from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.fields import build_model
 from sm12x.launch.judge import judge
-from sm12x.launch.main import AUTO, installed_sglang, select_recipe
+from sm12x.launch.main import AUTO, choose_configuration, installed_sglang, select_recipe
 from sm12x.launch.render import LaunchContext, build_launch
 from sm12x.launch.sglang_parser import parser_for
 from sm12x.recipe import warnings_for
@@ -94,6 +94,10 @@ def run(args: argparse.Namespace) -> int:
     recipe, why = select_recipe(loaded.settings.recipe, origin=loaded.origin("recipe"))
     if loaded.settings.recipe == AUTO:
         print(f"sm12x render: {why}", file=sys.stderr)
+    # As a dry run of the launch: a throughput configuration without its tuned
+    # table is shown with a warning, not refused (the table may be made later).
+    recipe = choose_configuration(recipe, loaded, profiling=False, dry_run=True,
+                                  say=lambda text: print(f"sm12x render: {text}", file=sys.stderr))
     for finding in warnings_for(recipe):
         print(f"sm12x render: {finding}", file=sys.stderr)
     ctx = LaunchContext.from_settings(loaded)

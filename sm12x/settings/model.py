@@ -26,7 +26,9 @@ from sm12x.versions import default_track, load_versions, tracks
 
 PREFIX = "SM12X_"
 # Every command registered in sm12x.cli that reads settings.
-COMMANDS = ("launch", "render", "healthcheck", "router", "gate", "verify", "bench", "doctor")
+COMMANDS = (
+    "launch", "render", "healthcheck", "router", "gate", "verify", "bench", "doctor", "tune"
+)
 SERVERS = ("launch", "render")
 # Clients may take the key as a flag (they are run by hand); servers never do:
 # a key on a command line is readable by every user of the host (`ps`).
@@ -83,17 +85,28 @@ class Settings(BaseSettings):
         Meta(
             "the recipe: a name from recipes/ or a file; auto picks the one that fits "
             "the GPUs nvidia-smi lists",
-            commands=("launch", "render", "doctor", "bench", "verify"),
+            commands=("launch", "render", "doctor", "bench", "verify", "tune"),
             old=("RECIPE",),
             metavar="NAME",
+        ),
+    ] = "auto"
+    configuration: Annotated[
+        Literal["auto", "baseline", "throughput"],
+        Meta(
+            "which configuration of the rig runs when SM12X_RECIPE names a rig (its baseline "
+            "recipe): baseline; throughput (refused until `sm12x tune` made its SPS table "
+            "for this rig, image, depth and layout); auto: throughput when that table "
+            "exists, else the baseline with a notice; docs/tune.md",
+            commands=("launch", "render"),
+            metavar="KIND",
         ),
     ] = "auto"
     model_dir: Annotated[
         str | None,
         Meta(
             "the checkpoint folder (compose mounts it at /model; launch and render "
-            "serve it; doctor checks it; bench reads its tokenizer)",
-            commands=("launch", "render", "doctor", "bench"),
+            "serve it; doctor checks it; bench and tune read its tokenizer)",
+            commands=("launch", "render", "doctor", "bench", "tune"),
             old=("SM12X_MODEL_PATH",),
             old_flags=("--model-path",),
             default="none: the Hub id at the recipe's revision",
@@ -126,7 +139,7 @@ class Settings(BaseSettings):
         Meta(
             "where the API listens on the host (compose publishes the port there); "
             "beyond loopback it needs SM12X_API_KEY",
-            commands=(*SERVERS, "gate", "healthcheck", "verify", "bench"),
+            commands=(*SERVERS, "gate", "healthcheck", "verify", "bench", "tune"),
             metavar="ADDR",
         ),
     ] = "127.0.0.1"
@@ -144,7 +157,7 @@ class Settings(BaseSettings):
         Port | None,
         Meta(
             "the API's port on the host",
-            commands=(*SERVERS, "healthcheck", "verify", "bench"),
+            commands=(*SERVERS, "healthcheck", "verify", "bench", "tune"),
             default=f"the recipe's serve.port ({DEFAULT_PORT})",
             metavar="PORT",
         ),
@@ -192,8 +205,9 @@ class Settings(BaseSettings):
     cache_dir: Annotated[
         str | None,
         Meta(
-            "where the JIT and compile caches go (compose: the cache volume at /cache)",
-            commands=SERVERS,
+            "where the JIT and compile caches and the tuned SPS tables go (compose: the cache "
+            "volume at /cache)",
+            commands=(*SERVERS, "tune"),
             default="none: each tool's own default",
             metavar="DIR",
             path=True,
@@ -207,7 +221,7 @@ class Settings(BaseSettings):
             "doctor and bench use its image); "
             + ", ".join(f"{t} (sglang {load_versions(t)['SGLANG_VERSION']})" for t in tracks())
             + "; docs/tracks.md",
-            commands=("launch", "render", "doctor", "bench"),
+            commands=("launch", "render", "doctor", "bench", "tune"),
             default=f"SM12X_DEFAULT_TRACK in versions.env ({default_track()})",
             metavar="TRACK",
         ),
@@ -215,9 +229,10 @@ class Settings(BaseSettings):
     image: Annotated[
         ImageRef | None,
         Meta(
-            "the sm12x image (compose runs it; doctor looks for it; bench runs the "
-            "benchmark in it when this machine has no sglang; render --k8s writes it)",
-            commands=("render", "doctor", "bench"),
+            "the sm12x image (compose runs it; doctor looks for it; bench and tune run "
+            "sglang's benchmark and profiler in it when this machine has no sglang; render "
+            "--k8s writes it)",
+            commands=("render", "doctor", "bench", "tune"),
             default="the track's: SM12X_IMAGE_REPO:SM12X_VERSION-<track> in versions.env",
             metavar="REF",
         ),
@@ -225,8 +240,8 @@ class Settings(BaseSettings):
     docker: Annotated[
         str,
         Meta(
-            "the docker command (verify --boot and bench run it)",
-            commands=("verify", "bench"),
+            "the docker command (verify --boot, bench and tune run it)",
+            commands=("verify", "bench", "tune"),
             metavar="PATH",
         ),
     ] = "docker"

@@ -493,3 +493,60 @@ def test_bench_deadline_reports_the_runs_it_left_out(tmp_path, server):
         assert runs[c]["status"] == "failed"
         assert runs[c]["problems"][0] == "not run: --deadline 4 s had passed"
     assert [c for c in calls if "32" in c["argv"] or "64" in c["argv"]] == []
+
+
+def test_compare_configurations_benchmarks_each_and_marks_comparable_figures(
+        tmp_path, monkeypatch, capsys):
+    """`--compare-configurations`: the rig's baseline and throughput configuration, the
+    same workload against each one's server, one comparison table and chart."""
+    from support import throughput
+
+    from sm12x.bench import main as bench_main
+    from sm12x.recipe import load
+
+    folder = throughput.recipes_with_it(tmp_path / "recipes")
+    monkeypatch.setattr(load, "recipes_dir", lambda: folder)
+    baseline, fast = Server(), Server()
+    try:
+        def scaled(factor: float) -> dict:
+            runs = {}
+            for c in (16, 64):
+                line = fixture(f"c{c}.json")
+                line["output_throughput"] = line["output_throughput"] * factor
+                runs[str(c)] = {"line": line}
+            return {"runs": runs}
+
+        scenario = tmp_path / "scenario.json"
+        scenario.write_text(json.dumps({"servers": {baseline.url: scaled(1.0),
+                                                    fast.url: scaled(1.9)}}))
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FAKE_BENCH), str(ROOT),
+                                                          str(ROOT / "tests")]))
+        monkeypatch.setenv("SM12X_FAKE_BENCH_SCENARIO", str(scenario))
+        monkeypatch.setenv("PATH", "/usr/bin:/bin")
+        parser = __import__("argparse").ArgumentParser()
+        bench_main.add_arguments(parser)
+        out = tmp_path / "out"
+        args = parser.parse_args([
+            "--compare-configurations", "--recipe", throughput.RIG, "--url-baseline",
+            baseline.url, "--url-throughput", fast.url, "--concurrency", "16,64",
+            "--container", "none", "--out", str(out)])
+        assert bench_main.run(args) == 0, capsys.readouterr()
+    finally:
+        baseline.close()
+        fast.close()
+    summary = json.loads((out / "comparison.json").read_text())
+    assert summary["configurations"]["baseline"]["recipe"] == throughput.RIG
+    assert summary["configurations"]["throughput"]["recipe"] == throughput.THROUGHPUT
+    # Each configuration was benchmarked against its own server, same workload.
+    for kind in ("baseline", "throughput"):
+        result = json.loads((out / kind / "result.json").read_text())
+        assert result["recipe"]["name"] == summary["configurations"][kind]["recipe"]
+        assert [r["concurrency"] for r in result["runs"]] == [16, 64]
+    rows = {row["concurrency"]: row for row in summary["rows"]}
+    assert abs(rows[16]["ratio"] - 1.9) < 0.01
+    # The published figures each recipe marks comparable sit with that configuration.
+    assert [p["output_tokens_per_s"] for p in rows[64]["throughput_published"]] == [2461]
+    assert rows[64]["baseline_published"] == []  # the seed's TP4 figures are context only
+    text = capsys.readouterr().out
+    assert "marks comparable to that configuration" in text and "1.90x" in text
+    assert (out / "comparison.png").stat().st_size > 10_000

@@ -15,7 +15,7 @@ def test_every_registered_module_defines_a_command():
         assert isinstance(command, cli.Command)
         names.append(command.name)
     assert names == [
-        "launch", "render", "healthcheck", "router", "verify", "bench", "doctor", "gate"
+        "launch", "render", "healthcheck", "router", "verify", "bench", "doctor", "tune", "gate"
     ]
     assert len(set(names)) == len(names)
 
@@ -23,7 +23,7 @@ def test_every_registered_module_defines_a_command():
 def test_help_lists_the_commands():
     result = run_sm12x("--help")
     assert result.returncode == 0
-    for name in ("launch", "render", "healthcheck", "router", "verify", "bench", "doctor"):
+    for name in ("launch", "render", "healthcheck", "router", "verify", "bench", "doctor", "tune"):
         assert name in result.stdout
 
 

@@ -45,6 +45,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sglang-patches", choices=["all", "none"], default="all",
                         help="serve through sglang patched by scripts/apply-patches (all, the "
                              "image's state) or unpatched (none)")
+    sps = parser.add_argument_group(
+        "DSpark scheduler (sps.py)", "with --dspark-scheduler: the layout as sglang's flags give "
+        "it, and the SGLANG_* variables of the environment read as sglang reads them")
+    sps.add_argument("--dspark-scheduler", action="store_true")
+    sps.add_argument("--tp-size", type=int, default=4)
+    sps.add_argument("--dp-size", type=int, default=1)
+    sps.add_argument("--ep-size", type=int, default=1)
+    sps.add_argument("--speculative-dspark-block-size", type=int, default=7)
+    sps.add_argument("--cuda-graph-max-bs", type=int, default=64)
+    sps.add_argument("--max-running-requests", type=int,
+                     help="in all; per DP rank it is this / --dp-size (sglang's rule)")
+    sps.add_argument("--stall-batch", type=int, help="a /generate of this many requests wedges")
     args = parser.parse_args(argv)
     try:
         faults = Faults.parse(args.fault, every=args.corrupt_every,
@@ -61,11 +73,22 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from tests.support.fake_sglang.app import create_app
+    from tests.support.fake_sglang.sps import SpsConfig
 
     try:
+        config = None
+        if args.dspark_scheduler:
+            total = args.max_running_requests or 64 * args.dp_size
+            config = SpsConfig.from_env(
+                gamma=args.speculative_dspark_block_size, tp=args.tp_size, dp=args.dp_size,
+                ep=args.ep_size, cuda_graph_max_bs=args.cuda_graph_max_bs,
+                max_running_per_dp=max(1, total // args.dp_size), stall_batch=args.stall_batch)
         app = create_app(faults, accept_length=args.accept_length, token_delay=args.token_delay,
                          api_key=args.api_key, sglang_version=args.sglang_version,
-                         patched=args.sglang_patches == "all")
+                         patched=args.sglang_patches == "all", sps=config)
+    except ValueError as exc:  # what sglang refuses to start with
+        print(f"fake sglang: ValueError: {exc}", file=sys.stderr)
+        return 1
     except (FileNotFoundError, RuntimeError) as exc:
         print(f"fake sglang: cannot load sglang's serving code: {exc}", file=sys.stderr)
         return 2

@@ -38,6 +38,7 @@ from starlette.routing import Route
 from sm12x.versions import load_versions
 from tests.support import dspark_engine, dsv4_tokenizer, sglang_serving
 from tests.support.fake_sglang import corruption, model
+from tests.support.fake_sglang.sps import Scheduler, SpsConfig
 
 MODEL_ID = "deepseek-ai/DeepSeek-V4-Flash-0731"
 
@@ -139,8 +140,12 @@ def deliveries(n: int, rng: random.Random, merge: bool) -> list[list[int]]:
 
 def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
                token_delay: float = 0.001, api_key: str | None = None,
-               sglang_version: str | None = None, patched: bool = True) -> Starlette:
+               sglang_version: str | None = None, patched: bool = True,
+               sps: SpsConfig | None = None) -> Starlette:
+    """sps: the server's DSpark scheduler as sglang's SPS profiler sees it
+    (sps.py; None: one DP rank, no per-step records, /server_info as before)."""
     state = State(faults or Faults(), accept_length, token_delay, api_key)
+    scheduler = Scheduler(sps or SpsConfig(gamma=GAMMA, tp=4, dp=1, ep=1))
     F = state.faults
     version = sglang_version or serving_version()
     serving = sglang_serving.load(sglang_serving.tree(version, patched))
@@ -188,7 +193,7 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
         internal: dict = {"last_gen_throughput": 123.4, "memory_usage": {"weight": 71.2}}
         if spec_on and state.generated > 0:
             internal["avg_spec_accept_length"] = 1.1 if "low-accept" in F else state.accept_length
-        return {
+        body = {
             "model_path": MODEL_ID, "served_model_name": MODEL_ID, "tp_size": 4,
             "speculative_algorithm": "DSPARK" if spec_on else None,
             "speculative_num_draft_tokens": GAMMA + 1 if spec_on else None,
@@ -196,6 +201,12 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
             "internal_states": [internal], "version": serving.version,
             "sm12x_patches": patched,
         }
+        if sps is not None:
+            body.update(scheduler.server_args(), tokenizer_path=str(dsv4_tokenizer.folder()),
+                        speculative_num_draft_tokens=sps.gamma + 1)
+            body["internal_states"] = [scheduler.internal_state(rank, internal)
+                                       for rank in range(sps.dp)]
+        return body
 
     async def server_info(request: Request) -> Response:
         await hang_if_asked()
@@ -366,7 +377,11 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
         Route("/metrics", metrics),
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
+        Route("/generate", scheduler.generate, methods=["POST"]),
+        Route("/flush_cache", scheduler.flush_cache, methods=["GET", "POST"]),
+        Route("/abort_request", scheduler.abort_request, methods=["POST"]),
     ]
     app = Starlette(routes=routes)
     app.state.fake = state
+    app.state.scheduler = scheduler
     return app

@@ -40,6 +40,8 @@ def main(argv: list[str]) -> int:
         print(f"Server at {base}/v1/models is not ready. Exiting. ({exc})")
         return 1
     scenario = _scenario()
+    # One scenario per server, when the scenario names servers by --base-url.
+    scenario = scenario.get("servers", {}).get(base, scenario)
     run = scenario.get("runs", {}).get(str(args.max_concurrency), scenario.get("default", {}))
     total = args.num_prompts
     print(f"Starting warmup with {args.warmup_requests} sequences...")

@@ -1,0 +1,144 @@
+"""Is the server in the mode sglang's SPS profiler needs, and does it run the recipe?
+
+The rules are the profiler's own (sglang/benchmark/dspark_sps_profiler.py,
+`fetch_server_context`, the same in sglang 0.5.17 and 0.5.23), read from what
+the server answers on /server_info:
+
+- `speculative_algorithm` is DSPARK and CUDA graphs are on;
+- every DP rank's internal state carries `dspark_info_record` (sglang's
+  scheduler adds it when the DSpark worker's info dumper is on:
+  SGLANG_DSPARK_ENABLE_SPS_RECORD=1, dspark_observability.py), with the
+  `core` and `step_cpu_time` components, verify mode `static` (the diagonal
+  sweep) and `simulate_acc_len` exactly 1.0 (SGLANG_SIMULATE_ACC_LEN);
+- the decode CUDA graphs' batch sizes are reported (`cuda_graph_config`).
+
+They are checked here first so the user gets one line that says how to boot
+the server in that mode, not the profiler's traceback after minutes of work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sm12x.bench import provenance
+from sm12x.errors import UserError
+from sm12x.recipe.model import Recipe
+from sm12x.sps_tables import Layout, layout
+
+RECORD_KEY = "dspark_info_record"
+REQUIRED_COMPONENTS = ("core", "step_cpu_time")
+REQUIRED_SIMULATE_ACC_LEN = 1.0
+HOW_TO_BOOT = ("boot it with `sm12x tune` (without --url), or start it with "
+               "`sm12x launch --sps-profile`")
+
+
+class NotProfiling(UserError):
+    pass
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What tune needs from the server, read once."""
+
+    sglang: str
+    gamma: int
+    parallel: Layout
+    dp_ranks: int
+    cuda_graph_max_bs: int
+    max_running_per_dp: int | None
+    tokenizer_path: str | None
+
+
+def fetch(base_url: str, timeout: float) -> dict[str, Any]:
+    """/server_info, or one line saying why there is none (sglang's profiler
+    sends no API key: a server that wants one cannot be profiled)."""
+    info, problem = provenance.get_json(f"{base_url}/server_info", None, timeout)
+    if info is None:
+        if problem and ("401" in problem or "authentication" in problem or "403" in problem):
+            raise UserError(f"{base_url} wants an API key ({problem}), and sglang's SPS profiler "
+                            f"sends none: profile a server without SM12X_API_KEY on 127.0.0.1; "
+                            f"{HOW_TO_BOOT}")
+        raise UserError(f"no sglang server answers at {base_url} ({problem}): start it in "
+                        f"profiling mode ({HOW_TO_BOOT}), or check --url")
+    if not isinstance(info, dict):
+        raise UserError(f"{base_url}/server_info is not sglang's server info (a router?): "
+                        "profile one sglang server directly")
+    return info
+
+
+def profiling_problem(info: dict[str, Any]) -> str | None:
+    """Why the profiler would refuse this server, or None."""
+    algorithm = info.get("speculative_algorithm")
+    if algorithm != "DSPARK":
+        return (f"the server runs speculative_algorithm={algorithm!r}, not DSPARK: the table is "
+                "measured from DSPARK verify steps")
+    if info.get("disable_cuda_graph"):
+        return "the server runs with CUDA graphs disabled: a table measured so is useless"
+    states = info.get("internal_states") or []
+    if not states:
+        return "/server_info has no internal_states (is this a router?)"
+    for rank, state in enumerate(states):
+        record = state.get(RECORD_KEY) if isinstance(state, dict) else None
+        if record is None:
+            return (f"DP rank {rank} keeps no per-step DSPARK records ({RECORD_KEY} is missing: "
+                    "the server was started without SGLANG_DSPARK_ENABLE_SPS_RECORD=1)")
+        missing = sorted(set(REQUIRED_COMPONENTS) - set(record.get("components") or []))
+        if missing:
+            return (f"DP rank {rank} records no {', '.join(missing)} (needs "
+                    "SGLANG_DSPARK_ENABLE_SPS_RECORD=1)")
+        if record.get("mode") != "static":
+            return (f"DP rank {rank} verifies in {record.get('mode')!r} mode: the profiler's sweep "
+                    "measures static verify (SGLANG_RAGGED_VERIFY_MODE=static)")
+        if record.get("simulate_acc_len") != REQUIRED_SIMULATE_ACC_LEN:
+            return (f"DP rank {rank} runs simulate_acc_len={record.get('simulate_acc_len')!r}: the "
+                    "profiler needs exactly SGLANG_SIMULATE_ACC_LEN=1.0")
+    if cuda_graph_max_bs(states[0]) is None:
+        return "the server reports no decode CUDA-graph batch sizes (cuda_graph_config)"
+    return None
+
+
+def cuda_graph_max_bs(state: dict[str, Any]) -> int | None:
+    """The largest decode batch captured in CUDA graphs, as the profiler reads it
+    (resolve_cuda_graph_max_bs): the captured list, else max_bs."""
+    decode = (state.get("cuda_graph_config") or {}).get("decode")
+    if not isinstance(decode, dict):
+        return None
+    captured = decode.get("bs")
+    if isinstance(captured, list) and captured:
+        return int(max(captured))
+    return int(decode["max_bs"]) if decode.get("max_bs") is not None else None
+
+
+def facts(info: dict[str, Any], base_url: str) -> ServerFacts:
+    """The server's facts, refusing a server that is not in profiling mode."""
+    problem = profiling_problem(info)
+    if problem:
+        raise NotProfiling(f"{base_url} is not in SPS profiling mode: {problem}; {HOW_TO_BOOT}")
+    states = info["internal_states"]
+    record = states[0][RECORD_KEY]
+    state = states[0]
+    max_running = state.get("effective_max_running_requests_per_dp")
+    return ServerFacts(
+        sglang=str(info.get("version") or ""),
+        gamma=int(record.get("gamma") or int(record["verify_num_draft_tokens"]) - 1),
+        parallel=Layout(int(info.get("tp_size") or 1), int(info.get("dp_size") or 1),
+                        int(info.get("ep_size") or 1)),
+        dp_ranks=len(states),
+        cuda_graph_max_bs=int(cuda_graph_max_bs(state) or 0),
+        max_running_per_dp=int(max_running) if isinstance(max_running, int) and max_running > 0
+        else None,
+        tokenizer_path=info.get("tokenizer_path"),
+    )
+
+
+def recipe_problems(server: ServerFacts, recipe: Recipe) -> list[str]:
+    """Where the server does not run what the recipe says: its table would be keyed
+    by the recipe yet measured for something else."""
+    problems = []
+    if server.gamma != recipe.dspark.block_size:
+        problems.append(f"gamma {server.gamma} (recipe {recipe.name}: "
+                        f"{recipe.dspark.block_size})")
+    if server.parallel != layout(recipe):
+        problems.append(f"{server.parallel} (recipe {recipe.name}: {layout(recipe)})")
+    return problems

@@ -1,0 +1,234 @@
+"""`sm12x tune` through sglang's real SPS profiler against the stand-in server.
+
+The profiler is the pinned track's wheel's `sglang/benchmark/dspark_sps_profiler.py`,
+run as tune runs it (`python -m ...`, its own flags) with tests/support/sps_site
+making the wheel's tree importable here. The stand-in (tests/support/fake_sglang,
+sps.py) answers what the profiler asks (/server_info with per-rank records,
+/generate, /flush_cache, /abort_request) by sglang's rules. Time bounds are
+relative to the first tune's own wall time, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from support import throughput as tp
+
+from sm12x import __version__
+from sm12x.errors import UserError
+from sm12x.launch import gpus
+from sm12x.launch import main as launch_main
+from sm12x.launch.configuration import resolve
+from sm12x.recipe import load_recipe
+from sm12x.tune import main as tune_main
+from sm12x import sps_tables as store
+from sm12x.versions import default_track, load_versions
+from tests.support import sglang_serving
+from tests.support.fake_sglang.server import FakeServer
+from tests.support.fake_sglang.sps import SpsConfig
+
+SGLANG = load_versions(default_track())["SGLANG_VERSION"]
+SITE_PATH = Path(__file__).resolve().parents[1] / "support" / "sps_site"
+DP = 4
+# Quick rounds: the profiler's gates at their smallest sensible values.
+QUICK = ["--min-steady-steps", "4", "--min-steady-seconds", "0", "--round-timeout", "300"]
+TIMES: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def profiler_site():
+    return sglang_serving.tree(SGLANG, patched=True)
+
+
+@pytest.fixture
+def machine(tmp_path, monkeypatch, profiler_site):
+    """This process as the rig: 4 RTX PRO 6000 (nvidia-smi), the wheel's profiler
+    importable by this Python, a cache folder."""
+    bin_dir = tp.fake_nvidia_smi(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(SITE_PATH), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    monkeypatch.setenv("SM12X_SPS_SGLANG_SITE", str(profiler_site))
+    return tmp_path
+
+
+def config(**changes) -> SpsConfig:
+    """The stand-in booted as `sm12x launch --sps-profile` renders the fixture:
+    its profiling variables read as sglang reads them."""
+    recipe = load_recipe(tp.FIXTURE)
+    from sm12x.launch.render import LaunchContext, build_launch
+
+    env = build_launch(recipe, LaunchContext(sps_profile=True)).env_dict()
+    booted = SpsConfig.from_env(env, gamma=recipe.dspark.block_size, tp=4, dp=DP, ep=4,
+                                cuda_graph_max_bs=16)
+    return dataclasses.replace(booted, **changes)
+
+
+def tune(cache: Path, url: str, *argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    tune_main.add_arguments(parser)
+    args = parser.parse_args(["--url", url, "--recipe", str(tp.FIXTURE), "--cache-dir",
+                              str(cache), *QUICK, *argv])
+    return tune_main.run(args)
+
+
+def leftovers(cache: Path) -> list[Path]:
+    """Temporary files the store would leave if a write were cut off."""
+    return [p for p in cache.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_tune_makes_a_table_that_the_launch_then_runs(machine, capsys):
+    cache = machine / "cache"
+    with FakeServer(sps=config()) as server:
+        started = time.monotonic()
+        assert tune(cache, server.base_url, "--max-batch-size", "8") == 0
+        TIMES["full"] = time.monotonic() - started
+        batches = list(server.app.state.scheduler.batches)
+    # The profiler's own sweep up to 8 per rank, each round one /generate of
+    # bs x DP requests, after its warmup round.
+    assert sorted(set(batches)) == [DP * b for b in (1, 2, 4, 8)]
+    recipe = load_recipe(tp.FIXTURE)
+    key = store.key_for(recipe, track=default_track(), sglang=SGLANG, sm12x=__version__,
+                        gpu=tp.gpu_name())
+    table = store.table_path(cache, key)
+    meta = json.loads(store.meta_path(table).read_text())
+    assert meta["key"] == key.__dict__
+    assert meta["profiler"]["measured"] == [1, 2, 4, 8]
+    fitted = json.loads(table.read_text())
+    rows = recipe.dspark.block_size + 1
+    assert fitted["sample_batch_tokens"] == [b * rows for b in (1, 2, 4, 8)]
+    assert not (cache / "sps" / tp.THROUGHPUT / ".work" / key.slug).exists()
+    assert not leftovers(cache)
+    assert f"wrote {table}" in capsys.readouterr().err
+    # The launcher finds it: the same key, seen from the launch's side.
+    found = store.lookup(cache, key)
+    assert found.table == table
+    picked = resolve(load_recipe(tp.RIG), "throughput", default_track(),
+                     lambda r: store.lookup(cache, store.key_for(
+                         r, track=default_track(), sglang=SGLANG, sm12x=__version__,
+                         gpu=tp.gpu_name())),
+                     recipes=[load_recipe(tp.RIG), recipe])
+    assert picked.recipe.name == tp.THROUGHPUT
+
+
+def test_the_deadline_stops_it_keeps_what_was_measured_and_writes_nothing(machine):
+    if "full" not in TIMES:
+        pytest.skip("needs the full tune's wall time (run the module)")
+    cache = machine.parent / "resumed-cache"
+    # The last round wedges (a /generate of 16 per rank is never scheduled): the
+    # rounds before it finish within the full tune's time, then the deadline.
+    deadline = TIMES["full"] + 15
+    with FakeServer(sps=config(stall_batch=16 * DP)) as server:
+        started = time.monotonic()
+        with pytest.raises(UserError) as caught:
+            tune(cache, server.base_url, "--batch-size", "1", "2", "4", "16",
+                 "--deadline", f"{deadline:.0f}")
+        took = time.monotonic() - started
+        assert not server.app.state.scheduler.busy()  # the wedged load was aborted
+    message = caught.value.message
+    assert f"--deadline {deadline:.0f} s reached" in message and "of 4 round(s)" in message
+    assert "no table was written" in message and "run `sm12x tune` again" in message
+    assert took < deadline + 30
+    folder = cache / "sps" / tp.THROUGHPUT
+    assert not list(folder.glob("*.json"))  # no table, no sidecar
+    assert not leftovers(cache)
+    TIMES["deadline-cache"] = str(cache)  # type: ignore[assignment]
+
+
+def test_a_resumed_tune_does_not_measure_finished_rounds_again(machine, capsys):
+    if "deadline-cache" not in TIMES:
+        pytest.skip("resumes the deadline test's work (run the module)")
+    cache = Path(TIMES["deadline-cache"])  # type: ignore[arg-type]
+    work = next((cache / "sps" / tp.THROUGHPUT / ".work").iterdir())
+    rounds = [json.loads(line) for path in work.glob("seg-*/table.rounds.jsonl")
+              for line in path.read_text().splitlines() if line.strip()]
+    finished = {r["batch_size_per_rank"] for r in rounds}
+    assert finished and 16 not in finished
+    with FakeServer(sps=config()) as server:
+        assert tune(cache, server.base_url, "--batch-size", "1", "2", "4", "16") == 0
+        batches = server.app.state.scheduler.batches
+    # The warmup round (min(8, 16) per rank) and the one round left; nothing finished.
+    assert not {DP * b for b in finished} & set(batches)
+    assert DP * 16 in batches
+    assert "resuming: " in capsys.readouterr().err
+    meta = json.loads(next((cache / "sps" / tp.THROUGHPUT).glob("*.meta.json")).read_text())
+    assert meta["profiler"]["measured"] == [1, 2, 4, 16]
+
+
+@pytest.mark.parametrize("changes, says", [
+    ({"record": False}, "keeps no per-step DSPARK records"),
+    ({"simulate_acc_len": None}, "needs exactly SGLANG_SIMULATE_ACC_LEN=1.0"),
+    ({"mode": "compact"}, "verifies in 'compact' mode"),
+], ids=["no-records", "no-simulated-acceptance", "compact"])
+def test_a_server_not_in_profiling_mode_gets_one_clear_error(machine, changes, says):
+    with FakeServer(sps=config(**changes)) as server:
+        with pytest.raises(UserError) as caught:
+            tune(machine / "cache", server.base_url)
+        assert server.app.state.scheduler.batches == []  # nothing was sent to it
+    message = caught.value.message
+    assert "is not in SPS profiling mode" in message and says in message
+    assert "sm12x launch --sps-profile" in message and "\n" not in message
+
+
+def test_the_real_profiler_refuses_the_stand_in_outside_profiling_mode(machine):
+    """The stand-in's answer without records is what the real profiler rejects."""
+    import subprocess
+    import sys
+
+    with FakeServer(sps=config(record=False)) as server:
+        done = subprocess.run(
+            [sys.executable, "-m", "sglang.benchmark.dspark_sps_profiler", "run", "--base-url",
+             server.base_url, "--out", str(machine / "t.json"), "--batch-size", "1"],
+            capture_output=True, text=True, timeout=900, env=os.environ.copy())
+    assert done.returncode != 0
+    assert "reports no dspark_info_record" in done.stderr
+
+
+def test_a_server_for_another_gamma_or_layout_is_refused(machine):
+    with FakeServer(sps=config(gamma=6)) as server:
+        with pytest.raises(UserError, match="does not run .*gamma 6"):
+            tune(machine / "cache", server.base_url)
+
+
+def test_tune_without_a_cache_folder_says_where_tables_go(machine, monkeypatch):
+    parser = argparse.ArgumentParser()
+    tune_main.add_arguments(parser)
+    monkeypatch.delenv("SM12X_CACHE_DIR", raising=False)
+    args = parser.parse_args(["--url", "http://127.0.0.1:9", "--recipe", str(tp.FIXTURE)])
+    with pytest.raises(UserError, match="SM12X_CACHE_DIR is not set"):
+        tune_main.run(args)
+
+
+def test_gpus_are_read_from_nvidia_smi(machine):
+    assert gpus.query_gpus()[0].name == tp.gpu_name()
+    assert launch_main.gpu_name() == tp.gpu_name()
+
+
+def test_boot_mode_refuses_when_a_server_already_answers(machine):
+    parser = argparse.ArgumentParser()
+    tune_main.add_arguments(parser)
+    with FakeServer() as server:
+        args = parser.parse_args(["--recipe", str(tp.FIXTURE), "--cache-dir",
+                                  str(machine / "cache"), "--port", str(server.port),
+                                  "--boot-command", "sleep 60"])
+        with pytest.raises(UserError, match="a server already answers at .*stop that one"):
+            tune_main.run(args)
+
+
+def test_boot_mode_starts_a_one_off_container_of_the_rigs_service_in_profiling_mode():
+    from sm12x.launch import compose
+    from sm12x.settings import load
+
+    recipe = load_recipe(tp.FIXTURE)
+    service = compose.profiling_service(recipe, load(environ={}))
+    run = service.up[service.up.index("run"):]
+    assert run == ["run", "-d", "--name", f"sm12x-tune-{tp.THROUGHPUT}", "--service-ports",
+                   tp.RIG, "--sps-profile", "--recipe", tp.THROUGHPUT]
+    assert service.up[service.up.index("--profile") + 1] == tp.RIG
+    assert service.down == ["docker", "rm", "--force", f"sm12x-tune-{tp.THROUGHPUT}"]

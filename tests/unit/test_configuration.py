@@ -1,0 +1,198 @@
+"""SM12X_CONFIGURATION in `sm12x launch` and `render`: which configuration of a rig
+runs, the tuned SPS table it reads, and the refusals (missing, stale, wrong track)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import pytest
+from support import throughput as tp
+
+from sm12x import __version__
+from sm12x.errors import UserError
+from sm12x.launch import gpus
+from sm12x.launch import main as launch_main
+from sm12x.launch import render_cmd
+from sm12x.launch.render import LaunchContext, build_launch
+from sm12x.recipe import load
+from sm12x.recipe import load_recipe
+from sm12x import sps_tables as store
+from sm12x.versions import default_track, load_versions
+
+PINNED_SGLANG = load_versions(default_track())["SGLANG_VERSION"]
+GPUS = gpus.parse_nvidia_smi((tp.NVIDIA_SMI / "rtx-pro-6000-x4.csv").read_text())
+
+
+@pytest.fixture
+def rig(tmp_path, monkeypatch):
+    """The shipped recipes plus the throughput fixture, a cache folder, 4 GPUs."""
+    folder = tp.recipes_with_it(tmp_path / "recipes")
+    monkeypatch.setattr(load, "recipes_dir", lambda: folder)
+    monkeypatch.setattr(launch_main.gpus, "query_gpus", lambda *_: GPUS)
+    monkeypatch.setattr(launch_main, "installed_sglang", lambda: PINNED_SGLANG)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    return tmp_path
+
+
+def launch(rig: Path, monkeypatch, *argv: str, **env: str):
+    """`sm12x launch ARGV` in-process: (argv exec'd, env) and what it said on stderr."""
+    calls = []
+    monkeypatch.setattr(os, "execvpe", lambda file, args, e: calls.append((args, e)))
+    parser = argparse.ArgumentParser()
+    launch_main.add_arguments(parser)
+    environ = {"SM12X_RECIPE": tp.RIG, "SM12X_MODEL_DIR": str(rig / "model"),
+               "SM12X_CACHE_DIR": str(rig / "cache"), **env}
+    assert launch_main.run(parser.parse_args(list(argv)), environ) == 0
+    return calls[0] if calls else None
+
+
+def table_for(rig: Path, **changes) -> Path:
+    """Store a table made for the throughput fixture on this machine, or, with
+    changes, for something else (another gamma, layout, image or GPU)."""
+    recipe = load_recipe(tp.THROUGHPUT)
+    key = store.key_for(recipe, track=default_track(), sglang=PINNED_SGLANG, sm12x=__version__,
+                        gpu=GPUS[0].name)
+    key = store.TableKey(**{**key.__dict__, **changes})
+    table = '{"sample_batch_tokens": [8], "sample_steps_per_sec": [50.0]}'
+    return store.write(rig / "cache", key, table)
+
+
+def value(args: list[str], flag: str) -> str | None:
+    return args[args.index(flag) + 1] if flag in args else None
+
+
+def test_auto_without_a_table_runs_the_baseline_and_says_what_it_costs(rig, monkeypatch, capsys):
+    args, env = launch(rig, monkeypatch)
+    assert value(args, "--speculative-dspark-block-size") == "4"
+    assert "--dp-size" not in args and "SGLANG_RAGGED_VERIFY_MODE" not in env
+    err = capsys.readouterr().err
+    notices = [line for line in err.splitlines() if "SM12X_CONFIGURATION" in line]
+    assert len(notices) == 1, notices
+    (notice,) = notices
+    assert f"running the baseline {tp.RIG}" in notice and tp.THROUGHPUT in notice
+    # What it costs: the throughput recipe's comparable figures, and how to tune.
+    assert "2,461" in notice and "1,282" in notice and "`sm12x tune`" in notice
+
+
+def test_auto_with_a_matching_table_runs_the_throughput_configuration(rig, monkeypatch, capsys):
+    path = table_for(rig)
+    args, env = launch(rig, monkeypatch)
+    assert value(args, "--speculative-dspark-block-size") == "7"
+    assert value(args, "--dp-size") == "4" and value(args, "--ep-size") == "4"
+    assert value(args, "--speculative-dspark-sps-table-path") == str(path)
+    assert env["SGLANG_RAGGED_VERIFY_MODE"] == "compact"
+    assert f"running {tp.THROUGHPUT}" in capsys.readouterr().err
+
+
+def test_throughput_without_a_table_refuses_with_the_cost_and_the_command(rig, monkeypatch):
+    with pytest.raises(UserError) as caught:
+        launch(rig, monkeypatch, SM12X_CONFIGURATION="throughput")
+    message = caught.value.message
+    assert "\n" not in message
+    assert "there is no tuned SPS table" in message and "gamma 7" in message
+    assert "2,461 vs 1,282" in message and "`sm12x tune`" in message
+
+
+@pytest.mark.parametrize("changes, says", [
+    ({"gamma": 6, "tp": 4}, "gamma 6 (this launch: 7)"),
+    ({"dp": 2}, "layout TP4 DP2 EP4 (this launch: TP4 DP4 EP4)"),
+    ({"sglang": "0.5.16"}, "image sglang 0.5.16"),
+    ({"sm12x": "0.0.1"}, "sm12x 0.0.1"),
+    ({"gpu": "NVIDIA GeForce RTX 5090", "gpu_count": 4}, "GPU 4x NVIDIA GeForce RTX 5090"),
+], ids=["gamma", "layout", "image-sglang", "image-sm12x", "gpu"])
+def test_a_stale_table_is_refused_under_throughput_and_ignored_under_auto(
+        rig, monkeypatch, capsys, changes, says):
+    table_for(rig, **changes)
+    with pytest.raises(UserError) as caught:
+        launch(rig, monkeypatch, SM12X_CONFIGURATION="throughput")
+    assert "is stale: made for" in caught.value.message and says in caught.value.message
+    args, _ = launch(rig, monkeypatch)  # auto: the baseline, and the notice says why
+    assert value(args, "--speculative-dspark-block-size") == "4"
+    err = capsys.readouterr().err
+    assert "is stale" in err and says in err
+
+
+def test_baseline_runs_the_baseline_even_with_a_table(rig, monkeypatch, capsys):
+    table_for(rig)
+    args, _ = launch(rig, monkeypatch, SM12X_CONFIGURATION="baseline")
+    assert value(args, "--speculative-dspark-block-size") == "4"
+    assert "SM12X_CONFIGURATION" not in capsys.readouterr().err
+
+
+def test_naming_the_throughput_recipe_means_throughput(rig, monkeypatch):
+    with pytest.raises(UserError, match="there is no tuned SPS table"):
+        launch(rig, monkeypatch, SM12X_RECIPE=tp.THROUGHPUT, SM12X_CONFIGURATION="baseline")
+    path = table_for(rig)
+    args, _ = launch(rig, monkeypatch, SM12X_RECIPE=tp.THROUGHPUT)
+    assert value(args, "--speculative-dspark-sps-table-path") == str(path)
+
+
+def test_a_dry_run_shows_the_throughput_command_with_the_refusal_as_a_warning(
+        rig, monkeypatch, capsys):
+    assert launch(rig, monkeypatch, "--dry-run", SM12X_CONFIGURATION="throughput") is None
+    out, err = capsys.readouterr()
+    assert "--speculative-dspark-block-size 7" in out
+    assert "SGLANG_RAGGED_VERIFY_MODE=compact" in out
+    expected = rig / "cache" / "sps" / tp.THROUGHPUT / f"g7-tp4-dp4-ep4-{default_track()}.json"
+    assert str(expected) in out
+    assert "warning:" in err and "there is no tuned SPS table" in err
+
+
+def test_render_falls_back_like_the_launch(rig, monkeypatch, capsys):
+    parser = argparse.ArgumentParser()
+    render_cmd.add_arguments(parser)
+    monkeypatch.setenv("SM12X_CACHE_DIR", str(rig / "cache"))
+    assert render_cmd.run(parser.parse_args([tp.RIG])) == 0
+    out, err = capsys.readouterr()
+    assert "--speculative-dspark-block-size 4" in out and "running the baseline" in err
+
+
+def test_a_recipe_limited_to_another_track_is_refused_or_skipped(tmp_path, monkeypatch, capsys):
+    text = tp.FIXTURE.read_text().replace("status:", "tracks: [current]\nstatus:", 1)
+    folder = tp.recipes_with_it(tmp_path / "recipes", text)
+    monkeypatch.setattr(load, "recipes_dir", lambda: folder)
+    monkeypatch.setattr(launch_main.gpus, "query_gpus", lambda *_: GPUS)
+    monkeypatch.setattr(launch_main, "installed_sglang", lambda: PINNED_SGLANG)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    with pytest.raises(UserError, match="runs only on the current track"):
+        launch(tmp_path, monkeypatch, SM12X_TRACK="pinned", SM12X_CONFIGURATION="throughput")
+    with pytest.raises(UserError, match="runs only on the current track"):
+        launch(tmp_path, monkeypatch, SM12X_TRACK="pinned", SM12X_RECIPE=tp.THROUGHPUT)
+    args, _ = launch(tmp_path, monkeypatch, SM12X_TRACK="pinned")
+    assert value(args, "--speculative-dspark-block-size") == "4"
+    assert "SM12X_TRACK to its track" in capsys.readouterr().err
+
+
+def test_sps_profile_runs_the_tuned_configuration_in_profiling_mode(rig, monkeypatch):
+    args, env = launch(rig, monkeypatch, "--sps-profile")
+    assert value(args, "--speculative-dspark-block-size") == "7"
+    assert "--speculative-dspark-sps-table-path" not in args
+    assert env["SGLANG_DSPARK_ENABLE_SPS_RECORD"] == "1"
+    assert env["SGLANG_SIMULATE_ACC_LEN"] == "1.0"
+    assert env["SGLANG_RAGGED_VERIFY_MODE"] == "static"
+
+
+def test_no_spec_drops_ragged_verify_and_the_table():
+    recipe = load_recipe(tp.FIXTURE)
+    on = build_launch(recipe, LaunchContext(cache_dir="/cache"))
+    off = build_launch(recipe, LaunchContext(cache_dir="/cache", speculative=False))
+    assert "SGLANG_RAGGED_VERIFY_MODE" in on.env_dict()
+    assert "--speculative-dspark-sps-table-path" in on.argv()
+    assert "SGLANG_RAGGED_VERIFY_MODE" not in off.env_dict()
+    assert not any(a.startswith("--speculative") for a in off.argv())
+
+
+def test_static_verify_renders_nothing_and_no_cache_dir_renders_a_placeholder():
+    baseline = build_launch(load_recipe(tp.RIG))
+    assert "SGLANG_RAGGED_VERIFY_MODE" not in baseline.env_dict()
+    shown = build_launch(load_recipe(tp.FIXTURE)).shell()
+    assert f'"${{SM12X_CACHE_DIR}}/sps/{tp.THROUGHPUT}/g7-tp4-dp4-ep4-' in shown
+
+
+def test_auto_picks_the_rig_not_its_throughput_configuration(rig):
+    pick = gpus.pick_recipe(GPUS, load.load_all())
+    assert pick.recipe.name == tp.RIG
