@@ -8,19 +8,48 @@ from sm12x.recipe import lint_recipe, list_recipes, load_recipe
 from sm12x.recipe.model import DSPARK_DEFAULT_MAX_RUNNING_REQUESTS
 
 RIGS = ["dgx-spark-tp2", "rtx-5090-tp8", "rtx-pro-6000-tp2", "rtx-pro-6000-tp4"]
+THROUGHPUT = [f"{rig}-throughput" for rig in RIGS]
+ALL = sorted(RIGS + THROUGHPUT)
 
 
-def test_one_recipe_per_rig():
-    assert list_recipes() == RIGS
+def test_each_rig_has_a_baseline_and_a_throughput_configuration():
+    assert list_recipes() == ALL
+    for name in RIGS:
+        assert (load_recipe(name).rig, load_recipe(name).configuration_kind) == (name, "baseline")
+    for rig, name in zip(RIGS, THROUGHPUT, strict=True):
+        recipe = load_recipe(name)
+        assert (recipe.rig, recipe.configuration_kind) == (rig, "throughput")
+        base = load_recipe(rig)
+        assert (recipe.hardware, recipe.model, recipe.serve) == (base.hardware, base.model,
+                                                                  base.serve)
 
 
-@pytest.mark.parametrize("name", RIGS)
+@pytest.mark.parametrize("name", THROUGHPUT)
+def test_a_throughput_configuration_verifies_ragged_with_a_tuned_table(name):
+    recipe = load_recipe(name)
+    assert recipe.dspark.block_size in (3, 4, 6, 7)  # clean in the field sweep
+    assert (recipe.dspark.ragged_verify, recipe.dspark.sps_table) == ("compact", "tuned")
+    assert recipe.tracks == ["current"]
+    assert "SGLANG_RAGGED_VERIFY_MODE" not in recipe.env
+
+
+def test_only_the_reference_deployment_s_figures_are_comparable():
+    for name in ALL:
+        comparable = load_recipe(name).comparable_references
+        if name == "rtx-pro-6000-tp4-throughput":
+            assert {r.concurrency for r in comparable} == {1, 16, 64, 128, 256}
+            assert all("ombori" in r.url for r in comparable)
+        else:
+            assert comparable == [], name
+
+
+@pytest.mark.parametrize("name", ALL)
 def test_recipe_validates_without_errors_or_warnings(name):
     recipe = load_recipe(name)
     assert lint_recipe(recipe) == []
 
 
-@pytest.mark.parametrize("name", RIGS)
+@pytest.mark.parametrize("name", ALL)
 def test_recipe_serves_the_0731_checkpoint_at_a_pinned_revision(name):
     model = load_recipe(name).model
     assert model.hf_id == "deepseek-ai/DeepSeek-V4-Flash-0731"
@@ -32,7 +61,7 @@ def test_recipe_runs_dspark_at_depth_4(name):
     assert load_recipe(name).dspark.block_size == 4
 
 
-@pytest.mark.parametrize("name", RIGS)
+@pytest.mark.parametrize("name", ALL)
 def test_status_is_honest(name):
     # Nobody at sm12x has run these on the hardware yet; a recipe that says
     # "verified" must name who and when (the model enforces it).
@@ -41,7 +70,7 @@ def test_status_is_honest(name):
     assert "not run" in status.note
 
 
-@pytest.mark.parametrize("name", RIGS)
+@pytest.mark.parametrize("name", ALL)
 def test_references_name_their_source(name):
     for ref in load_recipe(name).references:
         assert ref.source
@@ -106,7 +135,7 @@ def test_max_running_requests_defaults_to_dsparks():
     )
 
 
-@pytest.mark.parametrize("name", RIGS)
+@pytest.mark.parametrize("name", ALL)
 def test_verify_floor_is_below_every_published_acceptance(name):
     recipe = load_recipe(name)
     published = [r.accept_length for r in recipe.references if r.accept_length]
