@@ -115,8 +115,7 @@ def check_model_path(plan: LaunchPlan) -> None:
         model = plan.recipe.model
         raise UserError(
             f"no checkpoint at {path} (config.json is missing): point SM12X_MODEL_DIR in .env at "
-            f"the folder from `hf download {model.hf_id} --revision {model.revision} "
-            "--local-dir DIR`"
+            f"the folder from `{model.download_command()}`"
         )
 
 
