@@ -22,6 +22,11 @@ class Options:
     compare_min_agreement: float = 0.8
     # --accuracy: the lm-eval gate (verify/accuracy.py); None: not asked for
     accuracy: object | None = None
+    # The model line's expectations (the recipe's model section, sm12x.recipe.lines):
+    # the id /v1/models must list, and whether the image check runs.
+    expected_model: str | None = None
+    line: str | None = None
+    vision: bool = False
 
 
 @dataclass
