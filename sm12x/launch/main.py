@@ -34,6 +34,7 @@ from sm12x.launch.render import (
 from sm12x.recipe import Recipe, load_all, load_recipe, warnings_for
 from sm12x.recipe.extra import check_extra
 from sm12x.settings import Loaded
+from sm12x.recipe.lines import serves
 from sm12x.versions import load_versions, track_of_sglang
 
 AUTO = "auto"
@@ -176,6 +177,22 @@ def check_track(loaded: Loaded, dry_run: bool) -> None:
         _say(f"warning: {message}")
 
 
+def check_recipe_track(recipe: Recipe, loaded: Loaded) -> None:
+    """Refuse a recipe limited to tracks (`tracks`) that exclude SM12X_TRACK: its sglang
+    lacks what the recipe needs (a V4.1-Flash recipe on 0.5.17 has no model code)."""
+    track = loaded.settings.track_name
+    if recipe.tracks is None or track in recipe.tracks:
+        return
+    version = load_versions(track)["SGLANG_VERSION"]
+    line = recipe.model.model_line
+    need = (f": {line.title} needs sglang >= {line.min_sglang}"
+            if not serves(line, version) else "")
+    raise UserError(
+        f"{recipe.name} runs on the {', '.join(recipe.tracks)} track(s) only, and SM12X_TRACK is "
+        f"{track} (from {loaded.origin('track')}), whose sglang is {version}{need}: set "
+        f"SM12X_TRACK={recipe.tracks[0]} in .env (its image), or pick another recipe")
+
+
 def process_env(environ: Mapping[str, str], loaded: Loaded) -> dict[str, str]:
     """The environment sglang starts with: this process's, plus the key where it
     came from .env or a file (sm12x.keyed reads it from SM12X_API_KEY)."""
@@ -195,6 +212,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     choice = loaded.settings.recipe
     recipe, why = select_recipe(choice, origin=loaded.origin("recipe"))
     _say(why)
+    check_recipe_track(recipe, loaded)
     if choice != AUTO and not dry_run:
         mismatch = gpu_mismatch(recipe)
         if mismatch:
