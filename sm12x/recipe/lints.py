@@ -63,6 +63,11 @@ DERIVED_FLAGS = {
     "--speculative-dspark-sps-table-path": "dspark.sps_table_path",
 }
 
+# Environment variables the launcher renders from other sections.
+DERIVED_ENV = {
+    "SGLANG_RAGGED_VERIFY_MODE": "dspark.ragged_verify",
+}
+
 # Other spellings sglang accepts (aliases, argparse prefixes, deprecated
 # names): the lints below read the canonical name only.
 CANONICAL_FLAGS = {
@@ -141,13 +146,32 @@ def _dspark_verify_rows(recipe: Recipe) -> Iterator[Finding]:
     # every one of them in its state ring, and how many it keeps depends on the
     # image's sglang and its patch series (patches/sglang/patches.toml). A recipe runs
     # on every track's image (versions.env), so each track's sglang must keep them.
+    # Ragged verify (compact, cap-accept) gives each request its own width, 1 to
+    # depth + 1 rows, in one step. The plan keeps rows per request, so the widest
+    # bounds the batch, but only the planners sm12x checked for it (0020's write rule
+    # for widths 1..10 and mixed batches; 0.5.23's mtp_pad, a [[release]] entry) say
+    # so: the unpatched 4-row cap was measured for uniform verifies only.
     depth = recipe.dspark.block_size
+    ragged = recipe.dspark.ragged_verify != "static"
     for track in recipe_tracks(recipe):
         version = load_versions(track)["SGLANG_VERSION"]
         allowed = patch_series.verify_rows(version)
+        image = f"the {track} track's sglang {version}"
+        checked = allowed.patch is not None or version in patch_series.releases()
+        if depth + 1 <= allowed.rows and ragged and not checked:
+            yield Finding(
+                "dspark-verify-rows",
+                "error",
+                f"dspark.ragged_verify {recipe.dspark.ragged_verify} mixes per-request verify "
+                f"widths of 1 to {depth + 1} rows in one step, but {image} has no verify-row "
+                "fix (a patches.toml entry with verify_rows, or a [[release]] entry) whose "
+                "plan was checked for mixed widths: use ragged_verify: static, or give "
+                f"patches/sglang/{version}/ the fix" + (
+                    f" ({elsewhere})" if (elsewhere := _rows_fix_elsewhere()) else ""),
+            )
+            continue
         if depth + 1 <= allowed.rows:
             continue
-        image = f"the {track} track's sglang {version}"
         if allowed.patch is None:
             elsewhere = _rows_fix_elsewhere()
             message = (
@@ -218,17 +242,36 @@ def _tp_size(recipe: Recipe) -> Iterator[Finding]:
         )
 
 
+def dp_size(recipe: Recipe) -> int:
+    """--dp-size as written (1 when absent; a non-integer is the dp-attention lint's)."""
+    value = recipe.flag_value("--dp-size")
+    return value if isinstance(value, int) and value >= 1 else 1
+
+
+def attention_dp(recipe: Recipe) -> int:
+    """The DP attention ranks: --dp-size with --enable-dp-attention, else 1 (sglang
+    turns DP attention off when --dp-size is 1)."""
+    return dp_size(recipe) if recipe.has_flag("--enable-dp-attention") else 1
+
+
 @lint("cuda-graph-bs")
 def _cuda_graph_bs(recipe: Recipe) -> Iterator[Finding]:
+    # The decode graph's batch is one DP rank's batch: with DP attention each rank
+    # runs max_running_requests // dp requests (sglang's pool configurator divides
+    # by attn_dp_size), so graphs above that never replay.
     value = recipe.flag_value("--cuda-graph-max-bs-decode")
     if value is None:
         return
-    limit = recipe.max_running_requests
+    total = recipe.max_running_requests
+    dp = attention_dp(recipe)
+    limit = total // dp
     source = (
         "--max-running-requests"
         if recipe.has_flag("--max-running-requests")
         else "the DSPARK default for --max-running-requests"
     )
+    if dp > 1:
+        source += f" ({total}) / DP attention's {dp} ranks, per rank"
     if not isinstance(value, int) or value > limit:
         yield Finding(
             "cuda-graph-bs",
@@ -237,6 +280,123 @@ def _cuda_graph_bs(recipe: Recipe) -> Iterator[Finding]:
             "batches that can never run only cost memory and boot time; lower it to at "
             f"most {limit} or raise --max-running-requests",
         )
+
+
+# sglang reads this threshold per DP rank ("per-rank local query rows, after
+# DP-attention sharding", environ.py), and DP attention divides the prefill chunk
+# by --dp-size: set to the per-rank chunk, a full chunk takes the non-paged path.
+INDEXER_MIN_QUERY = "SGLANG_OPT_DSV4_NONPAGED_INDEXER_MIN_QUERY_TOKENS"
+
+
+@lint("indexer-min-query-tokens")
+def _indexer_min_query_tokens(recipe: Recipe) -> Iterator[Finding]:
+    var = recipe.env.get(INDEXER_MIN_QUERY)
+    if var is None:
+        return
+    chunk = recipe.flag_value("--chunked-prefill-size")
+    if not isinstance(chunk, int) or chunk <= 0:
+        yield Finding(
+            "indexer-min-query-tokens",
+            "error",
+            f"env.{INDEXER_MIN_QUERY} is set but --chunked-prefill-size is not a positive "
+            "integer: write --chunked-prefill-size so the threshold can be set to one DP "
+            "rank's chunk",
+        )
+        return
+    dp = attention_dp(recipe)
+    want = chunk // dp
+    if var.from_host or var.value != str(want):
+        shown = "taken from the host" if var.from_host else repr(var.value)
+        per = f"--chunked-prefill-size {chunk} / {dp} DP ranks" if dp > 1 else (
+            f"--chunked-prefill-size {chunk} (no DP attention)")
+        yield Finding(
+            "indexer-min-query-tokens",
+            "error",
+            f"env.{INDEXER_MIN_QUERY} is {shown} but sglang compares it with one DP rank's "
+            f"query rows, whose prefill chunk is {per} = {want}: set it to \"{want}\"",
+        )
+
+
+@lint("dp-attention")
+def _dp_attention(recipe: Recipe) -> Iterator[Finding]:
+    # What sglang's ServerArgs resolution requires of DP attention (server_args.py
+    # _handle_data_parallelism, arg_groups/overrides.py _data_parallelism_defaults and
+    # _dp_lm_head_validation, speculative_hook.py _handle_dspark; 0.5.17 and 0.5.23).
+    def error(message: str) -> Finding:
+        return Finding("dp-attention", "error", message)
+
+    raw = recipe.flag_value("--dp-size")
+    if recipe.has_flag("--dp-size") and (not isinstance(raw, int) or raw < 1):
+        yield error(f"--dp-size is {raw!r}: write a positive integer that divides --tp-size")
+        return
+    dp = dp_size(recipe)
+    tp = recipe.flag_value("--tp-size")
+    enabled = recipe.has_flag("--enable-dp-attention")
+    if enabled and dp == 1:
+        yield error(
+            "--enable-dp-attention with --dp-size 1 (or none): sglang silently turns DP "
+            "attention off; set --dp-size to the number of attention replicas (a divisor "
+            "of --tp-size) or remove --enable-dp-attention")
+    if dp > 1 and not enabled:
+        yield error(
+            f"--dp-size {dp} without --enable-dp-attention starts {dp} whole replicas of "
+            f"--tp-size {tp} each ({dp} x {tp} GPUs; across nodes sglang refuses it): add "
+            "--enable-dp-attention to split attention inside the one TP group, or remove "
+            "--dp-size")
+    if isinstance(tp, int) and dp > 1 and tp % dp:
+        yield error(f"--dp-size {dp} does not divide --tp-size {tp} (sglang asserts "
+                    "tp_size % dp_size == 0): use a divisor of the tensor-parallel size")
+    dp_on = enabled and dp > 1
+    if recipe.has_flag("--enable-dp-lm-head") and not dp_on:
+        yield error("--enable-dp-lm-head needs DP attention (--enable-dp-attention with "
+                    "--dp-size > 1): sglang refuses it otherwise; remove it")
+    if dp_on and not recipe.has_flag("--enable-dp-lm-head"):
+        yield error("DSPARK with DP attention needs --enable-dp-lm-head (sglang refuses to "
+                    "launch without it): add the switch")
+    ep = recipe.flag_value("--ep-size")
+    if recipe.has_flag("--ep-size") and (
+            not isinstance(ep, int) or ep < 1 or (isinstance(tp, int) and tp % ep)):
+        yield error(f"--ep-size {ep!r} must be a positive divisor of --tp-size {tp} (the "
+                    "experts are split across the tensor-parallel group)")
+    if recipe.has_flag("--enable-prefill-delayer") and not dp_on:
+        yield Finding("dp-attention", "warning",
+                      "--enable-prefill-delayer only holds prefills back across DP attention "
+                      "ranks; without DP attention it does nothing: remove it")
+
+
+@lint("ragged-verify")
+def _ragged_verify(recipe: Recipe) -> Iterator[Finding]:
+    d = recipe.dspark
+    has_table = d.sps_table is not None or d.sps_table_path is not None
+    if d.sps_table is not None and d.sps_table_path is not None:
+        yield Finding(
+            "ragged-verify", "error",
+            "dspark.sps_table: tuned and dspark.sps_table_path both name a table: keep one "
+            "(tuned: the table `sm12x tune` made on this rig; sps_table_path: a file of yours)")
+    if d.ragged_verify != "static" and not has_table:
+        yield Finding(
+            "ragged-verify", "error",
+            f"dspark.ragged_verify {d.ragged_verify} without an SPS table: sglang's verify "
+            "budget then degenerates to verify-all (zero throughput gain, sglang's own help "
+            "says); set dspark.sps_table: tuned (and run `sm12x tune` once on the rig) or "
+            "dspark.sps_table_path, or use ragged_verify: static")
+    tp = recipe.flag_value("--tp-size")
+    dp = attention_dp(recipe)
+    if d.ragged_verify == "compact" and dp > 1 and isinstance(tp, int) and dp < tp:
+        # dspark_planner.py: the DP ranks agree a verify graph tier only when attention
+        # TP is 1; otherwise the tier is "pinned" and no rank's verify shrinks.
+        yield Finding(
+            "ragged-verify", "warning",
+            f"compact ragged verify with DP attention --dp-size {dp} below --tp-size {tp}: "
+            "sglang agrees the verify graph tier across DP ranks only when each rank's "
+            "attention TP is 1 (else it pins the tier, graph_tier=pinned in its log), so "
+            f"the verify budget buys little; set --dp-size {tp} if memory allows")
+    if d.ragged_verify == "static" and has_table:
+        yield Finding(
+            "ragged-verify", "warning",
+            "an SPS table with dspark.ragged_verify static: only the ragged-verify scheduler "
+            "reads it (sglang logs that it is a no-op); set ragged_verify: compact or drop "
+            "the table")
 
 
 @lint("flashmla-triton")
@@ -285,6 +445,60 @@ def _flag_spelling(recipe: Recipe) -> Iterator[Finding]:
                 "error",
                 f"flags.{name}: write {CANONICAL_FLAGS[name]} (the name the lints and "
                 "sglang's docs use)",
+            )
+
+
+@lint("derived-env")
+def _derived_env(recipe: Recipe) -> Iterator[Finding]:
+    for name in recipe.env:
+        if name in DERIVED_ENV:
+            yield Finding(
+                "derived-env",
+                "error",
+                f"env.{name} is rendered from {DERIVED_ENV[name]}: set it there and remove "
+                "it from env, so it is written once",
+            )
+
+
+# What some sglang releases lack: (flag or variable, value or None for any) -> (the
+# first tracked sglang that has it, or None for none, and what it is).
+# tests/unit/test_sglang_accepts_recipes.py proves each entry against every wheel.
+FEATURE_SINCE: dict[tuple[str, str | None], tuple[str | None, str]] = {
+    ("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", None): ("0.5.23", "FlashInfer's PCIe-IPC all-reduce"),
+    ("SGLANG_PCIE_IPC_MAX_NUMEL", None): ("0.5.23", "the PCIe-IPC all-reduce's workspace bound"),
+    ("--load-balance-method", "prefix_affinity"): (
+        None, "prefix-affinity DP routing (a patch of a public deployment, in no release)"),
+}
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".")[:3] if part.isdigit())
+
+
+def _uses(recipe: Recipe, name: str, value: str | None) -> bool:
+    if name.startswith("--"):
+        return recipe.has_flag(name) and (value is None or recipe.flag_value(name) == value)
+    var = recipe.env.get(name)
+    return var is not None and (value is None or var.value == value)
+
+
+@lint("track-feature")
+def _track_feature(recipe: Recipe) -> Iterator[Finding]:
+    for (name, value), (since, what) in FEATURE_SINCE.items():
+        if not _uses(recipe, name, value):
+            continue
+        shown = name if value is None else f"{name} {value}"
+        for track in recipe_tracks(recipe):
+            version = load_versions(track)["SGLANG_VERSION"]
+            if since is not None and _release(version) >= _release(since):
+                continue
+            where = f"sglang {since} on" if since else "no tracked sglang"
+            yield Finding(
+                "track-feature",
+                "error",
+                f"{shown} ({what}) is not in the {track} track's sglang {version} (it is in "
+                f"{where}): limit the recipe with `tracks:` to the tracks that have it, or "
+                "remove it",
             )
 
 

@@ -54,6 +54,17 @@ def depth(size, ack=None):
 
 V41 = "rtx-pro-6000-tp8-v41"
 
+def dspark(**fields):
+    return lambda data: data["dspark"].update(fields)
+
+
+def drop_env(name):
+    return lambda data: data["env"].pop(name)
+
+
+TP4_THROUGHPUT = "rtx-pro-6000-tp4-throughput"
+
+
 # (code, level, mutation, base recipe, words the message must contain)
 CASES = [
     (
@@ -309,6 +320,158 @@ CASES = [
         ["DeepSeek-V4.1-Flash does not fit 4x rtx-pro-6000", "118.8 GiB of weights per GPU",
          "76.8 GiB usable", "pick a rig with more memory"],
     ),
+    (
+        "cuda-graph-bs",
+        "error",
+        set_flag("--cuda-graph-max-bs-decode", 65),
+        TP4_THROUGHPUT,
+        ["65 exceeds --max-running-requests (256) / DP attention's 4 ranks, per rank (64)",
+         "at most 64"],
+    ),
+    (
+        "indexer-min-query-tokens",
+        "error",
+        set_env("SGLANG_OPT_DSV4_NONPAGED_INDEXER_MIN_QUERY_TOKENS", "4096"),
+        TP4_THROUGHPUT,
+        ["is '4096'", "--chunked-prefill-size 4096 / 4 DP ranks = 1024", 'set it to "1024"'],
+    ),
+    (
+        "indexer-min-query-tokens",
+        "error",
+        set_env("SGLANG_OPT_DSV4_NONPAGED_INDEXER_MIN_QUERY_TOKENS", "1024"),
+        "rtx-pro-6000-tp4",
+        ["--chunked-prefill-size 4096 (no DP attention) = 4096", 'set it to "4096"'],
+    ),
+    (
+        "indexer-min-query-tokens",
+        "error",
+        drop_flag("--chunked-prefill-size"),
+        TP4_THROUGHPUT,
+        ["--chunked-prefill-size is not a positive integer", "write --chunked-prefill-size"],
+    ),
+    (
+        "dp-attention",
+        "error",
+        drop_flag("--dp-size"),
+        TP4_THROUGHPUT,
+        ["--dp-size 1 (or none)", "silently turns DP attention off"],
+    ),
+    (
+        "dp-attention",
+        "error",
+        drop_flag("--enable-dp-attention"),
+        TP4_THROUGHPUT,
+        ["--dp-size 4 without --enable-dp-attention", "4 x 4 GPUs", "add --enable-dp-attention"],
+    ),
+    (
+        "dp-attention",
+        "error",
+        set_flag("--dp-size", 3),
+        TP4_THROUGHPUT,
+        ["--dp-size 3 does not divide --tp-size 4", "tp_size % dp_size"],
+    ),
+    (
+        "dp-attention",
+        "error",
+        drop_flag("--enable-dp-lm-head"),
+        TP4_THROUGHPUT,
+        ["DSPARK with DP attention needs --enable-dp-lm-head"],
+    ),
+    (
+        "dp-attention",
+        "error",
+        set_flag("--enable-dp-lm-head"),
+        "rtx-pro-6000-tp4",
+        ["--enable-dp-lm-head needs DP attention", "remove it"],
+    ),
+    (
+        "dp-attention",
+        "error",
+        set_flag("--ep-size", 3),
+        TP4_THROUGHPUT,
+        ["--ep-size 3 must be a positive divisor of --tp-size 4"],
+    ),
+    (
+        "dp-attention",
+        "error",
+        set_flag("--dp-size", "four"),
+        TP4_THROUGHPUT,
+        ["--dp-size is 'four'", "positive integer"],
+    ),
+    (
+        "dp-attention",
+        "warning",
+        set_flag("--enable-prefill-delayer"),
+        "rtx-pro-6000-tp4",
+        ["--enable-prefill-delayer", "without DP attention it does nothing", "remove it"],
+    ),
+    (
+        "ragged-verify",
+        "error",
+        dspark(ragged_verify="compact"),
+        "rtx-pro-6000-tp4",
+        ["ragged_verify compact without an SPS table", "verify-all", "sps_table: tuned",
+         "sm12x tune"],
+    ),
+    (
+        "ragged-verify",
+        "error",
+        both(dspark(sps_table=None), dspark(ragged_verify="cap-accept")),
+        TP4_THROUGHPUT,
+        ["ragged_verify cap-accept without an SPS table"],
+    ),
+    (
+        "ragged-verify",
+        "error",
+        dspark(sps_table_path="/tables/mine.json"),
+        TP4_THROUGHPUT,
+        ["both name a table", "keep one"],
+    ),
+    (
+        "ragged-verify",
+        "warning",
+        dspark(sps_table="tuned"),
+        "rtx-pro-6000-tp4",
+        ["static", "no-op", "ragged_verify: compact"],
+    ),
+    (
+        "ragged-verify",
+        "warning",
+        both(set_flag("--dp-size", 2), set_env(
+            "SGLANG_OPT_DSV4_NONPAGED_INDEXER_MIN_QUERY_TOKENS", "2048")),
+        TP4_THROUGHPUT,
+        ["--dp-size 2 below --tp-size 4", "graph_tier=pinned", "set --dp-size 4"],
+    ),
+    (
+        "derived-env",
+        "error",
+        set_env("SGLANG_RAGGED_VERIFY_MODE", "compact"),
+        TP4_THROUGHPUT,
+        ["env.SGLANG_RAGGED_VERIFY_MODE is rendered from dspark.ragged_verify", "remove it"],
+    ),
+    (
+        "track-feature",
+        "error",
+        set_env("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "1"),
+        "rtx-pro-6000-tp2",
+        ["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "not in the pinned track's sglang 0.5.17",
+         "sglang 0.5.23", "tracks:"],
+    ),
+    (
+        "track-feature",
+        "error",
+        set_flag("--load-balance-method", "prefix_affinity"),
+        TP4_THROUGHPUT,
+        ["--load-balance-method prefix_affinity", "no tracked sglang", "remove it"],
+    ),
+    (
+        "dspark-verify-rows",
+        "error",
+        depth(10),
+        TP4_THROUGHPUT,
+        ["block_size 10 verifies 11 rows", "the current track's sglang 0.5.23",
+         "at most 10 verify rows"],
+    ),
 ]
 
 
@@ -555,3 +718,53 @@ def test_a_recipe_without_a_line_serves_v4_flash_0731():
 def test_the_v41_block_size_the_field_ran_passes_clean():
     recipe = build(lambda d: None, V41)
     assert [f for f in lint_recipe(recipe)] == []
+
+# --- the throughput invariants beyond the table above
+
+
+def test_every_throughput_recipe_passes_every_lint():
+    from sm12x.recipe import load_all
+
+    throughput = [r for r in load_all() if r.configuration_kind == "throughput"]
+    # every V4-Flash-0731 rig has one; the V4.1-Flash rig has no field data for one
+    assert {r.rig for r in throughput} == {r.name for r in load_all()
+                                          if r.configuration_kind == "baseline"
+                                          and r.model.line == "v4-flash-0731"}
+    for recipe in throughput:
+        assert lint_recipe(recipe) == [], recipe.name
+
+
+@pytest.mark.parametrize("size", [3, 4, 6, 7])
+def test_ragged_verify_at_the_clean_depths_passes_on_both_tracks(size):
+    recipe = build(both(depth(size), dspark(ragged_verify="compact", sps_table="tuned")))
+    assert [f for f in lint_recipe(recipe) if f.level == "error"] == []
+
+
+def test_ragged_verify_needs_a_plan_checked_for_mixed_widths(image_sglang):
+    # 0.5.18's series has no verify-row fix and no [[release]] entry: even depth 3
+    # (4 rows, within the unpatched cap) is refused once widths mix.
+    image_sglang("0.5.18")
+    assert verify_row_findings(build(depth(3))) == []
+    (finding,) = verify_row_findings(
+        build(both(depth(3), dspark(ragged_verify="compact", sps_table="tuned"))))
+    for words in ("mixes per-request verify widths of 1 to 4 rows", "sglang 0.5.18",
+                  "use ragged_verify: static", "patches/sglang/0.5.18/",
+                  "0020-dsv4-compress-plan-verify-rows.patch exists for sglang 0.5.16, 0.5.17"):
+        assert words in finding.message, (words, finding.message)
+
+
+def test_ragged_verify_at_depth_7_on_the_patched_series(image_sglang):
+    image_sglang("0.5.17")
+    recipe = build(both(depth(7), dspark(ragged_verify="compact", sps_table="tuned")))
+    assert verify_row_findings(recipe) == []
+
+
+def test_the_feature_lint_judges_only_the_recipe_s_tracks():
+    recipe = build(both(set_env("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "1"),
+                        lambda d: d.__setitem__("tracks", ["current"])), "rtx-pro-6000-tp2")
+    assert [f for f in lint_recipe(recipe) if f.code == "track-feature"] == []
+
+
+def test_the_graph_limit_without_dp_attention_is_the_whole_request_limit():
+    recipe = build(set_flag("--cuda-graph-max-bs-decode", 48), "rtx-pro-6000-tp2")
+    assert [f for f in lint_recipe(recipe) if f.code == "cuda-graph-bs"] == []

@@ -1,0 +1,41 @@
+# Golden: recipes/rtx-pro-6000-tp4-throughput.yaml rendered as in its compose service.
+# Regenerate with scripts/regen; review the diff.
+SGLANG_DEFAULT_THINKING=1 \
+SGLANG_JIT_DEEPGEMM_PRECOMPILE=0 \
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
+SGLANG_OPT_DSV4_NONPAGED_INDEXER_MIN_QUERY_TOKENS=1024 \
+XDG_CACHE_HOME=/cache \
+FLASHINFER_WORKSPACE_BASE=/cache \
+TRITON_CACHE_DIR=/cache/triton \
+TORCHINDUCTOR_CACHE_DIR=/cache/torchinductor \
+SGLANG_DG_CACHE_DIR=/cache/deep_gemm \
+CUDA_CACHE_PATH=/cache/nv \
+python3 -m sm12x.keyed sglang.launch_server \
+  --model-path /model \
+  --served-model-name deepseek-ai/DeepSeek-V4-Flash-0731 \
+  --tp-size 4 \
+  --dp-size 4 \
+  --enable-dp-attention \
+  --enable-dp-lm-head \
+  --ep-size 4 \
+  --kv-cache-dtype fp8_e4m3 \
+  --moe-runner-backend flashinfer_mxfp4 \
+  --disable-custom-all-reduce \
+  --mem-fraction-static 0.85 \
+  --swa-full-tokens-ratio 0.1 \
+  --max-running-requests 256 \
+  --cuda-graph-max-bs-decode 64 \
+  --chunked-prefill-size 4096 \
+  --enable-prefill-delayer \
+  --prefill-delayer-max-delay-passes 8 \
+  --prefill-delayer-token-usage-low-watermark 0.5 \
+  --disable-flashinfer-autotune \
+  --trust-remote-code \
+  --reasoning-parser deepseek-v4 \
+  --tool-call-parser deepseekv4 \
+  --enable-metrics \
+  --enable-cache-report \
+  --speculative-algorithm DSPARK \
+  --speculative-dspark-block-size 7 \
+  --host 0.0.0.0 \
+  --port 30000

@@ -1,0 +1,161 @@
+"""A recipe's launch through sglang's real argument validation, on a CPU.
+
+    from support.server_args_check import validate, V4_FLASH_0731
+    verdict = validate(recipe, node_rank=0, track="current", model_dir=V4_FLASH_0731)
+    verdict.ok, verdict.error, verdict.resolved["dp_size"], verdict.warnings
+
+`validate` renders one node of a recipe with sm12x's own `build_launch` (the
+argv and environment its compose service execs, `--model-path` pointing at
+`model_dir`, a folder holding the checkpoint's config.json), then, in a
+subprocess running that track's sglang (the wheel from versions.env, patched by
+scripts/apply-patches as the image is; torch CPU), runs what `sglang.launch_server`
+runs before it starts any process: the real parser, the whole
+`ServerArgs.__post_init__` (defaults, DeepSeek-V4 adjustments, parallelism,
+DP attention, MoE, speculative-decoding and memory checks, reading config.json)
+and `check_server_args()`. server_args_probe.py is that subprocess.
+
+Only the device is stubbed, because there is none here: torch.cuda answers as
+the recipe's GPU would (`GPUS`: name, compute capability, memory, SM count, as
+the RTX PRO 6000 Workstation (96 GB, 12.0), GeForce RTX 5090 (32 GB, 12.0) and
+GB10 (unified 128 GB, 12.1) report them), torch.version.cuda is 13.0 (the image's
+CUDA), and a stand-in `nvidia-smi` on PATH answers sglang's memory query with
+the same figure. sglang's code is not touched.
+
+Model configs: tests/fixtures/models/<name>/config.json, written from the
+checkpoint's published facts (README.md there says which). Another model (V4.1)
+is another folder; pass it as `model_dir`.
+
+`Verdict.ok` is False when sglang would refuse to launch; `error` is its message
+(`raise_for_refusal()` turns that into an AssertionError for a test). `resolved`
+holds ServerArgs fields after resolution (server_args_probe.RESOLVED), e.g.
+chunked_prefill_size after DP attention divided it, max_running_requests after
+DSPARK's default, speculative_num_draft_tokens; `warnings` every warning sglang
+logged while resolving.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from sm12x.launch.render import build_launch  # noqa: E402
+from sm12x.recipe import Recipe  # noqa: E402
+from sm12x.versions import load_versions  # noqa: E402
+from tests.support import golden, sglang_serving, wheels  # noqa: E402
+
+PROBE = Path(__file__).with_name("server_args_probe.py")
+MODELS = ROOT / "tests" / "fixtures" / "models"
+V4_FLASH_0731 = MODELS / "DeepSeek-V4-Flash-0731"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """What torch.cuda and nvidia-smi report for one GPU."""
+
+    name: str
+    capability: tuple[int, int]
+    memory_mib: int
+    sm_count: int
+    integrated: bool = False
+
+
+# nvidia-smi's names and memory.total (tests/fixtures/nvidia-smi/); GB10 reports no
+# memory.total, and its CUDA device is the whole 128 GB of unified memory.
+GPUS = {
+    "rtx-pro-6000": Gpu("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", (12, 0), 97887, 188),
+    "rtx-5090": Gpu("NVIDIA GeForce RTX 5090", (12, 0), 32607, 170),
+    "gb10": Gpu("NVIDIA GB10", (12, 1), 128 * 1024, 48, integrated=True),
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    recipe: str
+    node_rank: int
+    track: str
+    sglang: str
+    argv: list[str]
+    env: dict[str, str]
+    ok: bool
+    error: str | None = None
+    resolved: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    log: str = ""  # the subprocess's stderr (sglang's log), for a failing test
+
+    def raise_for_refusal(self) -> None:
+        if not self.ok:
+            raise AssertionError(
+                f"sglang {self.sglang} ({self.track} track) refuses {self.recipe} node "
+                f"{self.node_rank}: {self.error}\n--- its log ---\n{self.log[-3000:]}")
+
+
+# Variables of the developer's shell that would change what sglang resolves.
+_DROPPED_ENV = ("SGLANG_", "SM12X_", "CUDA_VISIBLE_DEVICES", "NCCL_", "HF_", "TORCH_CUDA")
+
+
+def _fake_nvidia_smi(folder: Path, gpu: Gpu, count: int) -> None:
+    script = folder / "nvidia-smi"
+    lines = "\\n".join([str(gpu.memory_mib)] * count)
+    script.write_text(
+        "#!/bin/sh\n"
+        "# Stand-in for the GPU's nvidia-smi: answers sglang's memory query only.\n"
+        'case "$*" in\n'
+        f'  *--query-gpu=memory.total*) printf "{lines}\\n" ;;\n'
+        '  *) echo "stand-in nvidia-smi: unexpected query: $*" >&2; exit 9 ;;\n'
+        "esac\n")
+    script.chmod(0o755)
+
+
+def validate(recipe: Recipe, node_rank: int, track: str, model_dir: Path = V4_FLASH_0731, *,
+             gpu: Gpu | None = None, env: dict[str, str] | None = None,
+             timeout: int = 600) -> Verdict:
+    """Run sglang's launch-time validation of one node of `recipe` on `track`'s sglang.
+
+    `env` adds or replaces variables after the recipe's (a negative test's mistake).
+    """
+    version = load_versions(track)["SGLANG_VERSION"]
+    gpu = gpu or GPUS[recipe.hardware.gpu]
+    site = sglang_serving.tree(version, patched=True)
+    with tempfile.TemporaryDirectory(prefix="sm12x-server-args-") as tmp:
+        work = Path(tmp)
+        context = replace(golden.context(recipe, node_rank), model_path=str(model_dir),
+                          cache_dir=str(work / "cache"))
+        plan = build_launch(recipe, context)
+        argv = plan.argv(context.host_env)
+        recipe_env = {**plan.env_dict(context.host_env), **(env or {})}
+        _fake_nvidia_smi(work, gpu, recipe.hardware.gpus_per_node)
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED_ENV)}
+        full_env.update(recipe_env)
+        full_env.update({
+            "PATH": f"{work}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONPATH": os.pathsep.join([*wheels.pythonpath(version), str(site), str(ROOT)]),
+            "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "HOME": str(work),
+        })
+        request = {"argv": argv, "gpus": recipe.hardware.gpus_per_node,
+                   "gpu": {"name": gpu.name, "capability": list(gpu.capability),
+                           "memory_mib": gpu.memory_mib, "sm_count": gpu.sm_count,
+                           "integrated": gpu.integrated}}
+        proc = subprocess.run([sys.executable, str(PROBE)], input=json.dumps(request),
+                              capture_output=True, text=True, timeout=timeout, env=full_env,
+                              cwd=work)
+    verdict = dict(recipe=recipe.name, node_rank=node_rank, track=track, sglang=version,
+                   argv=argv, env=recipe_env, log=proc.stderr)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        return Verdict(**verdict, ok=False,
+                       error=f"the probe exited {proc.returncode}: {proc.stderr[-2000:]}")
+    out = json.loads(lines[-1])
+    error = None if out["ok"] else f"{out['type']}: {out['error']}"
+    if not out["ok"] and out.get("traceback"):
+        verdict["log"] = proc.stderr + "\n" + out["traceback"]
+    return Verdict(**verdict, ok=out["ok"], error=error, resolved=out.get("resolved", {}),
+                   warnings=out["warnings"])

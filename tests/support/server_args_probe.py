@@ -1,0 +1,108 @@
+"""Run by server_args_check.py in a subprocess, one sglang tree per process.
+
+Reads one JSON request on stdin: {"argv": [...], "gpu": {...}, "gpus": N}. The
+environment (the recipe's variables) is already set by the caller. It stubs the
+GPU (the only thing this machine lacks), then runs what `python -m
+sglang.launch_server` runs before it starts any process: `prepare_server_args`
+(sglang's parser, then ServerArgs.__post_init__: every default, model-specific
+adjustment and validation, reading the model's config.json) and
+`ServerArgs.check_server_args()` (Engine._launch_subprocesses' check). Prints
+one JSON line: {"ok": true, "resolved": {...}, "warnings": [...]} or
+{"ok": false, "error": "...", "type": "...", "warnings": [...]}.
+
+What is stubbed, and only that (the device):
+- torch.cuda.is_available / device_count / current_device / get_device_name /
+  get_device_capability / get_device_properties / mem_get_info answer as the
+  GPU named in the request would (torch here is a CPU build);
+- torch.version.cuda is the image's CUDA (13.0), since sglang's is_cuda() asks it;
+- `nvidia-smi` (sglang reads each GPU's memory from it) is a script first on
+  PATH that the caller writes, answering that query only.
+Nothing of sglang is replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import traceback
+import types
+
+# What the caller reads back from the resolved ServerArgs.
+RESOLVED = (
+    "tp_size", "dp_size", "ep_size", "moe_dp_size", "enable_dp_attention", "enable_dp_lm_head",
+    "chunked_prefill_size", "max_running_requests", "cuda_graph_max_bs_decode", "context_length",
+    "mem_fraction_static", "page_size", "kv_cache_dtype", "moe_runner_backend",
+    "attention_backend", "speculative_algorithm", "speculative_num_draft_tokens",
+    "speculative_dspark_block_size", "speculative_draft_model_path",
+    "speculative_dspark_sps_table_path", "load_balance_method", "enable_prefill_delayer",
+    "enable_deepseek_v4_fp4_indexer", "disable_custom_all_reduce", "nnodes", "node_rank",
+    "device", "swa_full_tokens_ratio",
+)
+
+
+def stub_device(gpu: dict, count: int) -> None:
+    import torch
+
+    props = types.SimpleNamespace(
+        name=gpu["name"], major=gpu["capability"][0], minor=gpu["capability"][1],
+        total_memory=gpu["memory_mib"] << 20, multi_processor_count=gpu["sm_count"],
+        is_integrated=gpu.get("integrated", False), uuid="GPU-sm12x-stub",
+        L2_cache_size=gpu.get("l2_bytes", 128 << 20), warp_size=32,
+    )
+    cuda = torch.cuda
+    cuda.is_available = lambda: True
+    cuda.device_count = lambda: count
+    cuda.current_device = lambda: 0
+    cuda.get_device_name = lambda device=None: gpu["name"]
+    cuda.get_device_capability = lambda device=None: tuple(gpu["capability"])
+    cuda.get_device_properties = lambda device=None: props
+    cuda.mem_get_info = lambda device=None: (props.total_memory, props.total_memory)
+    torch.version.cuda = gpu.get("cuda", "13.0")
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def _plain(value):
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def main() -> int:
+    request = json.loads(sys.stdin.read())
+    stub_device(request["gpu"], request["gpus"])
+    from sm12x.selftest.env import stub_torchvision
+
+    stub_torchvision()
+    # sglang's own loggers: prepare_server_args re-configures the root logger
+    # (basicConfig(force=True)), which would drop a handler put there.
+    collect = _Collect()
+    logging.getLogger("sglang").addHandler(collect)
+    out: dict = {}
+    try:
+        from sglang.srt.server_args import prepare_server_args
+
+        args = prepare_server_args(request["argv"])
+        args.check_server_args()
+        out = {"ok": True, "resolved": {k: _plain(getattr(args, k, None)) for k in RESOLVED}}
+    except SystemExit as err:  # argparse: an unknown flag or a value outside its choices
+        out = {"ok": False, "type": "SystemExit", "error": f"sglang's parser exited with "
+               f"{err.code} (its message is on stderr)", "traceback": ""}
+    except Exception as err:  # what launch_server would die of (asserts included)
+        out = {"ok": False, "type": type(err).__name__, "error": str(err) or repr(err),
+               "traceback": traceback.format_exc()[-4000:]}
+    out["warnings"] = collect.messages
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
