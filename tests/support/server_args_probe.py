@@ -91,6 +91,11 @@ def main() -> int:
         from sglang.srt.server_args import prepare_server_args
 
         args = prepare_server_args(request["argv"])
+        # sglang >= 0.5.23 leaves a parsed ServerArgs unresolved: Engine._launch_subprocesses
+        # calls resolve_once() (the whole resolution pipeline, reading config.json) and
+        # then check_server_args(); older releases resolve in __post_init__.
+        if hasattr(args, "resolve_once"):
+            args.resolve_once()
         args.check_server_args()
         out = {"ok": True, "resolved": {k: _plain(getattr(args, k, None)) for k in RESOLVED}}
     except SystemExit as err:  # argparse: an unknown flag or a value outside its choices

@@ -297,11 +297,15 @@ class RecipeText:
                  if m["role"] != "system" or m.get("content")]
         if turns[-1]["role"] != "assistant":
             return self._render(turns, thinking, tools)
-        prompt = self._render(turns[:-1], thinking, tools)
         last = {k: v for k, v in turns[-1].items() if v is not None}
         if not thinking:
             last.pop("reasoning_content", None)
         calls = last.get("tool_calls") or []
+        # recipe refuses tools with a prefix turn; they only change the system
+        # prompt, not the text of a turn without calls
+        asked = self._render(turns[:-1], thinking, tools)
+        tools = tools if calls else None
+        prompt = self._render(turns[:-1], thinking, tools)
         if calls:
             for number, call in enumerate(calls):
                 call.setdefault("id", f"call_{number}")
@@ -316,7 +320,7 @@ class RecipeText:
                                 tools) + self.eos_token
         if not full.startswith(prompt):
             raise AssertionError("recipe's assistant turn does not extend its prompt")
-        return full
+        return asked + full[len(prompt):]
 
 
 # ---------------------------------------------------------------------------
@@ -522,7 +526,15 @@ class Runner:
                                                lambda request: self.plan, line=line)
 
     def tokens(self, case: Case) -> list[int]:
-        return self.tokenizer.encode(render(self.encoder, case), add_special_tokens=False)
+        text = render(self.encoder, case)
+        if self.line != LINES[0] and case.calls and f"<{DSML} calls>" not in text:
+            raise AssertionError(f"{case.name}: not V4.1's tool-call block: {text[-200:]!r}")
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    @property
+    def encoding_spec(self) -> str | None:
+        """The prompt encoding sglang chose for the served model (0.5.23: dsv4 or dsv41)."""
+        return getattr(self.chat, "chat_encoding_spec", None)
 
     def request(self, case: Case, stream: bool):
         return self.serving.protocol.ChatCompletionRequest(
@@ -580,7 +592,8 @@ def run(site: Path, modes: list[str], samples: int, seed: int = 0,
                                        else {})})
 
     asyncio.run(go())
-    return {"sglang": runner.serving.version, "line": line, "site": str(site), "seed": seed,
+    return {"sglang": runner.serving.version, "line": line, "encoding": runner.encoding_spec,
+            "site": str(site), "seed": seed,
             "samples": samples, "split_stride": split_stride, "modes": modes, "seconds": round(time.monotonic() - started, 1),
             "oracle": oracle, "streams": records}
 
