@@ -57,7 +57,7 @@ CHECKS = [
           tools.not_needed),
     Check("image", "image input: counts shapes in pictures verify draws (the vision tower)",
           vision.image, enabled=lambda o: o.vision,
-          off="the recipe's model serves no vision tower (model.vision; --vision asks for it)"),
+          off="not asked for (the recipe's model serves no vision tower: model.vision; --vision)"),
     Check("soak", "concurrent streamed soak: nothing lost, no degenerate output", soak,
           needs=("health", "models", "one-token")),
     Check("spec", "speculative decoding ran: acceptance length above the floor", spec.spec,

@@ -146,9 +146,16 @@ def render_dsml(calls: list[Call], *, broken_json: bool = False,
     block, sep = MARKUP[line]
     tag = f"{DSML}{sep}"
     out = [f"<{tag}{block}>"]
+    # V4.1's encoder writes only the parameter form (objects and arrays as
+    # string="false" JSON values); its parser reads no JSON body.
+    v41 = line != "v4-flash-0731"
     for call in calls:
         out.append(f'\n<{tag}invoke name="{call.name}">')
-        if call.json_body or broken_json:
+        if v41 and broken_json:
+            for key, value in call.arguments.items():  # every value's JSON cut short
+                out.append(f'\n<{tag}parameter name="{key}" string="false">'
+                           f"{json.dumps(value, ensure_ascii=False)[:-1]}</{tag}parameter>")
+        elif (call.json_body and not v41) or broken_json:
             body = json.dumps(call.arguments, ensure_ascii=False)
             if broken_json:
                 body = body[:-1] + ","  # the closing brace lost: not JSON
