@@ -249,8 +249,12 @@ def dp_size(recipe: Recipe) -> int:
 
 
 def attention_dp(recipe: Recipe) -> int:
-    """The DP attention ranks: --dp-size with --enable-dp-attention, else 1 (sglang
-    turns DP attention off when --dp-size is 1)."""
+    """The DP attention ranks: --attn-dp-size (sglang >= 0.5.23's spelling), else
+    --dp-size with --enable-dp-attention (the older one), else 1 (sglang turns DP
+    attention off at width 1)."""
+    value = recipe.flag_value("--attn-dp-size")
+    if recipe.has_flag("--attn-dp-size"):
+        return value if isinstance(value, int) and value >= 1 else 1
     return dp_size(recipe) if recipe.has_flag("--enable-dp-attention") else 1
 
 
@@ -319,19 +323,26 @@ def _indexer_min_query_tokens(recipe: Recipe) -> Iterator[Finding]:
 
 @lint("dp-attention")
 def _dp_attention(recipe: Recipe) -> Iterator[Finding]:
-    # What sglang's ServerArgs resolution requires of DP attention (server_args.py
-    # _handle_data_parallelism, arg_groups/overrides.py _data_parallelism_defaults and
-    # _dp_lm_head_validation, speculative_hook.py _handle_dspark; 0.5.17 and 0.5.23).
+    # What sglang's ServerArgs resolution requires of DP attention (0.5.17:
+    # server_args.py _handle_data_parallelism, arg_groups/overrides.py
+    # _data_parallelism_defaults and _dp_lm_head_validation; both: speculative_hook.py
+    # _handle_dspark). DP attention is `--dp-size N --enable-dp-attention` up to
+    # 0.5.18 and `--attn-dp-size N` from 0.5.23 (the old spelling deprecated there).
     def error(message: str) -> Finding:
         return Finding("dp-attention", "error", message)
 
-    raw = recipe.flag_value("--dp-size")
-    if recipe.has_flag("--dp-size") and (not isinstance(raw, int) or raw < 1):
-        yield error(f"--dp-size is {raw!r}: write a positive integer that divides --tp-size")
-        return
+    for name in ("--dp-size", "--attn-dp-size"):
+        raw = recipe.flag_value(name)
+        if recipe.has_flag(name) and (not isinstance(raw, int) or raw < 1):
+            yield error(f"{name} is {raw!r}: write a positive integer that divides --tp-size")
+            return
     dp = dp_size(recipe)
     tp = recipe.flag_value("--tp-size")
     enabled = recipe.has_flag("--enable-dp-attention")
+    new_spelling = recipe.has_flag("--attn-dp-size")
+    if new_spelling and enabled:
+        yield error("--attn-dp-size and --enable-dp-attention are two spellings of DP "
+                    "attention: keep --attn-dp-size (sglang >= 0.5.23) and remove the other")
     if enabled and dp == 1:
         yield error(
             "--enable-dp-attention with --dp-size 1 (or none): sglang silently turns DP "
@@ -340,17 +351,17 @@ def _dp_attention(recipe: Recipe) -> Iterator[Finding]:
     if dp > 1 and not enabled:
         yield error(
             f"--dp-size {dp} without --enable-dp-attention starts {dp} whole replicas of "
-            f"--tp-size {tp} each ({dp} x {tp} GPUs; across nodes sglang refuses it): add "
-            "--enable-dp-attention to split attention inside the one TP group, or remove "
-            "--dp-size")
-    if isinstance(tp, int) and dp > 1 and tp % dp:
-        yield error(f"--dp-size {dp} does not divide --tp-size {tp} (sglang asserts "
-                    "tp_size % dp_size == 0): use a divisor of the tensor-parallel size")
-    dp_on = enabled and dp > 1
-    if recipe.has_flag("--enable-dp-lm-head") and not dp_on:
-        yield error("--enable-dp-lm-head needs DP attention (--enable-dp-attention with "
-                    "--dp-size > 1): sglang refuses it otherwise; remove it")
-    if dp_on and not recipe.has_flag("--enable-dp-lm-head"):
+            f"--tp-size {tp} each ({dp} x {tp} GPUs; across nodes sglang refuses it): for "
+            "DP attention inside the one TP group write --attn-dp-size (sglang >= 0.5.23) "
+            "or add --enable-dp-attention, or remove --dp-size")
+    width = attention_dp(recipe)
+    if isinstance(tp, int) and width > 1 and tp % width:
+        yield error(f"DP attention width {width} does not divide --tp-size {tp} (sglang "
+                    "asserts tp_size % dp_size == 0): use a divisor of the tensor-parallel size")
+    if recipe.has_flag("--enable-dp-lm-head") and width == 1:
+        yield error("--enable-dp-lm-head needs DP attention (a width above 1): sglang "
+                    "refuses it otherwise; remove it")
+    if width > 1 and not recipe.has_flag("--enable-dp-lm-head"):
         yield error("DSPARK with DP attention needs --enable-dp-lm-head (sglang refuses to "
                     "launch without it): add the switch")
     ep = recipe.flag_value("--ep-size")
@@ -358,7 +369,7 @@ def _dp_attention(recipe: Recipe) -> Iterator[Finding]:
             not isinstance(ep, int) or ep < 1 or (isinstance(tp, int) and tp % ep)):
         yield error(f"--ep-size {ep!r} must be a positive divisor of --tp-size {tp} (the "
                     "experts are split across the tensor-parallel group)")
-    if recipe.has_flag("--enable-prefill-delayer") and not dp_on:
+    if recipe.has_flag("--enable-prefill-delayer") and width == 1:
         yield Finding("dp-attention", "warning",
                       "--enable-prefill-delayer only holds prefills back across DP attention "
                       "ranks; without DP attention it does nothing: remove it")
@@ -387,10 +398,10 @@ def _ragged_verify(recipe: Recipe) -> Iterator[Finding]:
         # TP is 1; otherwise the tier is "pinned" and no rank's verify shrinks.
         yield Finding(
             "ragged-verify", "warning",
-            f"compact ragged verify with DP attention --dp-size {dp} below --tp-size {tp}: "
+            f"compact ragged verify with DP attention width {dp} below --tp-size {tp}: "
             "sglang agrees the verify graph tier across DP ranks only when each rank's "
             "attention TP is 1 (else it pins the tier, graph_tier=pinned in its log), so "
-            f"the verify budget buys little; set --dp-size {tp} if memory allows")
+            f"the verify budget buys little; set the width to {tp} if memory allows")
     if d.ragged_verify == "static" and has_table:
         yield Finding(
             "ragged-verify", "warning",
@@ -466,8 +477,19 @@ def _derived_env(recipe: Recipe) -> Iterator[Finding]:
 FEATURE_SINCE: dict[tuple[str, str | None], tuple[str | None, str]] = {
     ("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", None): ("0.5.23", "FlashInfer's PCIe-IPC all-reduce"),
     ("SGLANG_PCIE_IPC_MAX_NUMEL", None): ("0.5.23", "the PCIe-IPC all-reduce's workspace bound"),
+    ("--attn-dp-size", None): ("0.5.23", "DP attention's own flag"),
     ("--load-balance-method", "prefix_affinity"): (
         None, "prefix-affinity DP routing (a patch of a public deployment, in no release)"),
+}
+
+
+# What a later sglang deprecates (it warns, and drops it later): (flag) -> (the first
+# tracked sglang that deprecates it, what to write instead). Proven against the wheels
+# by the same test.
+DEPRECATED_SINCE: dict[str, tuple[str, str]] = {
+    "--enable-dp-attention": (
+        "0.5.23", "write --attn-dp-size N instead of --dp-size N --enable-dp-attention "
+        "(sglang says it goes after 2026-12-31)"),
 }
 
 
@@ -500,6 +522,19 @@ def _track_feature(recipe: Recipe) -> Iterator[Finding]:
                 f"{where}): limit the recipe with `tracks:` to the tracks that have it, or "
                 "remove it",
             )
+    for name, (since, instead) in DEPRECATED_SINCE.items():
+        if not recipe.has_flag(name):
+            continue
+        for track in recipe_tracks(recipe):
+            version = load_versions(track)["SGLANG_VERSION"]
+            if _release(version) >= _release(since):
+                yield Finding(
+                    "track-feature",
+                    "error",
+                    f"{name} is deprecated in the {track} track's sglang {version}: "
+                    f"{instead}; limit the recipe with `tracks:` if it must keep the old "
+                    "spelling",
+                )
 
 
 @lint("retired-env")

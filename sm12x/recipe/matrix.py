@@ -65,24 +65,40 @@ def status_cell(recipe: Recipe) -> str:
     return "untested (flags from public reports; not yet run by sm12x)"
 
 
+def configuration_cell(recipe: Recipe) -> str:
+    """Which configuration of its rig the recipe is, and what it runs."""
+    if recipe.configuration_kind == "baseline":
+        return f"baseline: {recipe.summary}"
+    needs = " (needs a tuned SPS table)" if recipe.dspark.sps_table == "tuned" else ""
+    return f"{recipe.configuration_kind}{needs}: {recipe.summary}"
+
+
+def _line(recipe: Recipe) -> str:
+    return "" if recipe.model.line == DEFAULT_LINE else f" ({recipe.model.model_line.title})"
+
+
 def support_matrix(recipes: list[Recipe]) -> str:
     rows = [
-        "| rig | recipe | status | published output tok/s, random 1024 in / 512 out |",
-        "|---|---|---|---|",
+        "| rig | configuration | recipe | status | published output tok/s, random 1024 in / "
+        "512 out |",
+        "|---|---|---|---|---|",
     ]
     order = {"rtx-pro-6000": 0, "rtx-5090": 1, "gb10": 2}
+    kinds = {"baseline": 0}
     for recipe in sorted(recipes, key=lambda r: (order.get(r.hardware.gpu, 9),
-                                                 r.hardware.gpus_per_node, r.name)):
-        line = "" if recipe.model.line == DEFAULT_LINE else f" ({recipe.model.model_line.title})"
+                                                 r.hardware.gpus_per_node, r.rig,
+                                                 kinds.get(r.configuration_kind, 1), r.name)):
         rows.append(
-            f"| {recipe.summary} | `{recipe.name}`{line} | {status_cell(recipe)} | "
-            f"{figures_cell(recipe)} |"
+            f"| `{recipe.rig}` | {configuration_cell(recipe)} | `{recipe.name}`{_line(recipe)} | "
+            f"{status_cell(recipe)} | {figures_cell(recipe)} |"
         )
     note = (
         "\n\"context\": the source ran another configuration (DSPARK depth, parallelism or "
         "engine), so the figure is a neighbourhood, not a target; `sm12x bench` prints it "
         "beside yours as a ratio marked `~`. Each recipe's `references` say exactly what "
-        "the source ran."
+        "the source ran. A rig's plain compose profile runs its baseline until its "
+        "throughput configuration's SPS table is tuned ([docs/throughput.md]"
+        "(docs/throughput.md))."
     )
     return "\n".join(rows) + "\n" + note + "\n\n" + lines_table(recipes)
 

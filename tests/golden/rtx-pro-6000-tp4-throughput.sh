@@ -14,8 +14,7 @@ python3 -m sm12x.keyed sglang.launch_server \
   --model-path /model \
   --served-model-name deepseek-ai/DeepSeek-V4-Flash-0731 \
   --tp-size 4 \
-  --dp-size 4 \
-  --enable-dp-attention \
+  --attn-dp-size 4 \
   --enable-dp-lm-head \
   --ep-size 4 \
   --kv-cache-dtype fp8_e4m3 \

@@ -448,3 +448,22 @@ def test_compose_itself_refuses_a_bind_that_is_not_an_address(env_file, tmp_path
     custom = with_values(env_file, tmp_path, SM12X_BIND="-oProxyCommand=x")
     result = compose("--profile", "auto", "config", env_file=custom)
     assert result.returncode != 0 and "invalid IP address" in result.stderr
+
+
+# --- configurations: a rig's plain profile and its throughput profile ------------
+
+
+def test_each_rig_s_throughput_configuration_is_a_profile_beside_its_baseline(env_file):
+    """The plain profile names the rig (its baseline recipe, which SM12X_CONFIGURATION
+    may turn into the throughput one at launch); `<rig>-throughput` (per node on a
+    pair) names the throughput recipe itself."""
+    throughput = [r for r in RECIPES if r.configuration_kind == "throughput"]
+    assert throughput, "no throughput configuration"
+    for recipe in throughput:
+        base = next(r for r in RECIPES if r.name == recipe.rig)
+        for plain, named in zip(profiles_of(base), profiles_of(recipe), strict=True):
+            assert named == plain.replace(base.name, f"{base.name}-throughput", 1)
+            services = config(named, env_file=env_file)["services"]
+            assert services[named]["environment"]["SM12X_RECIPE"] == recipe.name
+            plain_env = config(plain, env_file=env_file)["services"][plain]["environment"]
+            assert plain_env["SM12X_RECIPE"] == base.name

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -55,6 +56,13 @@ from tests.support import golden, sglang_serving, wheels  # noqa: E402
 PROBE = Path(__file__).with_name("server_args_probe.py")
 MODELS = ROOT / "tests" / "fixtures" / "models"
 V4_FLASH_0731 = MODELS / "DeepSeek-V4-Flash-0731"
+V41_FLASH = MODELS / "DeepSeek-V4.1-Flash"
+LINE_MODELS = {"v4-flash-0731": V4_FLASH_0731, "v4.1-flash": V41_FLASH}
+
+
+def model_dir(recipe: Recipe) -> Path:
+    """The config.json fixture of the recipe's model line."""
+    return LINE_MODELS[recipe.model.line]
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,23 @@ def _fake_nvidia_smi(folder: Path, gpu: Gpu, count: int) -> None:
     script.chmod(0o755)
 
 
+def flashinfer_tree(version: str) -> Path:
+    """flashinfer-python `version` unpacked once (the track's pin: sglang imports it at
+    module level once CUDA is present), renamed into place so a half tree never shows."""
+    site = sglang_serving.cache_root() / f"flashinfer-{version}"
+    if (site / ".complete").exists():
+        return site
+    building = site.with_name(f".{site.name}.{os.getpid()}")
+    shutil.rmtree(building, ignore_errors=True)
+    wheels.unpack("flashinfer-python", version, building, members=("flashinfer/",))
+    (building / ".complete").write_text("unpacked\n")
+    try:
+        building.rename(site)
+    except OSError:  # another process got there first
+        shutil.rmtree(building, ignore_errors=True)
+    return site
+
+
 def validate(recipe: Recipe, node_rank: int, track: str, model_dir: Path = V4_FLASH_0731, *,
              gpu: Gpu | None = None, env: dict[str, str] | None = None,
              timeout: int = 600) -> Verdict:
@@ -122,22 +147,30 @@ def validate(recipe: Recipe, node_rank: int, track: str, model_dir: Path = V4_FL
 
     `env` adds or replaces variables after the recipe's (a negative test's mistake).
     """
-    version = load_versions(track)["SGLANG_VERSION"]
+    pins = load_versions(track)
+    version = pins["SGLANG_VERSION"]
     gpu = gpu or GPUS[recipe.hardware.gpu]
     site = sglang_serving.tree(version, patched=True)
+    flashinfer = flashinfer_tree(pins["FLASHINFER_VERSION"])
     with tempfile.TemporaryDirectory(prefix="sm12x-server-args-") as tmp:
         work = Path(tmp)
         context = replace(golden.context(recipe, node_rank), model_path=str(model_dir),
                           cache_dir=str(work / "cache"))
         plan = build_launch(recipe, context)
         argv = plan.argv(context.host_env)
-        recipe_env = {**plan.env_dict(context.host_env), **(env or {})}
+        recipe_env = plan.env_dict(context.host_env)
+        # Until the launcher renders dspark.ragged_verify (issue 19's launcher part),
+        # pass the mode the recipe asks for; a no-op once the plan carries it.
+        if recipe.dspark.ragged_verify != "static":
+            recipe_env.setdefault("SGLANG_RAGGED_VERIFY_MODE", recipe.dspark.ragged_verify)
+        recipe_env.update(env or {})
         _fake_nvidia_smi(work, gpu, recipe.hardware.gpus_per_node)
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED_ENV)}
         full_env.update(recipe_env)
         full_env.update({
             "PATH": f"{work}{os.pathsep}{os.environ.get('PATH', '')}",
-            "PYTHONPATH": os.pathsep.join([*wheels.pythonpath(version), str(site), str(ROOT)]),
+            "PYTHONPATH": os.pathsep.join(
+                [*wheels.pythonpath(version), str(site), str(flashinfer), str(ROOT)]),
             "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "HOME": str(work),
         })
         request = {"argv": argv, "gpus": recipe.hardware.gpus_per_node,

@@ -16,21 +16,30 @@ What is stubbed, and only that (the device):
   GPU named in the request would (torch here is a CPU build);
 - torch.version.cuda is the image's CUDA (13.0), since sglang's is_cuda() asks it;
 - `nvidia-smi` (sglang reads each GPU's memory from it) is a script first on
-  PATH that the caller writes, answering that query only.
+  PATH that the caller writes, answering that query only;
+- the compiled CUDA kernel libraries sglang imports at module level once CUDA is
+  present (CUDA_ONLY) are import placeholders whose functions raise if called:
+  they need a driver to load, and argument validation never runs a kernel.
 Nothing of sglang is replaced.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import json
 import logging
 import sys
 import traceback
 import types
 
+# Compiled CUDA kernel libraries sglang imports at module level once CUDA is present.
+# They cannot load without a GPU driver; argument validation never calls them.
+CUDA_ONLY = ("sgl_kernel", "deep_gemm")
+
 # What the caller reads back from the resolved ServerArgs.
 RESOLVED = (
-    "tp_size", "dp_size", "ep_size", "moe_dp_size", "enable_dp_attention", "enable_dp_lm_head",
+    "tp_size", "dp_size", "attn_dp_size", "ep_size", "moe_dp_size", "enable_dp_attention", "enable_dp_lm_head",
     "chunked_prefill_size", "max_running_requests", "cuda_graph_max_bs_decode", "context_length",
     "mem_fraction_static", "page_size", "kv_cache_dtype", "moe_runner_backend",
     "attention_backend", "speculative_algorithm", "speculative_num_draft_tokens",
@@ -61,6 +70,44 @@ def stub_device(gpu: dict, count: int) -> None:
     torch.version.cuda = gpu.get("cuda", "13.0")
 
 
+class _Kernel(type):
+    """A name from a CUDA kernel library: any attribute is another one."""
+
+    def __getattr__(cls, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Kernel(name, (), {})
+
+    def __call__(cls, *args, **kwargs):
+        raise RuntimeError(f"{cls.__name__}: a CUDA kernel, called during argument "
+                           "validation (the stand-in device cannot run it)")
+
+
+class _KernelModule(types.ModuleType):
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = _Kernel(name, (), {})
+        setattr(self, name, value)
+        return value
+
+
+class _CudaOnly(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in CUDA_ONLY:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        module = _KernelModule(spec.name)
+        module.__path__ = []
+        module.__version__ = "0.0.0+stub"
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
 class _Collect(logging.Handler):
     def __init__(self):
         super().__init__(logging.WARNING)
@@ -68,6 +115,16 @@ class _Collect(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.messages.append(record.getMessage())
+
+
+def resolved(args, name: str):
+    """A field after resolution: sglang >= 0.5.23 keeps the input on the record and the
+    resolution as declarations (resolution_result reads the last one)."""
+    if hasattr(args, "resolve_once"):
+        from sglang.srt.arg_groups.overrides import resolution_result
+
+        return resolution_result(args, name)
+    return getattr(args, name, None)
 
 
 def _plain(value):
@@ -79,6 +136,7 @@ def _plain(value):
 def main() -> int:
     request = json.loads(sys.stdin.read())
     stub_device(request["gpu"], request["gpus"])
+    sys.meta_path.insert(0, _CudaOnly())
     from sm12x.selftest.env import stub_torchvision
 
     stub_torchvision()
@@ -91,13 +149,12 @@ def main() -> int:
         from sglang.srt.server_args import prepare_server_args
 
         args = prepare_server_args(request["argv"])
-        # sglang >= 0.5.23 leaves a parsed ServerArgs unresolved: Engine._launch_subprocesses
-        # calls resolve_once() (the whole resolution pipeline, reading config.json) and
-        # then check_server_args(); older releases resolve in __post_init__.
+        # sglang >= 0.5.23 leaves construction unresolved; the launcher resolves
+        # (Engine._launch_subprocesses: resolve_once, then check_server_args).
         if hasattr(args, "resolve_once"):
             args.resolve_once()
         args.check_server_args()
-        out = {"ok": True, "resolved": {k: _plain(getattr(args, k, None)) for k in RESOLVED}}
+        out = {"ok": True, "resolved": {k: _plain(resolved(args, k)) for k in RESOLVED}}
     except SystemExit as err:  # argparse: an unknown flag or a value outside its choices
         out = {"ok": False, "type": "SystemExit", "error": f"sglang's parser exited with "
                f"{err.code} (its message is on stderr)", "traceback": ""}

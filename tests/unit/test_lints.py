@@ -352,23 +352,30 @@ CASES = [
     (
         "dp-attention",
         "error",
-        drop_flag("--dp-size"),
-        TP4_THROUGHPUT,
+        set_flag("--enable-dp-attention"),
+        "rtx-pro-6000-tp4",
         ["--dp-size 1 (or none)", "silently turns DP attention off"],
     ),
     (
         "dp-attention",
         "error",
-        drop_flag("--enable-dp-attention"),
-        TP4_THROUGHPUT,
-        ["--dp-size 4 without --enable-dp-attention", "4 x 4 GPUs", "add --enable-dp-attention"],
+        set_flag("--dp-size", 4),
+        "rtx-pro-6000-tp4",
+        ["--dp-size 4 without --enable-dp-attention", "4 x 4 GPUs", "--attn-dp-size"],
     ),
     (
         "dp-attention",
         "error",
-        set_flag("--dp-size", 3),
+        set_flag("--attn-dp-size", 3),
         TP4_THROUGHPUT,
-        ["--dp-size 3 does not divide --tp-size 4", "tp_size % dp_size"],
+        ["DP attention width 3 does not divide --tp-size 4", "tp_size % dp_size"],
+    ),
+    (
+        "dp-attention",
+        "error",
+        set_flag("--enable-dp-attention"),
+        TP4_THROUGHPUT,
+        ["two spellings of DP attention", "keep --attn-dp-size"],
     ),
     (
         "dp-attention",
@@ -394,9 +401,9 @@ CASES = [
     (
         "dp-attention",
         "error",
-        set_flag("--dp-size", "four"),
+        set_flag("--attn-dp-size", "four"),
         TP4_THROUGHPUT,
-        ["--dp-size is 'four'", "positive integer"],
+        ["--attn-dp-size is 'four'", "positive integer"],
     ),
     (
         "dp-attention",
@@ -437,10 +444,10 @@ CASES = [
     (
         "ragged-verify",
         "warning",
-        both(set_flag("--dp-size", 2), set_env(
+        both(set_flag("--attn-dp-size", 2), set_env(
             "SGLANG_OPT_DSV4_NONPAGED_INDEXER_MIN_QUERY_TOKENS", "2048")),
         TP4_THROUGHPUT,
-        ["--dp-size 2 below --tp-size 4", "graph_tier=pinned", "set --dp-size 4"],
+        ["DP attention width 2 below --tp-size 4", "graph_tier=pinned", "set the width to 4"],
     ),
     (
         "derived-env",
@@ -463,6 +470,22 @@ CASES = [
         set_flag("--load-balance-method", "prefix_affinity"),
         TP4_THROUGHPUT,
         ["--load-balance-method prefix_affinity", "no tracked sglang", "remove it"],
+    ),
+    (
+        "track-feature",
+        "error",
+        set_flag("--attn-dp-size", 4),
+        "rtx-pro-6000-tp4",
+        ["--attn-dp-size (DP attention's own flag) is not in the pinned track's sglang 0.5.17"],
+    ),
+    (
+        "track-feature",
+        "error",
+        both(set_flag("--dp-size", 4), set_flag("--enable-dp-attention"),
+             set_flag("--enable-dp-lm-head")),
+        "rtx-pro-6000-tp4",
+        ["--enable-dp-attention is deprecated in the current track's sglang 0.5.23",
+         "--attn-dp-size N"],
     ),
     (
         "dspark-verify-rows",

@@ -12,7 +12,17 @@ import pytest
 
 from sm12x.launch.render import EnvRef, build_launch
 from sm12x.recipe import load_all
-from sm12x.recipe.lints import CANONICAL_FLAGS, DERIVED_FLAGS, RETIRED_ENV
+from sm12x.recipe.lints import (
+    CANONICAL_FLAGS,
+    DEPRECATED_SINCE,
+    DERIVED_ENV,
+    DERIVED_FLAGS,
+    FEATURE_SINCE,
+    RETIRED_ENV,
+    _release,
+    recipe_tracks,
+)
+from sm12x.versions import load_versions
 from support import golden, wheels
 from support.sglang_cli import env_vars, server_flags
 
@@ -24,6 +34,16 @@ PLANS = [
 ]
 
 
+def versions_of(recipe) -> list[str]:
+    """The releases a recipe is held to: every checked one, or its tracks' sglang."""
+    if recipe.tracks is None:
+        return VERSIONS
+    return sorted({load_versions(t)["SGLANG_VERSION"] for t in recipe_tracks(recipe)})
+
+
+PAIRS = [(version, plan) for plan in PLANS for version in versions_of(plan.recipe)]
+
+
 def test_every_track_s_sglang_is_among_the_checked_versions():
     from sm12x.versions import load_versions, tracks
 
@@ -31,10 +51,9 @@ def test_every_track_s_sglang_is_among_the_checked_versions():
         assert load_versions(track)["SGLANG_VERSION"] in VERSIONS, track
 
 
-@pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize(
-    "plan", PLANS, ids=lambda p: f"{p.recipe.name}-node{p.context.node_rank or 0}"
-)
+    "version, plan", PAIRS,
+    ids=[f"{v}-{p.recipe.name}-node{p.context.node_rank or 0}" for v, p in PAIRS])
 def test_sglang_accepts_every_rendered_flag(version, plan):
     flags = server_flags(version)
     for arg in plan.args:
@@ -53,6 +72,8 @@ def test_sglang_accepts_every_rendered_flag(version, plan):
 def test_sglang_reads_every_sglang_variable_the_recipes_set(version):
     declared, retired = env_vars(version)
     for plan in PLANS:
+        if version not in versions_of(plan.recipe):
+            continue
         for env in plan.env:
             if env.name.startswith("SGLANG_"):
                 assert env.name not in retired, (
@@ -74,3 +95,33 @@ def test_lint_tables_name_real_flags_and_variables(version):
         # Renamed or removed: sglang says so (0.5.16-0.5.18), or no longer reads it.
         assert name in retired or name not in declared, name
     assert "SGLANG_SM120_FLASHMLA_BACKEND" in env_vars(version)[0]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_feature_table_is_what_each_release_has(version):
+    """lints.FEATURE_SINCE / DEPRECATED_SINCE, read against the wheels: a feature is
+    there exactly from its release on, a deprecation exactly from its release on."""
+    flags = server_flags(version)
+    declared, _ = env_vars(version)
+    for (name, value), (since, _what) in FEATURE_SINCE.items():
+        if name.startswith("--"):
+            spec = flags.get(name)
+            if value is None:
+                present = spec is not None
+            else:
+                assert spec is not None and spec.choices is not None, (
+                    f"sglang {version}'s {name} has no choices to judge {value} by")
+                present = value in spec.choices
+        else:
+            present = name in declared
+        want = since is not None and _release(version) >= _release(since)
+        assert present == want, (name, value, version)
+    for name, (since, _instead) in DEPRECATED_SINCE.items():
+        assert flags[name].deprecated == (_release(version) >= _release(since)), (name, version)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_derived_variables_are_sglang_s(version):
+    declared, _ = env_vars(version)
+    for name in DERIVED_ENV:
+        assert name in declared, (name, version)

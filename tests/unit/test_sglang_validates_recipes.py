@@ -1,0 +1,129 @@
+"""Every recipe, every node, on every track it runs on, passes what sglang checks
+before it starts a process: its real parser, the whole ServerArgs resolution
+(__post_init__; 0.5.23's resolve_once) and check_server_args, reading the
+checkpoint's config.json (tests/fixtures/models/), with only the GPU stubbed
+(tests/support/server_args_check.py says what and why).
+
+test_sglang_accepts_recipes.py checks each rendered flag against each release's
+parser; this runs the resolution the flags go through, where DP attention, expert
+parallel, DSPARK's draft and the DeepSeek-V4 defaults are validated together. The
+figures sglang resolves are held to the lints' own arithmetic (per-rank graphs,
+the indexer threshold), so a lint that drifted from sglang fails here. The
+negative cases run a recipe the lints would refuse (lints skipped) to show sglang
+refuses it too.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sm12x.recipe import load_all
+from sm12x.recipe.lints import INDEXER_MIN_QUERY, attention_dp, recipe_tracks
+from sm12x.recipe.load import validate_recipe
+from support.cli import raw_recipe
+from support.server_args_check import GPUS, model_dir, validate
+
+CASES = [
+    (recipe, rank, track)
+    for recipe in load_all()
+    for rank in range(recipe.hardware.nodes)
+    for track in recipe_tracks(recipe)
+]
+
+
+@pytest.fixture(scope="module")
+def verdicts():
+    made = {}
+
+    def get(recipe, rank, track):
+        key = (recipe.name, rank, track)
+        if key not in made:
+            made[key] = validate(recipe, rank, track, model_dir(recipe))
+        return made[key]
+
+    return get
+
+
+@pytest.mark.parametrize(
+    "recipe, rank, track", CASES, ids=[f"{r.name}-node{n}-{t}" for r, n, t in CASES])
+def test_sglang_would_launch_it(verdicts, recipe, rank, track):
+    verdict = verdicts(recipe, rank, track)
+    verdict.raise_for_refusal()
+    got = verdict.resolved
+    assert got["device"] == "cuda"
+    assert got["speculative_algorithm"] == "DSPARK"
+    assert got["speculative_dspark_block_size"] == recipe.dspark.block_size
+    assert got["speculative_num_draft_tokens"] == recipe.dspark.block_size + 1
+    assert got["tp_size"] == recipe.flag_value("--tp-size")
+    assert got["kv_cache_dtype"] == "fp8_e4m3"
+    assert got["moe_runner_backend"] == "flashinfer_mxfp4"
+    # The draft is the one bundled in the checkpoint (config.json's dspark_* keys).
+    assert got["speculative_draft_model_path"] == verdict.argv[verdict.argv.index(
+        "--model-path") + 1]
+    if recipe.is_multinode:
+        assert (got["nnodes"], got["node_rank"]) == (recipe.hardware.nodes, rank)
+    dp = attention_dp(recipe)
+    width = got["attn_dp_size"] if "attn_dp_size" in got and got["attn_dp_size"] else (
+        got["dp_size"] if got["enable_dp_attention"] else 1)
+    assert width == dp, "the lints' DP attention width is sglang's"
+    assert got["enable_dp_lm_head"] is (dp > 1)
+    # The lints' per-rank arithmetic is sglang's: DP attention divides the chunk ...
+    chunk = recipe.flag_value("--chunked-prefill-size")
+    if isinstance(chunk, int):
+        assert got["chunked_prefill_size"] == chunk // dp
+    indexer = recipe.env.get(INDEXER_MIN_QUERY)
+    if indexer is not None:
+        assert int(indexer.value) == got["chunked_prefill_size"]
+    # ... and a rank runs max_running_requests // dp requests, the graph's ceiling.
+    if got["cuda_graph_max_bs_decode"] is not None:
+        assert got["cuda_graph_max_bs_decode"] <= got["max_running_requests"] // dp
+
+
+def test_every_recipe_and_node_is_checked():
+    names = {r.name for r, _, _ in CASES}
+    assert names == {r.name for r in load_all()}
+    assert {(r.name, n) for r, n, _ in CASES if r.is_multinode} == {
+        (r.name, n) for r in load_all() if r.is_multinode for n in range(r.hardware.nodes)}
+
+
+def test_the_stub_answers_as_the_recipe_s_gpu():
+    for recipe in load_all():
+        gpu = GPUS[recipe.hardware.gpu]
+        assert ".".join(map(str, gpu.capability)) == recipe.hardware.compute_capability
+        # nvidia-smi's figure is the marketed size less what the driver keeps.
+        assert 0.9 * recipe.hardware.memory_gib_per_gpu * 1024 <= gpu.memory_mib <= (
+            recipe.hardware.memory_gib_per_gpu * 1024)
+
+
+def _mutated(base: str, mutate):
+    data = raw_recipe(base)
+    mutate(data)
+    return validate_recipe(data, "case.yaml")  # the lints would refuse it: not run
+
+
+def test_sglang_refuses_dp_attention_without_the_dp_lm_head():
+    recipe = _mutated("rtx-pro-6000-tp4-throughput",
+                      lambda d: d["flags"].pop("--enable-dp-lm-head"))
+    verdict = validate(recipe, 0, "current")
+    assert not verdict.ok
+    assert "DSpark with dp attention requires --enable-dp-lm-head" in verdict.error
+
+
+def test_sglang_refuses_a_dp_width_that_does_not_divide_tp():
+    def mutate(data):
+        data["flags"]["--attn-dp-size"]["value"] = 3
+    verdict = validate(_mutated("rtx-pro-6000-tp4-throughput", mutate), 0, "current")
+    assert not verdict.ok, verdict.resolved
+
+
+@pytest.mark.parametrize("flag, refused", [
+    (["--enable-two-batch-overlap"], "DeepSeek-V4.1 does not support two-batch overlap"),
+])
+def test_sglang_refuses_for_v41_what_the_line_lint_refuses(flag, refused):
+    """model-line-refused's V4.1 refusals are sglang's own (lints skipped here)."""
+    data = raw_recipe("rtx-pro-6000-tp8-v41")
+    data["flags"][flag[0]] = {"why": "a negative case: the lint refuses it"}
+    recipe = validate_recipe(data, "case.yaml")
+    verdict = validate(recipe, 0, "current", model_dir(recipe))
+    assert not verdict.ok
+    assert refused in verdict.error, verdict.error
