@@ -11,7 +11,10 @@ RIGS = ["dgx-spark-tp2", "rtx-5090-tp8", "rtx-pro-6000-tp2", "rtx-pro-6000-tp4"]
 
 
 def test_one_recipe_per_rig():
-    assert list_recipes() == RIGS
+    baselines = [n for n in list_recipes() if load_recipe(n).configuration_kind == "baseline"]
+    assert [n for n in baselines if load_recipe(n).model.line == "v4-flash-0731"] == RIGS
+    assert [n for n in baselines if load_recipe(n).model.line == "v4.1-flash"] == [
+        "rtx-pro-6000-tp8-v41"]
 
 
 @pytest.mark.parametrize("name", RIGS)
