@@ -76,6 +76,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--connect-timeout", type=argtypes.seconds, default=10.0)
     p.add_argument("--min-accept-length", type=argtypes.non_negative,
                    help="speculative acceptance floor (default: the recipe's, else 2.0)")
+    p.add_argument("--vision", action=argparse.BooleanOptionalAction, default=None,
+                   help="run the image check (default: where the recipe serves a vision tower)")
     p.add_argument("--metrics-url", help="a backend's base or /metrics URL, for spec figures "
                    "when --base-url is a router")
     p.add_argument("--soak-concurrency", type=argtypes.count, default=64,
@@ -161,6 +163,17 @@ def _recipe_floor(name: str) -> float | None:
             if isinstance(value, (int, float)):
                 return float(value)
     return None
+
+
+def _recipe_model(name: str) -> tuple[str | None, str | None, bool]:
+    """What the recipe's model line makes verify expect: the served model id, the
+    line's name and whether it serves a vision tower (sm12x.recipe.lines)."""
+    recipe = _recipe(name)
+    model = getattr(recipe, "model", None)
+    if model is None:
+        return None, None, False
+    return (getattr(model, "served_model_name", None), getattr(model, "line", None),
+            bool(getattr(model, "vision", False)))
 
 
 def _base(value: str, flag: str) -> str:
@@ -351,15 +364,21 @@ def run(args, console: Console) -> int:
             floor, source = recipe_floor, f"recipe {args.recipe}"
     if args.min_accept_length is not None:
         floor, source = args.min_accept_length, "--min-accept-length"
+    expected_model, line, vision = _recipe_model(args.recipe) if args.recipe else (None, None,
+                                                                                    False)
+    if args.vision is not None:
+        vision = args.vision
     options = Options(min_accept_length=floor, accept_floor_source=source,
                       metrics_url=args.metrics_url, soak_concurrency=args.soak_concurrency,
                       soak_rounds=args.soak_rounds, soak_max_tokens=args.soak_max_tokens,
                       skip=skip, only=only, compare_endpoint=_compare_endpoint(args, ep),
                       compare_min_agreement=args.compare_min_agreement,
-                      accuracy=_accuracy_options(args))
+                      accuracy=_accuracy_options(args), expected_model=expected_model,
+                      line=line, vision=vision)
     server = None
     meta = {"base_url": ep.display_url, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "accept_floor": floor, "accept_floor_source": source,
+            "accept_floor": floor, "accept_floor_source": source, "model_line": line,
+            "vision": vision,
             "timeout_s": ep.timeout, "stall_timeout_s": ep.stall_timeout}
     reports = Reports(args, meta, redactor, console)
     say = lambda text: console.print(redactor.text(text), markup=False,  # noqa: E731

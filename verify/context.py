@@ -25,6 +25,11 @@ class Options:
     # --deadline: time.monotonic() when the whole run must end; checks not
     # started by then are not run, requests in flight are cut off.
     deadline: float | None = None
+    # The model line's expectations (the recipe's model section, sm12x.recipe.lines):
+    # the id /v1/models must list, and whether the image check runs.
+    expected_model: str | None = None
+    line: str | None = None
+    vision: bool = False
 
 
 @dataclass

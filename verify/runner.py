@@ -16,7 +16,7 @@ import httpx
 import openai
 
 from verify import accuracy, compare
-from verify.checks import basic, chat, reasoning, spec, tools
+from verify.checks import basic, chat, reasoning, spec, tools, vision
 from verify.client import REPLY_SHAPE_CAUSE, REPLY_SHAPE_FIX, explain
 from verify.context import Context, Options
 from verify.result import CheckFailure, CheckResult, CheckSkipped, Evidence, Verdict
@@ -55,6 +55,9 @@ CHECKS = [
     Check("tools-multi-turn", "answer from role: tool results, no new call", tools.multi_turn),
     Check("tools-not-needed", "tools offered but not needed: no call, finish_reason stop",
           tools.not_needed),
+    Check("image", "image input: counts shapes in pictures verify draws (the vision tower)",
+          vision.image, enabled=lambda o: o.vision,
+          off="not asked for (the recipe's model serves no vision tower: model.vision; --vision)"),
     Check("soak", "concurrent streamed soak: nothing lost, no degenerate output", soak,
           needs=("health", "models", "one-token")),
     Check("spec", "speculative decoding ran: acceptance length above the floor", spec.spec,

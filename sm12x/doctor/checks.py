@@ -37,6 +37,7 @@ from sm12x.errors import UserError
 from sm12x.fields import HostName, parse
 from sm12x.launch import gpus as gpu_query
 from sm12x.recipe import Recipe, RecipeError, load_all, load_recipe
+from sm12x.recipe.lines import DEFAULT_LINE, line_named
 from sm12x.settings import Loaded, load
 from sm12x.versions import load_versions
 
@@ -417,6 +418,13 @@ class Doctor:
 
     # --- model ------------------------------------------------------------------
 
+    def _model_line(self):
+        """The line and vision the model folder must serve: the recipe's, else the
+        default line (auto, or no recipe: auto picks only default-line recipes)."""
+        if self.recipe is None:
+            return line_named(DEFAULT_LINE), False
+        return self.recipe.model.model_line, self.recipe.model.vision
+
     def check_model(self) -> None:
         where = self.settings.model_dir
         if not where:
@@ -431,13 +439,15 @@ class Doctor:
             return
         self.add("model-dir", "model folder", "ok", str(model), path=str(model))
         for id, title, finding in (
-            ("model-config", "model config", model_checks.check_config(model)),
+            ("model-config", "model config", model_checks.check_config(
+                model, *self._model_line())),
             ("model-shards", "model shards", model_checks.check_shards(
                 model, verify_hashes=self.options.verify_hashes, progress=self.progress)),
         ):
             self.add(id, title, finding.verdict, finding.detail, finding.fix, **finding.data)
         expected = (self.recipe.model.revision if self.recipe else
-                    load_all()[0].model.revision)
+                    next(r.model.revision for r in load_all()
+                         if r.model.line == DEFAULT_LINE))
         finding = model_checks.check_revision(model, expected)
         self.add("model-revision", "model revision", finding.verdict, finding.detail,
                  finding.fix, required=False, **finding.data)

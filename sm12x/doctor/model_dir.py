@@ -1,6 +1,8 @@
 """Is the checkpoint folder complete? Without loading a byte of weights.
 
-- config.json parses and names sglang's DeepSeek-V4 architecture;
+- config.json parses and is a checkpoint of the recipe's model line
+  (sm12x.recipe.lines: V4-Flash-0731 or V4.1-Flash; the architecture sglang
+  serves, the vision tower where the recipe serves it);
 - model.safetensors.index.json parses; its weight_map names the shards;
 - every shard is there, and its size is exactly what its own safetensors
   header says (8-byte header length + header + the end of the last tensor),
@@ -23,10 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sm12x.recipe.lines import LINES, V4_FLASH_0731, V41_FLASH, Line
+
 INDEX = "model.safetensors.index.json"
 # sglang 0.5.16's EntryClass for the target model (srt/models/deepseek_v4.py);
-# tests/unit/test_doctor_model.py reads it from the wheel.
-ARCHITECTURE = "DeepseekV4ForCausalLM"
+# tests/unit/test_doctor_real.py reads it from the wheel. V4.1 is served by the
+# same class (sglang 0.5.23 maps its architecture onto it).
+ARCHITECTURE = V4_FLASH_0731.architectures[0]
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 HF_METADATA = Path(".cache") / "huggingface" / "download"
 _MAX_HEADER = 100 * 1024 * 1024  # safetensors' own limit
@@ -75,26 +80,79 @@ class Finding:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-def check_config(model: Path) -> Finding:
+def _line_of_config(config: dict) -> str | None:
+    """The model line a config.json belongs to, as sglang 0.5.23 tells them apart:
+    model_type deepseek_v41 (or a DeepseekV41 architecture) is V4.1
+    (entrypoints/openai/chat_encoding.is_deepseek_v41_arch)."""
+    architectures = config.get("architectures") or [""]
+    arch = architectures[0] if isinstance(architectures, list) and architectures else ""
+    model_type = config.get("model_type")
+    if model_type == V41_FLASH.model_type or "DeepseekV41" in str(arch):
+        return V41_FLASH.name
+    if model_type == V4_FLASH_0731.model_type or "DeepseekV4" in str(arch):
+        return V4_FLASH_0731.name
+    return None
+
+
+def _has_vision_tower(config: dict) -> bool:
+    # V4.1 nests it as vision_config (configs/deepseek_v41.py flattens it into
+    # vision_* fields) or writes vision_n_layers directly; 0 layers: no tower.
+    vision = config.get("vision_config")
+    if isinstance(vision, dict) and vision.get("num_hidden_layers", 1):
+        return True
+    return bool(config.get("vision_n_layers"))
+
+
+def check_config(model: Path, line: Line = V4_FLASH_0731, vision: bool = False) -> Finding:
+    """config.json is there and is a checkpoint of `line` that sglang serves."""
     path = model / "config.json"
     if not path.is_file():
         return Finding("fail", f"no config.json in {model}",
                        "download the whole checkpoint (see .env.example), not only the shards")
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(config, dict):
+            raise ValueError("not a JSON object")
     except (OSError, ValueError) as exc:
         return Finding("fail", f"config.json is unreadable ({exc})", "download it again")
     architectures = config.get("architectures") or []
-    if ARCHITECTURE not in architectures:
+    if not isinstance(architectures, list):
+        architectures = [str(architectures)]
+    arch = architectures[0] if architectures else None
+    named = ", ".join(map(str, architectures)) or "no architecture"
+    found_line = _line_of_config(config)
+    data = {"architectures": architectures, "line": found_line}
+    if found_line is not None and found_line != line.name:
+        other = LINES[found_line]
         return Finding(
             "fail",
-            f"config.json names {', '.join(architectures) or 'no architecture'}, not "
-            f"{ARCHITECTURE}: this is not DeepSeek-V4-Flash",
-            "point SM12X_MODEL_DIR at deepseek-ai/DeepSeek-V4-Flash-0731",
-            {"architectures": architectures},
+            f"config.json is {other.title} ({named}, model_type "
+            f"{config.get('model_type', '?')}), but the recipe serves {line.title}",
+            f"point SM12X_MODEL_DIR at {line.hf_ids[0]}, or pick a recipe of the "
+            f"{other.name} line (model.line in recipes/*.yaml; README \"Model lines\")",
+            data,
         )
-    return Finding("ok", f"{ARCHITECTURE}, model_type {config.get('model_type', '?')}",
-                   data={"architectures": architectures})
+    if arch in line.refused_architectures:
+        return Finding("fail", f"config.json names {arch}: {line.refused_architectures[arch]}",
+                       f"use a checkpoint whose config names {line.architectures[0]}", data)
+    if arch not in line.architectures:
+        return Finding(
+            "fail",
+            f"config.json names {named}, not {' or '.join(line.architectures)}: this is not "
+            f"{line.title}",
+            f"point SM12X_MODEL_DIR at {line.hf_ids[0]}",
+            data,
+        )
+    if vision and not _has_vision_tower(config):
+        return Finding(
+            "fail",
+            f"the recipe serves {line.title}'s vision tower, but config.json has no "
+            "vision_config (or vision_n_layers is 0)",
+            "download the full checkpoint, or use a recipe with model.vision: false",
+            data,
+        )
+    return Finding("ok", f"{line.title}: {arch}, model_type {config.get('model_type', '?')}"
+                   + (", vision tower" if vision else ""), data=data)
 
 
 def _human(size: int) -> str:
@@ -212,8 +270,11 @@ def revision_of(model: Path) -> tuple[str | None, str]:
     return None, "no download metadata"
 
 
-def check_revision(model: Path, expected: str) -> Finding:
+def check_revision(model: Path, expected: str | None) -> Finding:
     found, source = revision_of(model)
+    if expected is None:
+        return Finding("skip", f"revision {found[:12] if found else 'unknown'} ({source}); the "
+                       "recipe pins no revision (model.revision_why says why)")
     if found is None:
         return Finding("skip", f"revision unknown ({source}); the recipes expect {expected[:12]}",
                        data={"expected": expected})

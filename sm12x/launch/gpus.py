@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sm12x.errors import UserError
+from sm12x.recipe.lines import DEFAULT_LINE
 from sm12x.recipe.model import Recipe
 
 QUERY = [
@@ -130,11 +131,17 @@ class Pick:
 
 def pick_recipe(gpus: Sequence[Gpu], recipes: Sequence[Recipe]) -> Pick:
     """The rig for these GPUs: same GPU model and compute capability, and the
-    most GPUs per node that the machine has. Only baselines are picked: a rig's
-    other configurations are SM12X_CONFIGURATION's to choose
-    (sm12x.launch.configuration)."""
+    most GPUs per node that the machine has.
+
+    Only baselines are picked: a rig's other configurations are
+    SM12X_CONFIGURATION's to choose (sm12x.launch.configuration). Only recipes of
+    the default model line (DeepSeek-V4-Flash-0731) are picked: the line decides
+    which checkpoint must be in SM12X_MODEL_DIR, which the GPUs cannot tell, so a
+    V4.1-Flash recipe is served only when named (SM12X_RECIPE).
+    """
     found = describe_gpus(gpus)
-    recipes = [r for r in recipes if r.configuration_kind == "baseline"]
+    recipes = [r for r in recipes
+               if r.configuration_kind == "baseline" and r.model.line == DEFAULT_LINE]
 
     def no_match(why: str) -> NoRecipeMatch:
         listing = "; ".join(describe_recipe_hardware(r) for r in recipes)

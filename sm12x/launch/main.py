@@ -36,6 +36,7 @@ from sm12x.launch.judge import Judged, judge
 from sm12x.launch.sglang_parser import parser_for
 from sm12x.settings import Loaded
 from sm12x import sps_tables as store
+from sm12x.recipe.lines import serves
 from sm12x.versions import load_versions, track_of_sglang
 
 AUTO = "auto"
@@ -155,8 +156,7 @@ def check_model_path(plan: LaunchPlan) -> None:
         model = plan.recipe.model
         raise UserError(
             f"no checkpoint at {path} (config.json is missing): point SM12X_MODEL_DIR in .env at "
-            f"the folder from `hf download {model.hf_id} --revision {model.revision} "
-            "--local-dir DIR`"
+            f"the folder from `{model.download_command()}`"
         )
 
 
@@ -253,6 +253,22 @@ def check_track(loaded: Loaded, dry_run: bool) -> None:
         _say(f"warning: {message}")
 
 
+def check_recipe_track(recipe: Recipe, loaded: Loaded) -> None:
+    """Refuse a recipe limited to tracks (`tracks`) that exclude SM12X_TRACK: its sglang
+    lacks what the recipe needs (a V4.1-Flash recipe on 0.5.17 has no model code)."""
+    track = loaded.settings.track_name
+    if recipe.tracks is None or track in recipe.tracks:
+        return
+    version = load_versions(track)["SGLANG_VERSION"]
+    line = recipe.model.model_line
+    need = (f": {line.title} needs sglang >= {line.min_sglang}"
+            if not serves(line, version) else "")
+    raise UserError(
+        f"{recipe.name} runs on the {', '.join(recipe.tracks)} track(s) only, and SM12X_TRACK is "
+        f"{track} (from {loaded.origin('track')}), whose sglang is {version}{need}: set "
+        f"SM12X_TRACK={recipe.tracks[0]} in .env (its image), or pick another recipe")
+
+
 def process_env(environ: Mapping[str, str], loaded: Loaded) -> dict[str, str]:
     """The environment sglang starts with: this process's, plus the key where it
     came from .env or a file (sm12x.keyed reads it from SM12X_API_KEY)."""
@@ -276,6 +292,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
         raise UserError("--sps-profile profiles speculative decoding: it does not go with --no-spec")
     recipe = choose_configuration(recipe, loaded, profiling=args.sps_profile, dry_run=dry_run,
                                   say=_say)
+    check_recipe_track(recipe, loaded)
     if choice != AUTO and not dry_run:
         mismatch = gpu_mismatch(recipe)
         if mismatch:

@@ -318,7 +318,7 @@ def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> Launch
             "the checkpoint: SM12X_MODEL_DIR, a local folder, else model.hf_id",
         )
     )
-    if model_path == recipe.model.hf_id:
+    if model_path == recipe.model.hf_id and recipe.model.revision is not None:
         args.append(
             RenderedArg(
                 "--revision",

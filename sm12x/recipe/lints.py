@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sm12x import patch_series
+from sm12x.recipe import fit
 from sm12x.recipe.errors import RecipeError
+from sm12x.recipe.lines import V4_FLASH_0731, V41_FLASH, serves
 from sm12x.recipe.model import Recipe
 from sm12x.versions import load_versions, tracks
 
@@ -540,6 +542,156 @@ def _retired_env(recipe: Recipe) -> Iterator[Finding]:
     for name in recipe.env:
         if name in RETIRED_ENV:
             yield Finding("retired-env", "warning", f"env.{name}: {RETIRED_ENV[name]}")
+
+
+@lint("model-line-track")
+def _model_line_track(recipe: Recipe) -> Iterator[Finding]:
+    # A line's code exists from one sglang release on (sm12x.recipe.lines); a recipe
+    # runs on every track it names (or every track), so each must have it.
+    line = recipe.model.model_line
+    for track in recipe_tracks(recipe):
+        version = load_versions(track)["SGLANG_VERSION"]
+        if not serves(line, version):
+            able = [t for t in tracks() if serves(line, load_versions(t)["SGLANG_VERSION"])]
+            yield Finding(
+                "model-line-track",
+                "error",
+                f"model.line {line.name} needs sglang >= {line.min_sglang} "
+                f"({line.min_sglang_why}), but the {track} track's sglang is {version}: "
+                + (f"set `tracks: [{', '.join(able)}]`" if able else
+                   "no track of this sm12x can serve it"),
+            )
+
+
+@lint("model-line-parsers")
+def _model_line_parsers(recipe: Recipe) -> Iterator[Finding]:
+    # In sglang 0.5.23 the tool-call parser also picks the prompt encoder
+    # (chat_encoding.resolve_chat_encoding_spec: deepseekv4 -> V4's, deepseekv41 ->
+    # V4.1's), and a reasoning parser of one line with the tool parser of the other
+    # stops the boot (serving_deepseek_recipe: "cannot be mixed"); a V4.1 parser on a
+    # V4 model is refused per request ("this server does not serve that model").
+    line = recipe.model.model_line
+    for flag, want in (("--reasoning-parser", line.reasoning_parser),
+                       ("--tool-call-parser", line.tool_call_parser)):
+        value = recipe.flag_value(flag)
+        if value != want:
+            found = "missing" if value is None else f"{value!r}"
+            yield Finding(
+                "model-line-parsers",
+                "error",
+                f"{flag} is {found}, but {line.title} needs {want}: sglang picks the prompt "
+                f"encoder and the output parser from it; set flags.{flag}.value: {want}",
+            )
+
+
+# What sglang 0.5.23's validate_deepseek_v41_features refuses for V4.1 at boot
+# ("DeepSeek-V4.1 does not support ... yet") though V4 accepts it, as flag -> what.
+V41_REFUSED_FLAGS = {
+    "--enable-hisparse": "HiSparse",
+    "--enable-two-batch-overlap": "two-batch overlap",
+}
+# ... and what it refuses for V4 but V4.1 accepts.
+V4_REFUSED_FLAGS = {
+    "--enable-encoder-swa-bounded-replay": "encoder SWA bounded replay (\"requires DeepSeek-V4.1\")",
+}
+
+
+@lint("model-line-refused")
+def _model_line_refused(recipe: Recipe) -> Iterator[Finding]:
+    line = recipe.model.model_line
+    refused = V41_REFUSED_FLAGS if line is V41_FLASH else V4_REFUSED_FLAGS
+    for name, what in refused.items():
+        if recipe.has_flag(name):
+            yield Finding(
+                "model-line-refused",
+                "error",
+                f"flags.{name}: sglang 0.5.23 refuses {what} for {line.title} at boot "
+                "(arg_groups/deepseek_v4_hook.py validate_deepseek_v41_features): remove it",
+            )
+    pp = recipe.flag_value("--pp-size")
+    if line is V41_FLASH and isinstance(pp, int) and pp > 1:
+        yield Finding(
+            "model-line-refused",
+            "error",
+            f"--pp-size {pp}: sglang 0.5.23 refuses pipeline parallelism for DeepSeek-V4.1 "
+            "(validate_deepseek_v41_features): use tensor parallelism across the GPUs",
+        )
+    if recipe.has_flag("--enable-encoder-swa-bounded-replay") and line is V41_FLASH:
+        chunk = recipe.flag_value("--chunked-prefill-size")
+        if not isinstance(chunk, int) or chunk < 128 + 1:
+            yield Finding(
+                "model-line-refused",
+                "error",
+                "--enable-encoder-swa-bounded-replay needs --chunked-prefill-size of at least "
+                "128 replay tokens plus one page (validate_deepseek_v41_encoder_replay_budget)",
+            )
+
+
+# Public field reports of V4.1-Flash on these GPUs (/work/shared/reference/v41-field.md):
+# 8x RTX PRO 6000 (sgl-project/sglang#40877, vllm-project/vllm#56700) and 4x DGX
+# Spark (0xSero/local-ai-registry#55).
+V41_FIELD = {
+    "rtx-pro-6000": {"block_sizes": (6,), "max_chunked_prefill": 2048,
+                     "source": "sgl-project/sglang#40877 (8x RTX PRO 6000, TP8/EP8)"},
+    "gb10": {"block_sizes": (3,), "max_chunked_prefill": None,
+             "source": "0xSero/local-ai-registry#55 (4x DGX Spark, TP4)"},
+}
+
+
+@lint("v41-layout")
+def _v41_layout(recipe: Recipe) -> Iterator[Finding]:
+    # 8x RTX PRO 6000: TP8 with EP8 was the only layout that started (#40877);
+    # attention DP, or the MoE split by TP alone, did not.
+    if recipe.model.model_line is not V41_FLASH or recipe.hardware.gpu != "rtx-pro-6000":
+        return
+    tp, ep = recipe.flag_value("--tp-size"), recipe.flag_value("--ep-size")
+    gpus = recipe.hardware.total_gpus
+    if ep != gpus or tp != gpus or recipe.has_flag("--enable-dp-attention"):
+        yield Finding(
+            "v41-layout",
+            "error",
+            f"DeepSeek-V4.1-Flash on RTX PRO 6000 started only as TP{gpus}/EP{gpus} in the "
+            f"field (sgl-project/sglang#40877; this recipe: --tp-size {tp}, --ep-size {ep}"
+            + (", --enable-dp-attention" if recipe.has_flag("--enable-dp-attention") else "")
+            + f"): set --tp-size {gpus} and --ep-size {gpus}, without --enable-dp-attention",
+        )
+
+
+@lint("v41-field")
+def _v41_field(recipe: Recipe) -> Iterator[Finding]:
+    field = V41_FIELD.get(recipe.hardware.gpu)
+    if recipe.model.model_line is not V41_FLASH or field is None:
+        return
+    depth = recipe.dspark.block_size
+    if depth not in field["block_sizes"]:
+        sizes = ", ".join(map(str, field["block_sizes"]))
+        yield Finding(
+            "v41-field",
+            "warning",
+            f"dspark.block_size {depth}: the field ran V4.1-Flash on {recipe.hardware.gpu} at "
+            f"block size {sizes} only ({field['source']}); {depth} is unreported there",
+        )
+    limit = field["max_chunked_prefill"]
+    chunk = recipe.flag_value("--chunked-prefill-size")
+    if limit is not None and (not isinstance(chunk, int) or chunk > limit):
+        yield Finding(
+            "v41-field",
+            "warning",
+            f"--chunked-prefill-size {chunk}: the layout that served V4.1-Flash on "
+            f"{recipe.hardware.gpu} ran {limit} ({field['source']}); another configuration "
+            f"crashed at run time: use {limit} or less",
+        )
+
+
+@lint("model-fit")
+def _model_fit(recipe: Recipe) -> Iterator[Finding]:
+    verdict = fit.judge(recipe.model.model_line, recipe.hardware,
+                        engram_on_gpu=fit.engram_on_gpu(recipe))
+    if not verdict.fits:
+        yield Finding("model-fit", "error",
+                      f"{recipe.model.model_line.title} does not fit {verdict.rig}: "
+                      f"{verdict.arithmetic} (weights: "
+                      f"{fit.WEIGHTS[recipe.model.line].source}): pick a rig with more memory")
 
 
 def lint_recipe(recipe: Recipe) -> list[Finding]:

@@ -27,6 +27,8 @@ from pydantic import (
     model_validator,
 )
 
+from sm12x.recipe.lines import DEFAULT_LINE, Line, LineName, line_named
+
 # The GPUs sm12x has recipes for. sm12x.launch.gpus maps each to the names
 # nvidia-smi prints; adding a GPU means adding it in both places.
 GpuModel = Literal["rtx-pro-6000", "rtx-5090", "gb10"]
@@ -101,14 +103,77 @@ class Hardware(_Strict):
 
 
 class Model(_Strict):
+    """The checkpoint a recipe serves, and which model line it belongs to.
+
+    `line` selects what sm12x.recipe.lines knows about the line (architectures,
+    the first sglang that serves it, the vision tower, its parsers); omitted, the
+    recipe serves DeepSeek-V4-Flash-0731, as every recipe did before V4.1.
+    """
+
+    line: LineName = Field(
+        default=DEFAULT_LINE,
+        description="The model line: v4-flash-0731 (DeepSeek-V4-Flash-0731, the default) or "
+        "v4.1-flash (DeepSeek-V4.1-Flash: vision, engram layers; sglang >= 0.5.23).",
+    )
     hf_id: Annotated[str, StringConstraints(pattern=r"^[\w.-]+/[\w.-]+$")]
-    revision: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")] = Field(
-        description="The full commit hash of the checkpoint the recipe was written for."
+    revision: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")] | None = Field(
+        description="The full commit hash of the checkpoint the recipe was written for; "
+        "null only where no public commit is known yet (then revision_why says so, the "
+        "launcher passes no --revision, and a verified recipe must pin one)."
+    )
+    revision_why: Why | None = Field(
+        default=None, description="Why `revision` is null (required then, refused otherwise)."
+    )
+    architecture: str | None = Field(
+        default=None,
+        description="config.json's architectures[0]; omitted: the line's first "
+        "(DeepseekV4ForCausalLM for 0731, DeepseekV41ForCausalLM for V4.1).",
+    )
+    vision: bool = Field(
+        default=False,
+        description="Serve the checkpoint's vision tower (image inputs); only lines that "
+        "have one (v4.1-flash). verify then checks an image input.",
     )
     served_model_name: str = Field(
         description="The id clients send and /v1/models returns; the same whether the "
         "weights come from a local folder or the Hub."
     )
+
+    @model_validator(mode="after")
+    def _fits_its_line(self) -> Model:
+        known = line_named(self.line)
+        if (self.revision is None) == (self.revision_why is None):
+            raise ValueError(
+                "set `revision` to the checkpoint's commit hash, or `revision: null` with "
+                "`revision_why` saying why no commit is pinned (not both)"
+            )
+        arch = self.architecture
+        if arch is not None and arch in known.refused_architectures:
+            raise ValueError(f"architecture {arch}: {known.refused_architectures[arch]}")
+        if arch is not None and arch not in known.architectures:
+            raise ValueError(
+                f"architecture {arch!r} is not a {known.title} architecture sglang serves: "
+                f"use one of {', '.join(known.architectures)}"
+            )
+        if self.vision and not known.vision_tower:
+            raise ValueError(
+                f"vision: true, but {known.title} has no vision tower: drop it, or set "
+                "line: v4.1-flash"
+            )
+        return self
+
+    @property
+    def model_line(self) -> Line:
+        return line_named(self.line)
+
+    @property
+    def resolved_architecture(self) -> str:
+        return self.architecture or self.model_line.architectures[0]
+
+    def download_command(self, local_dir: str = "DIR") -> str:
+        """The `hf download` line that fetches this checkpoint (pinned where it can be)."""
+        pin = f" --revision {self.revision}" if self.revision else ""
+        return f"hf download {self.hf_id}{pin} --local-dir {local_dir}"
 
 
 class Serve(_Strict):
@@ -351,6 +416,14 @@ class Recipe(_Strict):
             )
         if self.tracks is not None and len(set(self.tracks)) != len(self.tracks):
             raise ValueError("tracks: each track once")
+        return self
+
+    @model_validator(mode="after")
+    def _verified_pins_its_checkpoint(self) -> Recipe:
+        if self.status.state == "verified" and self.model.revision is None:
+            raise ValueError(
+                "status verified: name model.revision, the commit of the checkpoint that ran"
+            )
         return self
 
     # --- conveniences for the launcher, verify, bench, compose, k8s ---------

@@ -41,9 +41,23 @@ def safetensors_bytes(tensors: dict[str, int]) -> bytes:
     )
 
 
-def write_checkpoint(model: Path, revision: str = REVISION, metadata: bool = True) -> Path:
+# What a DeepSeek-V4.1-Flash config.json names, as sglang 0.5.23 reads it
+# (configs/deepseek_v41.py: text_config flattened into the top level, vision_config
+# mapped onto vision_* fields); only the fields doctor reads.
+V41_CONFIG = {
+    "architectures": ["DeepseekV41ForCausalLM"],
+    "model_type": "deepseek_v41",
+    "text_config": {"index_topk": 512, "index_n_heads": 64, "index_head_dim": 128},
+    "vision_config": {"num_hidden_layers": 24, "hidden_size": 1024},
+    "image_token_id": 129264,
+}
+
+
+def write_checkpoint(model: Path, revision: str = REVISION, metadata: bool = True,
+                     config: dict | None = None) -> Path:
+    """`config`: another config.json (V41_CONFIG for a V4.1-Flash checkpoint)."""
     model.mkdir(parents=True, exist_ok=True)
-    config = {
+    config = config or {
         "architectures": ["DeepseekV4ForCausalLM"],
         "model_type": "deepseek_v4",
         "index_topk": 512,

@@ -37,6 +37,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
+from sm12x.recipe.lines import DEFAULT_LINE, LINES
+
 MODEL_ID = "deepseek-ai/DeepSeek-V4-Flash-0731"
 SURROGATE_PROMPT_IDS = 5  # schedule_batch.INIT_INCREMENTAL_DETOKENIZATION_OFFSET
 
@@ -176,18 +178,40 @@ class ModelConfigView:
         return {}
 
 
+def model_id(line: str = DEFAULT_LINE) -> str:
+    """The served model id of a line's stand-in (its first checkpoint's)."""
+    return LINES[line].hf_ids[0]
+
+
+def server_args_for(line: str = DEFAULT_LINE, **kw) -> ServerArgsView:
+    """The server arguments of a line's recipes: its own parsers (sm12x.recipe.lines)."""
+    known = LINES[line]
+    return ServerArgsView(**{"reasoning_parser": known.reasoning_parser,
+                             "tool_call_parser": known.tool_call_parser, **kw})
+
+
+def model_config_for(line: str = DEFAULT_LINE) -> ModelConfigView:
+    """What sglang's ModelConfig says of a line's checkpoint: the architecture and
+    model_type its chat-encoding dispatch reads, and whether it takes images
+    (ModelConfig.is_multimodal: V4.1's vision tower; the serving layer refuses
+    media input for a model that is not)."""
+    known = LINES[line]
+    config = HfConfigView(architectures=[known.architectures[0]], model_type=known.model_type)
+    return ModelConfigView(hf_config=config, is_multimodal=known.vision_tower)
+
+
 class TokenizerManagerStandIn:
     """What `OpenAIServingChat` calls on sglang's TokenizerManager."""
 
     def __init__(self, serving, tokenizer, script: Script, *,
                  server_args: ServerArgsView | None = None,
-                 on_delivery: Callable[[], Any] | None = None):
+                 on_delivery: Callable[[], Any] | None = None, line: str = DEFAULT_LINE):
         self.serving = serving
         self.tokenizer = tokenizer
         self.script = script
-        self.server_args = server_args or ServerArgsView()
-        self.model_config = ModelConfigView()
-        self.served_model_name = MODEL_ID
+        self.server_args = server_args or server_args_for(line)
+        self.model_config = model_config_for(line)
+        self.served_model_name = model_id(line)
         self.request_logger = SimpleNamespace(log_requests=False, log_requests_level=0)
         self.detokenizer = Detokenizer(serving, tokenizer, self.server_args.tool_call_parser)
         # awaited between deliveries (the stand-in server paces its stream here)
@@ -201,7 +225,7 @@ class TokenizerManagerStandIn:
 
     @property
     def model_path(self) -> str:
-        return MODEL_ID
+        return self.served_model_name
 
     def create_abort_task(self, obj):
         return None

@@ -56,6 +56,13 @@ from tests.support import golden, sglang_serving, wheels  # noqa: E402
 PROBE = Path(__file__).with_name("server_args_probe.py")
 MODELS = ROOT / "tests" / "fixtures" / "models"
 V4_FLASH_0731 = MODELS / "DeepSeek-V4-Flash-0731"
+V41_FLASH = MODELS / "DeepSeek-V4.1-Flash"
+LINE_MODELS = {"v4-flash-0731": V4_FLASH_0731, "v4.1-flash": V41_FLASH}
+
+
+def model_dir(recipe: Recipe) -> Path:
+    """The config.json fixture of the recipe's model line."""
+    return LINE_MODELS[recipe.model.line]
 
 
 @dataclass(frozen=True)

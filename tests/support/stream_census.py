@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.support import dspark_engine, dsv4_tokenizer, sglang_serving  # noqa: E402
+from tests.support import (  # noqa: E402
+    dspark_engine, dsv4_tokenizer, dsv41_tokenizer, sglang_serving)
 from verify.stream import merge  # noqa: E402
 
 DSML = "｜DSML｜"
@@ -259,6 +260,69 @@ def _reform(enc, text: str, call: Call) -> str:
     return text[:start] + new + text[start + len(block):]
 
 
+class RecipeText:
+    """deepseek-recipe's rendering of a line's turns (DeepSeek's own encoder, the one
+    sglang 0.5.23 serves V4.1 with: parser/deepseek_recipe_renderer.py), behind the
+    part of the reference encoder's interface `render` uses. The assistant turn is
+    the text between the prompt and its EOS: a turn with calls is rendered with its
+    tool results after it (recipe requires them) and cut at its EOS; one without is
+    rendered as the prompt's continuation (`prefix`, sglang's continue_final_message),
+    which keeps its reasoning, and closed with EOS as the model closes it."""
+
+    eos_token = "<｜end▁of▁sentence｜>"
+    dsml_token = DSML
+
+    def __init__(self, model_name: str = "DeepSeek-V4.1-Flash"):
+        import deepseek_recipe
+
+        self._recipe = deepseek_recipe
+        # sglang's spelling of the image token (deepseek_recipe_renderer.IMAGE_TOKEN)
+        tokens = deepseek_recipe.SpecialTokens(image="<｜deepseek_image｜>")
+        self._options = deepseek_recipe.ConversionOptions().with_special_tokens(tokens)
+        self._encoding = deepseek_recipe.DeepseekV41Encoding().with_special_tokens(tokens)
+        self._model = model_name
+
+    def _render(self, messages: list[dict], thinking: bool, tools) -> str:
+        body = {"model": self._model, "messages": messages,
+                "thinking": {"type": "enabled" if thinking else "disabled"}}
+        if tools:
+            body["tools"] = tools
+        converted = self._recipe.ChatCompletionRequest(body).convert(self._options)
+        return self._encoding.render_conversation(converted.conversation).prompt
+
+    def encode_messages(self, messages: list[dict], thinking_mode: str) -> str:
+        thinking = thinking_mode == "thinking"
+        tools = next((m.get("tools") for m in messages if m["role"] == "system"), None)
+        turns = [{k: v for k, v in m.items() if k != "tools"} for m in messages
+                 if m["role"] != "system" or m.get("content")]
+        if turns[-1]["role"] != "assistant":
+            return self._render(turns, thinking, tools)
+        last = {k: v for k, v in turns[-1].items() if v is not None}
+        if not thinking:
+            last.pop("reasoning_content", None)
+        calls = last.get("tool_calls") or []
+        # recipe refuses tools with a prefix turn; they only change the system
+        # prompt, not the text of a turn without calls
+        asked = self._render(turns[:-1], thinking, tools)
+        tools = tools if calls else None
+        prompt = self._render(turns[:-1], thinking, tools)
+        if calls:
+            for number, call in enumerate(calls):
+                call.setdefault("id", f"call_{number}")
+            results = [{"role": "tool", "tool_call_id": c["id"], "content": "ok"} for c in calls]
+            full = self._render(turns[:-1] + [last] + results, thinking, tools)
+            end = full.find(self.eos_token, len(prompt))
+            if end < 0:
+                raise AssertionError("recipe's assistant turn has no EOS")
+            full = full[:end + len(self.eos_token)]
+        else:
+            full = self._render(turns[:-1] + [{**last, "prefix": True}], thinking,
+                                tools) + self.eos_token
+        if not full.startswith(prompt):
+            raise AssertionError("recipe's assistant turn does not extend its prompt")
+        return asked + full[len(prompt):]
+
+
 # ---------------------------------------------------------------------------
 # Chunkings: deliveries of decode steps (see dspark_engine.Plan).
 
@@ -457,24 +521,49 @@ class _SchemaChecks:
             raise self._seen[key]
 
 
+LINES = ("v4-flash-0731", "v4.1-flash")
+
+
+def line_cases(line: str) -> list[Case]:
+    """The corpus for a line: all of it for V4-Flash-0731; for V4.1-Flash the outputs
+    in its own format (its encoder's parameter form, nothing after the calls), the
+    only ones DeepSeek's V4.1 encoder writes: the JSON-body and self-closing shapes
+    and text after the block are V4 census probes of sglang's old DSML detector."""
+    return [c for c in cases() if line == LINES[0] or c.in_format]
+
+
 class Runner:
-    def __init__(self, site: Path, replace: bool = False):
+    def __init__(self, site: Path, replace: bool = False, line: str = LINES[0]):
         self.serving = sglang_serving.load(site, replace=replace)
         module = self.serving.serving_chat
         if hasattr(module, "Draft202012Validator"):
             module.Draft202012Validator = _SchemaChecks(module.Draft202012Validator)
-        self.tokenizer = dsv4_tokenizer.load()
+        self.line = line
+        if line == LINES[0]:
+            self.tokenizer = dsv4_tokenizer.load()
+            self.encoder = self.serving.encoding_dsv4 or sglang_serving.reference_encoder()
+        else:
+            self.tokenizer = dsv41_tokenizer.load()
+            self.encoder = RecipeText()
         self.plan: dspark_engine.Plan | None = None
         self.chat = dspark_engine.serving_chat(self.serving, self.tokenizer,
-                                               lambda request: self.plan)
+                                               lambda request: self.plan, line=line)
 
     def tokens(self, case: Case) -> list[int]:
-        encoder = self.serving.encoding_dsv4 or sglang_serving.reference_encoder()
-        return self.tokenizer.encode(render(encoder, case), add_special_tokens=False)
+        text = render(self.encoder, case)
+        if self.line != LINES[0] and case.calls and f"<{DSML} calls>" not in text:
+            raise AssertionError(f"{case.name}: not V4.1's tool-call block: {text[-200:]!r}")
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    @property
+    def encoding_spec(self) -> str | None:
+        """The prompt encoding sglang chose for the served model (0.5.23: dsv4 or dsv41)."""
+        return getattr(self.chat, "chat_encoding_spec", None)
 
     def request(self, case: Case, stream: bool):
         return self.serving.protocol.ChatCompletionRequest(
-            model=dspark_engine.MODEL_ID, messages=[{"role": "user", "content": "Help me."}],
+            model=dspark_engine.model_id(self.line),
+            messages=[{"role": "user", "content": "Help me."}],
             tools=TOOLS, stream=stream, chat_template_kwargs={"thinking": case.thinking})
 
     async def respond(self, case: Case, ids: list[int], deliveries: list[list[int]],
@@ -495,13 +584,13 @@ class Runner:
 
 
 def run(site: Path, modes: list[str], samples: int, seed: int = 0,
-        only: list[str] | None = None, split_stride: int = 1) -> dict:
-    runner = Runner(site)
+        only: list[str] | None = None, split_stride: int = 1, line: str = LINES[0]) -> dict:
+    runner = Runner(site, line=line)
     records, oracle = [], []
     started = time.monotonic()
 
     async def go():
-        for case in cases():
+        for case in line_cases(line):
             if only and not any(o in case.name for o in only):
                 continue
             ids = runner.tokens(case)
@@ -527,7 +616,8 @@ def run(site: Path, modes: list[str], samples: int, seed: int = 0,
                                        else {})})
 
     asyncio.run(go())
-    return {"sglang": runner.serving.version, "site": str(site), "seed": seed,
+    return {"sglang": runner.serving.version, "line": line, "encoding": runner.encoding_spec,
+            "site": str(site), "seed": seed,
             "samples": samples, "split_stride": split_stride, "modes": modes, "seconds": round(time.monotonic() - started, 1),
             "oracle": oracle, "streams": records}
 
@@ -559,6 +649,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", help="cases whose name contains this")
     parser.add_argument("--split-stride", type=int, default=1,
                         help="split mode: every Nth split point only (1: all)")
+    parser.add_argument("--line", choices=LINES, default=LINES[0],
+                        help="the model line whose output is streamed (sm12x.recipe.lines)")
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     unknown = set(modes) - set(MODES)
@@ -566,7 +658,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown mode(s) {sorted(unknown)}; known: {', '.join(MODES)}")
     if args.samples < 1 or args.split_stride < 1:
         parser.error("--samples and --split-stride must be at least 1")
-    report = run(args.site, modes, args.samples, args.seed, args.only, args.split_stride)
+    report = run(args.site, modes, args.samples, args.seed, args.only, args.split_stride,
+                 args.line)
     tmp = args.json.with_suffix(".tmp")
     tmp.write_text(json.dumps(report, indent=1, ensure_ascii=False))
     tmp.replace(args.json)

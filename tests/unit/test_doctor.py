@@ -603,3 +603,64 @@ def test_every_check_is_a_row_of_docs_doctor_md(tmp_path):
     ids |= set(run(rig(tmp_path / "rtx", "rtx-pro-6000-x4.csv"))["checks"])
     assert {"buildx", "env-git", "compose"} <= ids
     assert ids <= rows, sorted(ids - rows)
+
+
+# --- the model line: the folder must hold the recipe's line ------------------------------------
+
+V41_RECIPE = "rtx-pro-6000-tp8-v41"
+
+
+def _v41_rig(tmp_path, config):
+    host = rig(tmp_path, "rtx-pro-6000-server-x8.csv", env={"SM12X_RECIPE": V41_RECIPE})
+    model = Path(host.environ["SM12X_MODEL_DIR"])
+    (model / "config.json").unlink()
+    checkpoint.write_checkpoint(model, config=config)
+    return host
+
+
+def test_a_v41_checkpoint_passes_for_the_v41_recipe(tmp_path):
+    result = run(_v41_rig(tmp_path, checkpoint.V41_CONFIG))
+    checks = result["checks"]
+    assert checks["recipe"].data["recipe"] == V41_RECIPE
+    assert checks["model-config"].verdict == "ok", checks["model-config"].detail
+    assert "DeepSeek-V4.1-Flash" in checks["model-config"].detail
+    assert "vision tower" in checks["model-config"].detail
+    # the shards are checked as for V4 (index, headers, sizes)
+    assert checks["model-shards"].verdict == "ok"
+    # no commit is pinned for V4.1: the revision check says so instead of comparing
+    assert checks["model-revision"].verdict == "skip"
+    assert "pins no revision" in checks["model-revision"].detail
+
+
+@pytest.mark.parametrize(
+    "config, says, fix",
+    [
+        (None, "is DeepSeek-V4-Flash-0731", "deepseek-ai/DeepSeek-V4.1-Flash"),
+        ({**checkpoint.V41_CONFIG, "architectures": ["DeepseekV41ForConditionalGeneration"]},
+         "maps only DeepseekV41ForCausalLM", "DeepseekV41ForCausalLM"),
+        ({k: v for k, v in checkpoint.V41_CONFIG.items() if k != "vision_config"},
+         "has no vision_config", "model.vision: false"),
+    ],
+)
+def test_a_v41_recipe_refuses_another_checkpoint(tmp_path, config, says, fix):
+    host = rig(tmp_path, "rtx-pro-6000-server-x8.csv", env={"SM12X_RECIPE": V41_RECIPE})
+    if config is not None:
+        model = Path(host.environ["SM12X_MODEL_DIR"])
+        (model / "config.json").unlink()
+        checkpoint.write_checkpoint(model, config=config)
+    result = run(host)
+    config_check = result["checks"]["model-config"]
+    assert "model-config" in result["failed"]
+    assert says in config_check.detail, config_check.detail
+    assert fix in config_check.fix, config_check.fix
+
+
+def test_a_v4_recipe_refuses_a_v41_checkpoint(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    model = Path(host.environ["SM12X_MODEL_DIR"])
+    (model / "config.json").unlink()
+    checkpoint.write_checkpoint(model, config=checkpoint.V41_CONFIG)
+    result = run(host)
+    assert result["failed"] == ["model-config"]
+    detail = result["checks"]["model-config"]
+    assert "is DeepSeek-V4.1-Flash" in detail.detail and "v4.1-flash line" in detail.fix

@@ -52,6 +52,8 @@ def depth(size, ack=None):
     return mutate
 
 
+V41 = "rtx-pro-6000-tp8-v41"
+
 def dspark(**fields):
     return lambda data: data["dspark"].update(fields)
 
@@ -206,6 +208,117 @@ CASES = [
         set_env("SGLANG_ENABLE_THINKING", "1"),
         "rtx-pro-6000-tp4",
         ["SGLANG_DEFAULT_THINKING"],
+    ),
+    # --- model lines (sm12x.recipe.lines) ---
+    (
+        "model-line-track",
+        "error",
+        lambda data: data.pop("tracks"),
+        V41,
+        ["v4.1-flash needs sglang >= 0.5.23", "pinned track's sglang is 0.5.17",
+         "tracks: [current]"],
+    ),
+    (
+        "model-line-track",
+        "error",
+        lambda data: data.__setitem__("tracks", ["pinned"]),
+        V41,
+        ["no deepseek_v41 config", "tracks: [current]"],
+    ),
+    (
+        "model-line-parsers",
+        "error",
+        set_flag("--tool-call-parser", "deepseekv4"),
+        V41,
+        ["--tool-call-parser is 'deepseekv4'", "needs deepseekv41", "prompt encoder"],
+    ),
+    (
+        "model-line-parsers",
+        "error",
+        set_flag("--reasoning-parser", "deepseek-v41"),
+        "rtx-pro-6000-tp4",
+        ["DeepSeek-V4-Flash-0731 needs deepseek-v4"],
+    ),
+    (
+        "model-line-refused",
+        "error",
+        set_flag("--enable-two-batch-overlap"),
+        V41,
+        ["refuses two-batch overlap for DeepSeek-V4.1-Flash", "remove it"],
+    ),
+    (
+        "model-line-refused",
+        "error",
+        set_flag("--enable-hisparse"),
+        V41,
+        ["HiSparse"],
+    ),
+    (
+        "model-line-refused",
+        "error",
+        set_flag("--pp-size", 2),
+        V41,
+        ["--pp-size 2", "pipeline parallelism"],
+    ),
+    (
+        "model-line-refused",
+        "error",
+        set_flag("--enable-encoder-swa-bounded-replay"),
+        "rtx-pro-6000-tp4",
+        ["requires DeepSeek-V4.1", "DeepSeek-V4-Flash-0731"],
+    ),
+    (
+        "model-line-refused",
+        "error",
+        both(set_flag("--enable-encoder-swa-bounded-replay"),
+             set_flag("--chunked-prefill-size", 64)),
+        V41,
+        ["128 replay tokens plus one page"],
+    ),
+    # the field's 8x RTX PRO 6000 report: TP8/EP8 the only layout that started
+    (
+        "v41-layout",
+        "error",
+        drop_flag("--ep-size"),
+        V41,
+        ["started only as TP8/EP8", "--ep-size None", "--ep-size 8"],
+    ),
+    (
+        "v41-layout",
+        "error",
+        set_flag("--enable-dp-attention"),
+        V41,
+        ["without --enable-dp-attention"],
+    ),
+    (
+        "v41-layout",
+        "error",
+        both(set_flag("--ep-size", 4), set_flag("--tp-size", 8)),
+        V41,
+        ["--ep-size 4", "sgl-project/sglang#40877"],
+    ),
+    (
+        "v41-field",
+        "warning",
+        depth(4),
+        V41,
+        ["block_size 4", "block size 6 only", "unreported"],
+    ),
+    (
+        "v41-field",
+        "warning",
+        set_flag("--chunked-prefill-size", 8192),
+        V41,
+        ["--chunked-prefill-size 8192", "ran 2048", "crashed"],
+    ),
+    (
+        "model-fit",
+        "error",
+        both(lambda d: d["hardware"].__setitem__("gpus_per_node", 4), set_flag("--tp-size", 4),
+             set_flag("--ep-size", 4)),
+        V41,
+        ["DeepSeek-V4.1-Flash does not fit 4x rtx-pro-6000", "118.8 GiB of weights per GPU",
+         "76.8 GiB usable", "pick a rig with more memory"],
     ),
     (
         "cuda-graph-bs",
@@ -577,6 +690,58 @@ def test_a_recipe_without_configuration_is_its_rig_s_baseline():
     assert (recipe.rig, recipe.configuration_kind) == ("rtx-pro-6000-tp4", "baseline")
 
 
+# --- the model line's structure rules (sm12x.recipe.model.Model) -----------------
+
+
+@pytest.mark.parametrize(
+    "model, words",
+    [
+        ({"architecture": "DeepseekV41ForConditionalGeneration"},
+         ["maps only DeepseekV41ForCausalLM", "would not load"]),
+        ({"architecture": "Qwen3ForCausalLM"},
+         ["not a DeepSeek-V4.1-Flash architecture", "DeepseekV41ForCausalLM"]),
+        ({"revision": "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"},
+         ["not both"]),
+        ({"revision_why": None}, ["`revision_why` saying why"]),
+        ({"line": "v4-flash-0731", "architecture": None},
+         ["has no vision tower", "line: v4.1-flash"]),
+    ],
+)
+def test_a_model_must_fit_its_line(model, words):
+    def mutate(data):
+        data["model"].update(model)
+        data["model"] = {k: v for k, v in data["model"].items() if v is not None
+                         or k == "revision"}
+
+    with pytest.raises(RecipeError) as caught:
+        build(mutate, V41)
+    for word in words:
+        assert word in str(caught.value), str(caught.value)
+
+
+def test_a_verified_recipe_pins_its_checkpoint():
+    def mutate(data):
+        data["status"] = {"state": "verified", "note": "booted and verified on the rig",
+                          "verified_by": "someone", "verified_on": "2026-12-01"}
+
+    with pytest.raises(RecipeError) as caught:
+        build(mutate, V41)
+    assert "name model.revision" in str(caught.value)
+
+
+def test_a_recipe_without_a_line_serves_v4_flash_0731():
+    recipe = build(lambda d: None)
+    assert recipe.model.line == "v4-flash-0731"
+    assert recipe.model.resolved_architecture == "DeepseekV4ForCausalLM"
+    assert not recipe.model.vision
+    v41 = build(lambda d: None, V41)
+    assert (v41.model.line, v41.model.vision, v41.tracks) == ("v4.1-flash", True, ["current"])
+
+
+def test_the_v41_block_size_the_field_ran_passes_clean():
+    recipe = build(lambda d: None, V41)
+    assert [f for f in lint_recipe(recipe)] == []
+
 # --- the throughput invariants beyond the table above
 
 
@@ -584,8 +749,10 @@ def test_every_throughput_recipe_passes_every_lint():
     from sm12x.recipe import load_all
 
     throughput = [r for r in load_all() if r.configuration_kind == "throughput"]
+    # every V4-Flash-0731 rig has one; the V4.1-Flash rig has no field data for one
     assert {r.rig for r in throughput} == {r.name for r in load_all()
-                                          if r.configuration_kind == "baseline"}
+                                          if r.configuration_kind == "baseline"
+                                          and r.model.line == "v4-flash-0731"}
     for recipe in throughput:
         assert lint_recipe(recipe) == [], recipe.name
 

@@ -230,7 +230,8 @@ def test_patch_facts_match_patches_toml():
 
 
 def test_checkpoint_revision_is_the_recipes():
-    revisions = {r.model.revision for r in load_all()}
+    # the default line's checkpoint (V4.1 has no public commit: its recipe says why)
+    revisions = {r.model.revision for r in load_all() if r.model.line == "v4-flash-0731"}
     assert len(revisions) == 1
     (revision,) = revisions
     assert f"--revision {revision}" in README

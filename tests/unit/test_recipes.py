@@ -12,8 +12,11 @@ THROUGHPUT = [f"{rig}-throughput" for rig in RIGS]
 ALL = sorted(RIGS + THROUGHPUT)
 
 
+V41 = ["rtx-pro-6000-tp8-v41"]
+
+
 def test_each_rig_has_a_baseline_and_a_throughput_configuration():
-    assert list_recipes() == ALL
+    assert list_recipes() == sorted(ALL + V41)
     for name in RIGS:
         assert (load_recipe(name).rig, load_recipe(name).configuration_kind) == (name, "baseline")
     for rig, name in zip(RIGS, THROUGHPUT, strict=True):
@@ -22,6 +25,12 @@ def test_each_rig_has_a_baseline_and_a_throughput_configuration():
         base = load_recipe(rig)
         assert (recipe.hardware, recipe.model, recipe.serve) == (base.hardware, base.model,
                                                                   base.serve)
+
+
+def test_one_baseline_per_rig_and_line():
+    baselines = [n for n in list_recipes() if load_recipe(n).configuration_kind == "baseline"]
+    assert [n for n in baselines if load_recipe(n).model.line == "v4-flash-0731"] == RIGS
+    assert [n for n in baselines if load_recipe(n).model.line == "v4.1-flash"] == V41
 
 
 @pytest.mark.parametrize("name", THROUGHPUT)

@@ -21,7 +21,7 @@ from sm12x.recipe import load_all
 from sm12x.recipe.lints import INDEXER_MIN_QUERY, attention_dp, recipe_tracks
 from sm12x.recipe.load import validate_recipe
 from support.cli import raw_recipe
-from support.server_args_check import GPUS, validate
+from support.server_args_check import GPUS, model_dir, validate
 
 CASES = [
     (recipe, rank, track)
@@ -38,7 +38,7 @@ def verdicts():
     def get(recipe, rank, track):
         key = (recipe.name, rank, track)
         if key not in made:
-            made[key] = validate(recipe, rank, track)
+            made[key] = validate(recipe, rank, track, model_dir(recipe))
         return made[key]
 
     return get
@@ -114,3 +114,16 @@ def test_sglang_refuses_a_dp_width_that_does_not_divide_tp():
         data["flags"]["--attn-dp-size"]["value"] = 3
     verdict = validate(_mutated("rtx-pro-6000-tp4-throughput", mutate), 0, "current")
     assert not verdict.ok, verdict.resolved
+
+
+@pytest.mark.parametrize("flag, refused", [
+    (["--enable-two-batch-overlap"], "DeepSeek-V4.1 does not support two-batch overlap"),
+])
+def test_sglang_refuses_for_v41_what_the_line_lint_refuses(flag, refused):
+    """model-line-refused's V4.1 refusals are sglang's own (lints skipped here)."""
+    data = raw_recipe("rtx-pro-6000-tp8-v41")
+    data["flags"][flag[0]] = {"why": "a negative case: the lint refuses it"}
+    recipe = validate_recipe(data, "case.yaml")
+    verdict = validate(recipe, 0, "current", model_dir(recipe))
+    assert not verdict.ok
+    assert refused in verdict.error, verdict.error

@@ -36,8 +36,16 @@ def models(ctx: Context, ev: Evidence) -> None:
     if not ids:
         ev.fail("/v1/models lists no model", "the server has no model loaded",
                 "check --model-path / --served-model-name")
+    expected = ctx.options.expected_model
+    if expected is not None and expected not in ids:
+        line = f" ({ctx.options.line})" if ctx.options.line else ""
+        ev.fail(f"the recipe serves {expected!r}{line}, the server lists {ids}",
+                "another checkpoint or --served-model-name is running than the recipe's: "
+                "another model line, or a recipe other than the one verify was given",
+                "boot the recipe verify names (SM12X_RECIPE / --recipe), or name the recipe "
+                "that runs")
     if ctx.model is None:
-        ctx.model = ids[0]
+        ctx.model = expected or ids[0]
     elif ctx.model not in ids:
         ev.fail(f"model {ctx.model!r} not served (served: {ids})",
                 "--model names a different model than the server's --served-model-name",

@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sglang-version",
                         help="the sglang release whose serving code answers (default: the "
                              "image's pin, versions.env SGLANG_VERSION)")
+    parser.add_argument("--line", default="v4-flash-0731", choices=["v4-flash-0731", "v4.1-flash"],
+                        help="the model line served (V4.1-Flash needs --sglang-version 0.5.23)")
     parser.add_argument("--sglang-patches", choices=["all", "none"], default="all",
                         help="serve through sglang patched by scripts/apply-patches (all, the "
                              "image's state) or unpatched (none)")
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 max_running_per_dp=max(1, total // args.dp_size), stall_batch=args.stall_batch)
         app = create_app(faults, accept_length=args.accept_length, token_delay=args.token_delay,
                          api_key=args.api_key, sglang_version=args.sglang_version,
-                         patched=args.sglang_patches == "all", sps=config)
+                         patched=args.sglang_patches == "all", sps=config, line=args.line)
     except ValueError as exc:  # what sglang refuses to start with
         print(f"fake sglang: ValueError: {exc}", file=sys.stderr)
         return 1
@@ -93,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fake sglang: cannot load sglang's serving code: {exc}", file=sys.stderr)
         return 2
     print(f"fake sglang on http://{args.host}:{args.port} faults={sorted(faults.active) or ['healthy']}"
-          f" sglang={args.sglang_version or 'pinned'} patches={args.sglang_patches}", flush=True)
+          f" sglang={args.sglang_version or 'pinned'} patches={args.sglang_patches} line={args.line}",
+          flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", lifespan="off")
     return 0
 

@@ -35,8 +35,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from sm12x.versions import load_versions
-from tests.support import dspark_engine, dsv4_tokenizer, sglang_serving
+from sm12x.recipe.lines import DEFAULT_LINE, LINES, serves
+from sm12x.versions import load_versions, tracks
+from tests.support import dspark_engine, dsv4_tokenizer, dsv41_tokenizer, sglang_serving
 from tests.support.fake_sglang import corruption, model
 from tests.support.fake_sglang.sps import Scheduler, SpsConfig
 
@@ -61,6 +62,8 @@ FAULTS = {
     "no-spec": "speculative decoding off: no acceptance length, the gauge reads 0",
     "low-accept": "speculative decoding on but accepting almost nothing (1.1)",
     "router-info": "answers server info like sglang-router: router fields, no /server_info or /metrics",
+    "image-blind": "images are accepted but never reach the model (a vision tower not loaded): "
+                   "it counts shapes without looking",
 }
 FAULTS.update(corruption.FAULTS)  # wrong tokens in fluent text (corruption.py)
 
@@ -141,32 +144,43 @@ def deliveries(n: int, rng: random.Random, merge: bool) -> list[list[int]]:
 def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
                token_delay: float = 0.001, api_key: str | None = None,
                sglang_version: str | None = None, patched: bool = True,
-               sps: SpsConfig | None = None) -> Starlette:
+               sps: SpsConfig | None = None, line: str = DEFAULT_LINE) -> Starlette:
     """sps: the server's DSpark scheduler as sglang's SPS profiler sees it
-    (sps.py; None: one DP rank, no per-step records, /server_info as before)."""
+    (sps.py; None: one DP rank, no per-step records, /server_info as before).
+    `line`: the model line served (sm12x.recipe.lines). V4.1-Flash needs an sglang
+    that serves it (0.5.23): its encoder, parsers and the vision tower's image input."""
     state = State(faults or Faults(), accept_length, token_delay, api_key)
     scheduler = Scheduler(sps or SpsConfig(gamma=GAMMA, tp=4, dp=1, ep=1))
     F = state.faults
+    known = LINES[line]
     version = sglang_version or serving_version()
+    if sglang_version is None and not serves(known, version):
+        # the track whose sglang serves the line (V4.1: current), as its recipes name
+        version = next((v for v in (load_versions(t)["SGLANG_VERSION"] for t in tracks())
+                        if serves(known, v)), version)
+    if not serves(known, version):
+        raise RuntimeError(f"sglang {version} cannot serve {known.title} "
+                           f"(needs >= {known.min_sglang}): pass --sglang-version")
     serving = sglang_serving.load(sglang_serving.tree(version, patched))
     P = serving.protocol
-    tokenizer = dsv4_tokenizer.load()
+    tokenizer = dsv4_tokenizer.load() if line == DEFAULT_LINE else dsv41_tokenizer.load()
     eos = tokenizer.eos_token_id
+    MODEL_ID = dspark_engine.model_id(line)  # noqa: N806 (the module's name, per line)
 
     async def pace() -> None:
         if state.token_delay:
             await asyncio.sleep(state.token_delay)
 
     args = dspark_engine.ServerArgsView(
-        reasoning_parser=None if "no-reasoning-parser" in F else "deepseek-v4",
-        tool_call_parser=None if "no-tool-parser" in F else "deepseekv4",
+        reasoning_parser=None if "no-reasoning-parser" in F else known.reasoning_parser,
+        tool_call_parser=None if "no-tool-parser" in F else known.tool_call_parser,
         speculative_algorithm=None if "no-spec" in F else "DSPARK")
     # rid -> the request's plan, made when sglang hands the request to the
     # engine (after its own validation: an invalid request never reaches it)
     pending: dict[str, tuple] = {}
     chat_handler = dspark_engine.serving_chat(
         serving, tokenizer, lambda obj: plan_for(*pending.pop(obj.rid)),
-        server_args=args, on_delivery=pace)
+        server_args=args, on_delivery=pace, line=line)
 
     async def hang_if_asked() -> None:
         if "hang" in F:
@@ -247,7 +261,7 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
             else req.tool_choice,
         }
         thinking = bool((req.chat_template_kwargs or {}).get("thinking") is True)
-        gen = model.generate(plain, thinking=thinking)
+        gen = model.generate(plain, thinking=thinking, image_blind="image-blind" in F)
         if ({"loop", "salad"} & F.active and state.in_flight >= F.min_concurrency
                 and number % F.every == 0):
             gen = model.corrupt(gen, "loop" if "loop" in F else "salad", seed)
@@ -257,7 +271,7 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
                                    nth=number % F.every == 0)
         if "think-leak" in F:
             gen = model.leak_think(gen)
-        ids = tokenizer.encode(gen.raw(broken_json="bad-tool-json" in F),
+        ids = tokenizer.encode(gen.raw(broken_json="bad-tool-json" in F, line=line),
                                add_special_tokens=False) + [eos]
         finish = {"type": "stop", "matched": eos}
         limit = body.get("max_completion_tokens") or body.get("max_tokens")

@@ -30,12 +30,17 @@ import random
 import re
 from dataclasses import dataclass, field
 
-from tests.support.fake_sglang import tasks
+from tests.support.fake_sglang import tasks, vision
 
 THINK_END = "</think>"
 DSML = "｜DSML｜"
 BOT = f"<{DSML}tool_calls>"
 EOT = f"</{DSML}tool_calls>"
+# How each line's encoder spells its tool-call markup (deepseek-recipe 0.2.0's
+# DeepseekV4Encoding / DeepseekV41Encoding): the block's name and what separates
+# the DSML token from a tag name. V4: <｜DSML｜tool_calls>, <｜DSML｜invoke ...>;
+# V4.1: <｜DSML｜ calls>, <｜DSML｜ invoke ...>.
+MARKUP = {"v4-flash-0731": ("tool_calls", ""), "v4.1-flash": ("calls", " ")}
 
 CODE = '''Here is a small, tested implementation:
 
@@ -124,7 +129,7 @@ class Generation:
     calls: list[Call] = field(default_factory=list)
     corrupted: str | None = None  # which channel a fault corrupted
 
-    def raw(self, *, broken_json: bool = False) -> str:
+    def raw(self, *, broken_json: bool = False, line: str = "v4-flash-0731") -> str:
         text = ""
         if self.reasoning is not None:
             text += self.reasoning + THINK_END
@@ -132,15 +137,25 @@ class Generation:
         if self.calls:
             if self.content:
                 text += "\n\n"
-            text += render_dsml(self.calls, broken_json=broken_json)
+            text += render_dsml(self.calls, broken_json=broken_json, line=line)
         return text
 
 
-def render_dsml(calls: list[Call], *, broken_json: bool = False) -> str:
-    out = [BOT]
+def render_dsml(calls: list[Call], *, broken_json: bool = False,
+                line: str = "v4-flash-0731") -> str:
+    block, sep = MARKUP[line]
+    tag = f"{DSML}{sep}"
+    out = [f"<{tag}{block}>"]
+    # V4.1's encoder writes only the parameter form (objects and arrays as
+    # string="false" JSON values); its parser reads no JSON body.
+    v41 = line != "v4-flash-0731"
     for call in calls:
-        out.append(f'\n<{DSML}invoke name="{call.name}">')
-        if call.json_body or broken_json:
+        out.append(f'\n<{tag}invoke name="{call.name}">')
+        if v41 and broken_json:
+            for key, value in call.arguments.items():  # every value's JSON cut short
+                out.append(f'\n<{tag}parameter name="{key}" string="false">'
+                           f"{json.dumps(value, ensure_ascii=False)[:-1]}</{tag}parameter>")
+        elif (call.json_body and not v41) or broken_json:
             body = json.dumps(call.arguments, ensure_ascii=False)
             if broken_json:
                 body = body[:-1] + ","  # the closing brace lost: not JSON
@@ -148,14 +163,14 @@ def render_dsml(calls: list[Call], *, broken_json: bool = False) -> str:
         else:
             for key, value in call.arguments.items():
                 if isinstance(value, str):
-                    out.append(f'\n<{DSML}parameter name="{key}" string="true">{value}</{DSML}parameter>')
+                    out.append(f'\n<{tag}parameter name="{key}" string="true">{value}</{tag}parameter>')
                 else:
                     out.append(
-                        f'\n<{DSML}parameter name="{key}" string="false">'
-                        f"{json.dumps(value, ensure_ascii=False)}</{DSML}parameter>"
+                        f'\n<{tag}parameter name="{key}" string="false">'
+                        f"{json.dumps(value, ensure_ascii=False)}</{tag}parameter>"
                     )
-        out.append(f"\n</{DSML}invoke>")
-    out.append("\n" + EOT)
+        out.append(f"\n</{tag}invoke>")
+    out.append(f"\n</{tag}{block}>")
     return "".join(out)
 
 
@@ -268,7 +283,7 @@ def _answer(user: str) -> str:
     return PROSE
 
 
-def generate(request: dict, *, thinking: bool) -> Generation:
+def generate(request: dict, *, thinking: bool, image_blind: bool = False) -> Generation:
     messages = request.get("messages") or []
     tools = request.get("tools") or []
     tool_choice = request.get("tool_choice") or ("auto" if tools else "none")
@@ -284,7 +299,12 @@ def generate(request: dict, *, thinking: bool) -> Generation:
         names = " and ".join(dict.fromkeys(c.name for c in calls))
         return Generation(REASONING_TOOL if thinking else None, f"Let me call {names} for that.",
                           calls)
-    user = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+    last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+    user = _text(last_user.get("content"))
+    pictures = vision.images_of(last_user.get("content"))
+    if pictures:
+        return Generation(REASONING if thinking else None,
+                          vision.answer(user, pictures, blind=image_blind))
     return Generation(REASONING if thinking else None, _answer(user))
 
 

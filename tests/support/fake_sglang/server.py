@@ -27,12 +27,13 @@ class FakeServer:
     def __init__(self, faults: str | Faults | None = None, *, port: int = 0,
                  accept_length: float = 3.4, token_delay: float = 0.001,
                  api_key: str | None = None, sglang_version: str | None = None,
-                 patched: bool = True, sps=None, **fault_options):
+                 patched: bool = True, sps=None, line: str = "v4-flash-0731",
+                 **fault_options):
         if not isinstance(faults, Faults):
             faults = Faults.parse(faults, **fault_options)
         self.app = create_app(faults, accept_length=accept_length, token_delay=token_delay,
                               api_key=api_key, sglang_version=sglang_version, patched=patched,
-                              sps=sps)
+                              sps=sps, line=line)
         self.port = port or free_port()
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
                                 lifespan="off", timeout_graceful_shutdown=1)
