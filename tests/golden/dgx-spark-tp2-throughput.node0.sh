@@ -14,6 +14,7 @@ NCCL_IB_ROCE_VERSION_NUM=2 \
 NCCL_CUMEM_ENABLE=0 \
 NCCL_IGNORE_CPU_AFFINITY=1 \
 NCCL_NVLS_ENABLE=0 \
+SGLANG_RAGGED_VERIFY_MODE=compact \
 XDG_CACHE_HOME=/cache \
 FLASHINFER_WORKSPACE_BASE=/cache \
 TRITON_CACHE_DIR=/cache/triton \
@@ -39,6 +40,7 @@ python3 -m sm12x.keyed sglang.launch_server \
   --enable-cache-report \
   --speculative-algorithm DSPARK \
   --speculative-dspark-block-size 7 \
+  --speculative-dspark-sps-table-path /cache/sps/dgx-spark-tp2-throughput/g7-tp2-dp1-ep1-pinned.json \
   --nnodes 2 \
   --node-rank 0 \
   --dist-init-addr 192.168.100.1:5000 \

@@ -5,6 +5,7 @@ SGLANG_JIT_DEEPGEMM_PRECOMPILE=0 \
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
 SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1 \
 SGLANG_OPT_DSV4_NONPAGED_INDEXER_MIN_QUERY_TOKENS=512 \
+SGLANG_RAGGED_VERIFY_MODE=compact \
 XDG_CACHE_HOME=/cache \
 FLASHINFER_WORKSPACE_BASE=/cache \
 TRITON_CACHE_DIR=/cache/triton \
@@ -36,5 +37,6 @@ python3 -m sm12x.keyed sglang.launch_server \
   --enable-cache-report \
   --speculative-algorithm DSPARK \
   --speculative-dspark-block-size 7 \
+  --speculative-dspark-sps-table-path /cache/sps/rtx-5090-tp8-throughput/g7-tp8-dp1-ep8-pinned.json \
   --host 0.0.0.0 \
   --port 30000
