@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from sm12x.recipe.lints import attention_dp, dp_size
 from sm12x.recipe.model import Recipe
 
 FOLDER = "sps"
@@ -53,7 +54,11 @@ def layout(recipe: Recipe) -> Layout:
         value = recipe.flag_value(flag)
         return int(value) if value is not None else 1
 
-    return Layout(size("--tp-size"), size("--dp-size"), size("--ep-size"))
+    # DP is the ranks that schedule their own batches: DP attention's, whichever
+    # spelling the track takes (--attn-dp-size on 0.5.23, --dp-size with
+    # --enable-dp-attention before), or plain data-parallel replicas.
+    dp = max(dp_size(recipe), attention_dp(recipe))
+    return Layout(size("--tp-size"), dp, size("--ep-size"))
 
 
 @dataclass(frozen=True)

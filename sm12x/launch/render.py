@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sm12x.errors import UserError
+from sm12x.recipe.lints import recipe_tracks
 from sm12x.recipe.model import Recipe
 from sm12x.settings import Loaded
 from sm12x.sps_tables import relative_path
@@ -244,10 +245,18 @@ PROFILING_ENV = {
 }
 
 
+def track_for(recipe: Recipe) -> str:
+    """The track a render without SM12X_TRACK is for: the default, unless the recipe
+    runs only on others (then its first)."""
+    default = default_track()
+    own = recipe_tracks(recipe)
+    return default if default in own or not own else own[0]
+
+
 def tuned_table_path(recipe: Recipe, ctx: LaunchContext) -> Value:
     """Where `sm12x tune` stores this recipe's table for the context's track
     (sm12x.sps_tables): under SM12X_CACHE_DIR, a placeholder when it is unset."""
-    relative = relative_path(recipe, ctx.track or default_track())
+    relative = relative_path(recipe, ctx.track or track_for(recipe))
     if ctx.cache_dir:
         return f"{ctx.cache_dir.rstrip('/')}/{relative}"
     return EnvRef("SM12X_CACHE_DIR", f"/{relative}")

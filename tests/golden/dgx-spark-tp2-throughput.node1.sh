@@ -40,7 +40,7 @@ python3 -m sm12x.keyed sglang.launch_server \
   --enable-cache-report \
   --speculative-algorithm DSPARK \
   --speculative-dspark-block-size 7 \
-  --speculative-dspark-sps-table-path /cache/sps/dgx-spark-tp2-throughput/g7-tp2-dp1-ep1-pinned.json \
+  --speculative-dspark-sps-table-path /cache/sps/dgx-spark-tp2-throughput/g7-tp2-dp1-ep1-current.json \
   --nnodes 2 \
   --node-rank 1 \
   --dist-init-addr 192.168.100.1:5000 \

@@ -37,6 +37,6 @@ python3 -m sm12x.keyed sglang.launch_server \
   --enable-cache-report \
   --speculative-algorithm DSPARK \
   --speculative-dspark-block-size 7 \
-  --speculative-dspark-sps-table-path /cache/sps/rtx-5090-tp8-throughput/g7-tp8-dp1-ep8-pinned.json \
+  --speculative-dspark-sps-table-path /cache/sps/rtx-5090-tp8-throughput/g7-tp8-dp8-ep8-current.json \
   --host 0.0.0.0 \
   --port 30000

@@ -32,6 +32,6 @@ python3 -m sm12x.keyed sglang.launch_server \
   --enable-cache-report \
   --speculative-algorithm DSPARK \
   --speculative-dspark-block-size 6 \
-  --speculative-dspark-sps-table-path /cache/sps/rtx-pro-6000-tp2-throughput/g6-tp2-dp1-ep1-pinned.json \
+  --speculative-dspark-sps-table-path /cache/sps/rtx-pro-6000-tp2-throughput/g6-tp2-dp1-ep1-current.json \
   --host 0.0.0.0 \
   --port 30000

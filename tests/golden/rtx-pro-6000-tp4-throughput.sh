@@ -37,6 +37,6 @@ python3 -m sm12x.keyed sglang.launch_server \
   --enable-cache-report \
   --speculative-algorithm DSPARK \
   --speculative-dspark-block-size 7 \
-  --speculative-dspark-sps-table-path /cache/sps/rtx-pro-6000-tp4-throughput/g7-tp4-dp1-ep4-pinned.json \
+  --speculative-dspark-sps-table-path /cache/sps/rtx-pro-6000-tp4-throughput/g7-tp4-dp4-ep4-current.json \
   --host 0.0.0.0 \
   --port 30000

@@ -151,7 +151,11 @@ def test_render_falls_back_like_the_launch(rig, monkeypatch, capsys):
 
 
 def test_a_recipe_limited_to_another_track_is_refused_or_skipped(tmp_path, monkeypatch, capsys):
-    text = tp.FIXTURE.read_text().replace("status:", "tracks: [current]\nstatus:", 1)
+    # The fixture written for the current track only (its DP attention in 0.5.23's
+    # spelling, which the lints require there).
+    text = (tp.FIXTURE.read_text().replace("tracks: [pinned]", "tracks: [current]", 1)
+            .replace("  --dp-size:\n    value: 4\n", "  --attn-dp-size:\n    value: 4\n", 1))
+    text = text[:text.index("  --enable-dp-attention:")] + text[text.index("  --enable-dp-lm-head:"):]
     folder = tp.recipes_with_it(tmp_path / "recipes", text)
     monkeypatch.setattr(load, "recipes_dir", lambda: folder)
     monkeypatch.setattr(launch_main.gpus, "query_gpus", lambda *_: GPUS)
@@ -196,3 +200,22 @@ def test_static_verify_renders_nothing_and_no_cache_dir_renders_a_placeholder():
 def test_auto_picks_the_rig_not_its_throughput_configuration(rig):
     pick = gpus.pick_recipe(GPUS, load.load_all())
     assert pick.recipe.name == tp.RIG
+
+
+def test_the_table_key_counts_dp_attention_ranks_in_either_spelling():
+    # 0.5.23 spells DP attention --attn-dp-size; 0.5.17 --dp-size with
+    # --enable-dp-attention: both are four ranks scheduling their own batches.
+    from sm12x import sps_tables
+    from sm12x.recipe import load_recipe
+
+    recipe = load_recipe("rtx-pro-6000-tp4-throughput")
+    assert recipe.has_flag("--attn-dp-size") and not recipe.has_flag("--dp-size")
+    assert str(sps_tables.layout(recipe)) == "TP4 DP4 EP4"
+
+
+def test_a_render_without_a_track_names_the_recipe_s_own_track():
+    from sm12x.launch.render import track_for
+    from sm12x.recipe import load_recipe
+
+    assert track_for(load_recipe("rtx-pro-6000-tp4-throughput")) == "current"
+    assert track_for(load_recipe("rtx-pro-6000-tp4")) == default_track()
