@@ -48,7 +48,7 @@ from sm12x.apikey import exposure_problem
 from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.keyed import with_key
-from sm12x.launch.sglang_parser import JudgeParser, ParserError
+from sm12x.sglang_parser import JudgeParser, ParserError
 from sm12x.recipe.extra import check_values, owned_router_flags, owner, parse_extra
 from sm12x.settings import Loaded
 

@@ -1,7 +1,7 @@
 """What sglang will run, judged by what its own parser makes of the arguments.
 
 The launcher renders the recipe, appends the flags after `--`, and parses
-the result with the track's sglang parser (sm12x.launch.sglang_parser), so
+the result with the track's sglang parser (sm12x.sglang_parser), so
 every spelling sglang accepts (an alias, a prefix argparse expands,
 `--flag=value`) is judged by the dest it sets:
 
@@ -31,7 +31,7 @@ from sm12x.apikey import ENV as KEY_ENV
 from sm12x.apikey import FILE_ENV, is_loopback
 from sm12x.errors import UserError
 from sm12x.launch.render import HEAD_ADDR_ENV, NODE_RANK_ENV, LaunchPlan
-from sm12x.launch.sglang_parser import JudgeParser, ParserError
+from sm12x.sglang_parser import JudgeParser, ParserError
 from sm12x.recipe.extra import WHY, check_values, parse_extra
 from sm12x.recipe.lints import CANONICAL_FLAGS, DERIVED_FLAGS, lint_recipe
 from sm12x.recipe.load import RecipeError, validate_recipe

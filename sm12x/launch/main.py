@@ -33,7 +33,7 @@ from sm12x.launch.render import (
 )
 from sm12x.recipe import Recipe, load_all, load_recipe, warnings_for
 from sm12x.launch.judge import Judged, judge
-from sm12x.launch.sglang_parser import parser_for
+from sm12x.sglang_parser import parser_for
 from sm12x.settings import Loaded
 from sm12x import sps_tables as store
 from sm12x.recipe.lines import serves

@@ -23,7 +23,7 @@ from sm12x.fields import build_model
 from sm12x.launch.judge import judge
 from sm12x.launch.main import AUTO, choose_configuration, installed_sglang, select_recipe
 from sm12x.launch.render import LaunchContext, build_launch
-from sm12x.launch.sglang_parser import parser_for
+from sm12x.sglang_parser import parser_for
 from sm12x.recipe import warnings_for
 from sm12x.versions import load_versions, track_of_sglang
 

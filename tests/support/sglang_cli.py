@@ -273,12 +273,12 @@ def env_vars(sglang_version: str) -> tuple[set[str], dict[str, str]]:
     return declared, retired
 
 
-# The parser `sglang serve` builds, as sm12x.launch.sglang_parser describes it.
+# The parser `sglang serve` builds, as sm12x.sglang_parser describes it.
 _DESCRIBE = """
 import json, sys
 from sm12x.selftest.env import stub_torchvision
 stub_torchvision()
-from sm12x.launch.sglang_parser import describe, real_parser
+from sm12x.sglang_parser import describe, real_parser
 print(json.dumps(describe(real_parser(), sys.argv[1]), indent=1, sort_keys=True))
 """
 
@@ -306,7 +306,7 @@ import json, sys
 from sm12x.selftest.env import stub_torchvision
 stub_torchvision()
 from sm12x.launch.judge import _suppressing
-from sm12x.launch.sglang_parser import ParserError, real_parser
+from sm12x.sglang_parser import ParserError, real_parser
 out = []
 for tokens in json.loads(sys.argv[1]):
     try:
@@ -339,8 +339,8 @@ def track_versions() -> list[str]:
 
 
 def write_descriptions() -> None:
-    """scripts/regen: sm12x/launch/sglang_parsers/<version>.json for every track."""
-    from sm12x.launch.sglang_parser import description_path
+    """scripts/regen: sm12x/sglang_parsers/<version>.json for every track."""
+    from sm12x.sglang_parser import description_path
 
     for version in track_versions():
         path = description_path(version)

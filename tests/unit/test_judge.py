@@ -19,7 +19,7 @@ from support.cli import assert_one_clear_error, run_sm12x
 from sm12x.errors import UserError
 from sm12x.launch import main as launch_main
 from sm12x.launch.judge import _suppressing
-from sm12x.launch.sglang_parser import (
+from sm12x.sglang_parser import (
     ParserError,
     description_path,
     from_description,
@@ -52,7 +52,7 @@ SPELLINGS = [
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_committed_description_is_the_real_parser(version):
     assert description_path(version).read_text() == sglang_cli.parser_description(version), (
-        f"sm12x/launch/sglang_parsers/{version}.json is stale: run scripts/regen"
+        f"sm12x/sglang_parsers/{version}.json is stale: run scripts/regen"
     )
 
 
