@@ -41,24 +41,27 @@ def main() -> int:
     print("| command | server | where | Python | wall s | bound s | peak RSS MiB | docker CLI "
           "peak MiB | cause found |")
     print("|---|---|---|---|---|---|---|---|---|")
+    scratch = tempfile.TemporaryDirectory()
+    baselines = hc.Baselines(Path(scratch.name))
     for case in hc.CASES:
         if args.only and args.only not in case.id:
             continue
         for python in pythons:
             with tempfile.TemporaryDirectory() as tmp:
-                o = hc.run(case, python, Path(tmp))
-            ok = o.wall_s < case.bound_s and 0 < o.peak_rss_mib < hc.MAX_RSS_MIB and \
+                o, bound = hc.judge(case, python, Path(tmp), baselines)
+            ok = o.wall_s < bound and 0 < o.peak_rss_mib < hc.MAX_RSS_MIB and \
                 o.cause_found and bool(o.reports)
             failures += not ok
             rows.append({"id": case.id, "python": o.python, "wall_s": round(o.wall_s, 2),
-                         "bound_s": case.bound_s, "budget": case.why,
+                         "bound_s": round(bound, 1), "baseline_s": round(baselines.seen[python], 2),
+                         "budget": case.why,
                          "peak_rss_mib": round(o.peak_rss_mib, 1),
                          "children_peak_rss_mib": round(o.children_peak_rss_mib, 1),
                          "exit": o.exit, "reports": o.reports, "cause": o.cause[:300],
                          "ok": ok})
             child = f"{o.children_peak_rss_mib:.0f}" if case.tool == "doctor" else "-"
             print(f"| {case.tool} | {case.behaviour} | {case.target} | {o.python} | "
-                  f"{o.wall_s:.1f} | {case.bound_s:g} | {o.peak_rss_mib:.0f} | {child} | "
+                  f"{o.wall_s:.1f} | {bound:.1f} | {o.peak_rss_mib:.0f} | {child} | "
                   f"{'yes' if o.cause_found else 'NO'}{'' if ok else ' (OUT OF BOUNDS)'} |",
                   flush=True)
     if args.json:
