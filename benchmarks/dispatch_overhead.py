@@ -104,17 +104,22 @@ def host_ab_us(fn, calls: int = 20, rounds: int = 300) -> dict:
             fn()
     samples: dict[bool, list[float]] = {False: [], True: []}
     for round_ in range(rounds):
-        for on in ((False, True) if round_ % 2 == 0 else (True, False)):
+        for on in (False, True) if round_ % 2 == 0 else (True, False):
             with n.dispatch_patch(on):
                 samples[on].append(_burst_us(fn, calls))
     torch.cuda.synchronize()
     diffs = [p - u for u, p in zip(samples[False], samples[True])]
     d1, d2, d3 = quartiles(diffs)
-    return {"unpatched_us": statistics.median(samples[False]),
-            "patched_us": statistics.median(samples[True]),
-            "added_us": d2, "added_q1_us": d1, "added_q3_us": d3,
-            "unpatched_q1_q3_us": quartiles(samples[False])[::2],
-            "rounds": rounds, "calls_per_burst": calls}
+    return {
+        "unpatched_us": statistics.median(samples[False]),
+        "patched_us": statistics.median(samples[True]),
+        "added_us": d2,
+        "added_q1_us": d1,
+        "added_q3_us": d3,
+        "unpatched_q1_q3_us": quartiles(samples[False])[::2],
+        "rounds": rounds,
+        "calls_per_burst": calls,
+    }
 
 
 def graph_us(fn, reps: int = 100, replays: int = 50) -> float:
@@ -154,43 +159,63 @@ def main() -> None:
     rules = Rules.from_flashinfer(flashinfer_package())
     results: dict = {
         "gpu": torch.cuda.get_device_name(),
-        "versions": {**installed_versions(), "triton": __import__("triton").__version__,
-                     "python": platform.python_version()},
-        "host": [], "pad": [], "attention": [], "instantiated": [],
+        "versions": {
+            **installed_versions(),
+            "triton": __import__("triton").__version__,
+            "python": platform.python_version(),
+        },
+        "host": [],
+        "pad": [],
+        "attention": [],
+        "instantiated": [],
     }
 
     # 1. Host microseconds per call, patched vs unpatched, kernels as no-ops.
     shapes = {
-        "draft, 20 tokens, topk 192 (padded to 512)":
-            n.make_call(20, 64, 192, 133, PAGES, PAGE, DEV),
-        "target-verify C4, 24 tokens, topk 128 + 512 (instantiated)":
-            n.make_call(24, 64, 128, 128, PAGES, PAGE, DEV, extra=C4),
+        "draft, 20 tokens, topk 192 (padded to 512)": n.make_call(
+            20, 64, 192, 133, PAGES, PAGE, DEV
+        ),
+        "target-verify C4, 24 tokens, topk 128 + 512 (instantiated)": n.make_call(
+            24, 64, 128, 128, PAGES, PAGE, DEV, extra=C4
+        ),
     }
     with noop_kernels():
         for name, call in shapes.items():
             ab = host_ab_us(lambda: n.patched(call))
             # The patch's own host work, alone: the memoised route lookup, and
             # the pad launch where the route pads.
-            plan_args = (call["q"], call["indices"], 512, call["extra_k_cache"],
-                         call["extra_indices"])
+            plan_args = (
+                call["q"],
+                call["indices"],
+                512,
+                call["extra_k_cache"],
+                call["extra_indices"],
+            )
             _, width = module._sm12x_plan(*plan_args)
             lookup = host_us(lambda: module._sm12x_plan(*plan_args), calls=200)
-            pad = (host_us(lambda: module._sm12x_pad_indices(call["indices"], call["topk_length"],
-                                                             width))
-                   if width != call["indices"].shape[-1] else 0.0)
-            results["host"].append({"shape": name, **ab, "route_lookup_us": lookup,
-                                    "pad_launch_us": pad})
+            pad = (
+                host_us(
+                    lambda: module._sm12x_pad_indices(call["indices"], call["topk_length"], width)
+                )
+                if width != call["indices"].shape[-1]
+                else 0.0
+            )
+            results["host"].append(
+                {"shape": name, **ab, "route_lookup_us": lookup, "pad_launch_us": pad}
+            )
 
     # 2. The pad alone inside a CUDA graph (the draft passes topk_length, so only
     #    F.pad runs; without it a torch.full is added).
     for tokens in (5, 20, 64, 320):
         call = n.make_call(tokens, 64, 192, 133, PAGES, PAGE, DEV, seed=tokens)
         idx, lengths = call["indices"], call["topk_length"]
-        results["pad"].append({
-            "tokens": tokens,
-            "pad_us": graph_us(lambda: module._sm12x_pad_indices(idx, lengths, 512)),
-            "pad_and_fill_us": graph_us(lambda: module._sm12x_pad_indices(idx, None, 512)),
-        })
+        results["pad"].append(
+            {
+                "tokens": tokens,
+                "pad_us": graph_us(lambda: module._sm12x_pad_indices(idx, lengths, 512)),
+                "pad_and_fill_us": graph_us(lambda: module._sm12x_pad_indices(idx, None, 512)),
+            }
+        )
 
     # 3. The attention the pad sits next to: sglang's Triton decode kernel at the
     #    padded width (a stand-in for the CUTLASS kernel's cost, which an H200
@@ -198,11 +223,13 @@ def main() -> None:
     for tokens in (5, 20, 64, 320):
         call = n.make_call(tokens, 64, 192, 133, PAGES, PAGE, DEV, seed=tokens)
         wide = n.padded(call, 512)
-        results["attention"].append({
-            "tokens": tokens,
-            "triton_192_us": graph_us(lambda: n.triton_direct(call), reps=20),
-            "triton_512_us": graph_us(lambda: n.triton_direct(wide), reps=20),
-        })
+        results["attention"].append(
+            {
+                "tokens": tokens,
+                "triton_192_us": graph_us(lambda: n.triton_direct(call), reps=20),
+                "triton_512_us": graph_us(lambda: n.triton_direct(wide), reps=20),
+            }
+        )
 
     # 4. An instantiated target-verify call, whole (page split, dispatch, Triton
     #    stand-in), captured with and without the patch.
@@ -224,27 +251,44 @@ def main() -> None:
 
 def render(r: dict) -> str:
     v = r["versions"]
-    lines = [f"GPU: {r['gpu']}; sglang {v['sglang']}, flashinfer {v['flashinfer-python']}, "
-             f"torch {v['torch']}, triton {v['triton']}, Python {v['python']}", "",
-             "| host time per call (kernels as no-ops, interleaved bursts) | unpatched | "
-             "patched | added (median of paired rounds, quartiles) | route lookup alone | "
-             "pad launch alone |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {h['shape']} | {h['unpatched_us']:.1f} us | {h['patched_us']:.1f} us | "
-              f"{h['added_us']:+.1f} us ({h['added_q1_us']:+.1f} to {h['added_q3_us']:+.1f}) | "
-              f"{h['route_lookup_us']:.2f} us | {h['pad_launch_us']:.1f} us |"
-              for h in r["host"]]
-    lines += ["", "| draft tokens | pad 192 -> 512, in a CUDA graph | pad + topk_length fill | "
-              "Triton decode, width 192 | Triton decode, width 512 | pad / Triton 512 |",
-              "|---|---|---|---|---|---|"]
+    lines = [
+        f"GPU: {r['gpu']}; sglang {v['sglang']}, flashinfer {v['flashinfer-python']}, "
+        f"torch {v['torch']}, triton {v['triton']}, Python {v['python']}",
+        "",
+        "| host time per call (kernels as no-ops, interleaved bursts) | unpatched | "
+        "patched | added (median of paired rounds, quartiles) | route lookup alone | "
+        "pad launch alone |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {h['shape']} | {h['unpatched_us']:.1f} us | {h['patched_us']:.1f} us | "
+        f"{h['added_us']:+.1f} us ({h['added_q1_us']:+.1f} to {h['added_q3_us']:+.1f}) | "
+        f"{h['route_lookup_us']:.2f} us | {h['pad_launch_us']:.1f} us |"
+        for h in r["host"]
+    ]
+    lines += [
+        "",
+        "| draft tokens | pad 192 -> 512, in a CUDA graph | pad + topk_length fill | "
+        "Triton decode, width 192 | Triton decode, width 512 | pad / Triton 512 |",
+        "|---|---|---|---|---|---|",
+    ]
     for pad, att in zip(r["pad"], r["attention"]):
-        lines.append(f"| {pad['tokens']} | {pad['pad_us']:.1f} us | {pad['pad_and_fill_us']:.1f} us"
-                     f" | {att['triton_192_us']:.0f} us | {att['triton_512_us']:.0f} us | "
-                     f"{pad['pad_us'] / att['triton_512_us']:.1%} |")
-    lines += ["", "| target-verify C4 tokens (instantiated) | unpatched, in a CUDA graph | "
-              "patched | kernels per call (unpatched / patched) |", "|---|---|---|---|"]
-    lines += [f"| {i['tokens']} | {i['unpatched_us']:.0f} us | {i['patched_us']:.0f} us | "
-              f"{i['unpatched_kernels']} / {i['patched_kernels']} |" for i in r["instantiated"]]
+        lines.append(
+            f"| {pad['tokens']} | {pad['pad_us']:.1f} us | {pad['pad_and_fill_us']:.1f} us"
+            f" | {att['triton_192_us']:.0f} us | {att['triton_512_us']:.0f} us | "
+            f"{pad['pad_us'] / att['triton_512_us']:.1%} |"
+        )
+    lines += [
+        "",
+        "| target-verify C4 tokens (instantiated) | unpatched, in a CUDA graph | "
+        "patched | kernels per call (unpatched / patched) |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {i['tokens']} | {i['unpatched_us']:.0f} us | {i['patched_us']:.0f} us | "
+        f"{i['unpatched_kernels']} / {i['patched_kernels']} |"
+        for i in r["instantiated"]
+    ]
     return "\n".join(lines)
 
 

@@ -53,6 +53,7 @@ MAX_TOKENS = 8192  # req_to_token row length (a multiple of every SWA page)
 
 # --- building the kernels the way sglang's load_jit does ----------------------------
 
+
 def kernel_root(tree: Path) -> Path:
     """sglang 0.5.17 keeps JIT sources under sglang/kernels/jit, 0.5.16 under jit_kernel."""
     for rel in ("sglang/kernels/jit", "sglang/jit_kernel"):
@@ -80,8 +81,9 @@ def has_req_ring(tree: Path) -> bool:
     return "use_req_ring" in plan.read_text()
 
 
-def load_kernel(tree: Path, name: str, source: str, wrappers: list[tuple[str, str]],
-                build_root: Path):
+def load_kernel(
+    tree: Path, name: str, source: str, wrappers: list[tuple[str, str]], build_root: Path
+):
     """Compile (once per tree and build root) and load one JIT module."""
     from tvm_ffi import load_module
     from tvm_ffi.cpp import load_inline
@@ -95,11 +97,17 @@ def load_kernel(tree: Path, name: str, source: str, wrappers: list[tuple[str, st
         return load_module(str(built))
     os.environ["TVM_FFI_CUDA_ARCH_LIST"] = f"{major}.{minor}{suffix}"
     sources = [f'#include "{root / "csrc" / source}"']
-    exports = [f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({export}, ({kernel}));"
-               for export, kernel in wrappers]
+    exports = [
+        f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({export}, ({kernel}));" for export, kernel in wrappers
+    ]
     if namespaced(tree):
-        sources = ["#include <tvm/ffi/function.h>", *sources, "namespace sglang {", *exports,
-                   "}  // namespace sglang"]
+        sources = [
+            "#include <tvm/ffi/function.h>",
+            *sources,
+            "namespace sglang {",
+            *exports,
+            "}  // namespace sglang",
+        ]
     else:
         sources += exports
     return load_inline(
@@ -107,8 +115,12 @@ def load_kernel(tree: Path, name: str, source: str, wrappers: list[tuple[str, st
         cpp_sources=[],
         cuda_sources=sources,
         extra_cflags=["-std=c++20", "-O3"],
-        extra_cuda_cflags=[f"-DSGL_CUDA_ARCH={major * 100 + minor * 10}", "-std=c++20", "-O3",
-                           "--expt-relaxed-constexpr"],
+        extra_cuda_cflags=[
+            f"-DSGL_CUDA_ARCH={major * 100 + minor * 10}",
+            "-std=c++20",
+            "-O3",
+            "--expt-relaxed-constexpr",
+        ],
         extra_include_paths=[str(root / "include")],
         build_directory=str(build),
     )
@@ -130,8 +142,13 @@ class Planner:
 
 
 def plan_module(tree: Path, build_root: Path) -> Planner:
-    module = load_kernel(tree, "compress_plan", "deepseek_v4/c_plan.cuh",
-                         [("plan_prefill", "plan_compress_prefill")], build_root)
+    module = load_kernel(
+        tree,
+        "compress_plan",
+        "deepseek_v4/c_plan.cuh",
+        [("plan_prefill", "plan_compress_prefill")],
+        build_root,
+    )
     return Planner(module, has_req_ring(tree))
 
 
@@ -142,13 +159,17 @@ def store_module(tree: Path, build_root: Path, kind: str, page_size: int):
     # 0.5.23's FlashMLA store takes the KV layout too; DeepSeek-V4's is KVLayout::V4
     # (attn.py's _jit_fused_store_module), whose page bytes are the older formula.
     layout = "deepseek_v4::KVLayout::V4, " if kind == "flashmla" and namespaced(tree) else ""
-    return load_kernel(tree, f"store_{kind}_{page_size}", "deepseek_v4/store.cuh",
-                       [("run", f"FusedStoreCache{cls}Kernel<bf16_t, int64_t, {page_size}, "
-                                f"{layout}{pdl}>::run")],
-                       build_root)
+    return load_kernel(
+        tree,
+        f"store_{kind}_{page_size}",
+        "deepseek_v4/store.cuh",
+        [("run", f"FusedStoreCache{cls}Kernel<bf16_t, int64_t, {page_size}, {layout}{pdl}>::run")],
+        build_root,
+    )
 
 
 # --- the plan -------------------------------------------------------------------------
+
 
 class Batch:
     """A batch of requests: request i owns req_pool row i and a private SWA range."""
@@ -184,8 +205,9 @@ def tables(reqs: int):
     return _TABLES[reqs]
 
 
-def expected_slot(ratio: int, ring: int, request: int, position: int,
-                  req_ring: bool = False) -> int:
+def expected_slot(
+    ratio: int, ring: int, request: int, position: int, req_ring: bool = False
+) -> int:
     """sglang's own slot formulas (c_plan.cuh compute_loc / compute_c128_loc, 0.5.23's
     compute_req_ring_loc)."""
     if ratio == 128 or req_ring:
@@ -205,8 +227,7 @@ def needed(ratio: int, position: int) -> bool:
     return position >= boundary - (ratio if ratio == 4 else 0)
 
 
-def run_plan(module, batch: Batch, ratio: int, ring: int, on_gpu: bool,
-             req_ring: bool = False):
+def run_plan(module, batch: Batch, ratio: int, ring: int, on_gpu: bool, req_ring: bool = False):
     """The plan as two lists of tuples (compress rows, write rows), invalid ones dropped."""
     dev = "cuda"
     r2t, f2s = tables(len(batch.seq_lens))
@@ -218,8 +239,20 @@ def run_plan(module, batch: Batch, ratio: int, ring: int, on_gpu: bool,
         pin = torch.empty(0, dtype=torch.uint8)
     else:
         pin = torch.empty(batch.num_q * 24, dtype=torch.uint8, pin_memory=True)
-    plan_c, plan_w = module.plan_prefill(rids, r2t, f2s, seq, ext, pin, batch.num_q, ratio,
-                                         SWA_PAGE[ratio], ring, False, use_req_ring=req_ring)
+    plan_c, plan_w = module.plan_prefill(
+        rids,
+        r2t,
+        f2s,
+        seq,
+        ext,
+        pin,
+        batch.num_q,
+        ratio,
+        SWA_PAGE[ratio],
+        ring,
+        False,
+        use_req_ring=req_ring,
+    )
     plan_c = torch.from_dlpack(plan_c).cpu().view(torch.int32).reshape(-1, 4)
     plan_w = torch.from_dlpack(plan_w).cpu().view(torch.int32).reshape(-1, 2)
     torch.cuda.synchronize()
@@ -251,9 +284,15 @@ def coverage(batch: Batch, writes, ratio: int, ring: int, req_ring: bool = False
         if needed(ratio, position):
             need_total += 1
             missing[j] += rid not in written
-    return {"planned_by_row": planned, "missing_needed_by_row": missing,
-            "needed": need_total, "missing_needed": sum(missing), "wrong_slot": wrong_slot,
-            "rows_total": batch.num_q, "rows_planned": sum(planned)}
+    return {
+        "planned_by_row": planned,
+        "missing_needed_by_row": missing,
+        "needed": need_total,
+        "missing_needed": sum(missing),
+        "wrong_slot": wrong_slot,
+        "rows_total": batch.num_q,
+        "rows_planned": sum(planned),
+    }
 
 
 def verify_batch(ratio: int, rows: int) -> Batch:
@@ -279,17 +318,26 @@ def check_plan(module) -> dict:
             gpu = run_plan(module, batch, ratio, ring, on_gpu=True)
             host = run_plan(module, batch, ratio, ring, on_gpu=False)
             for path, plan in (("gpu", gpu), ("host", host)):
-                out["coverage"].append({"ratio": ratio, "ring": ring, "rows": rows, "path": path,
-                                        "requests": len(batch.seq_lens),
-                                        **coverage(batch, plan[1], ratio, ring)})
+                out["coverage"].append(
+                    {
+                        "ratio": ratio,
+                        "ring": ring,
+                        "rows": rows,
+                        "path": path,
+                        "requests": len(batch.seq_lens),
+                        **coverage(batch, plan[1], ratio, ring),
+                    }
+                )
             out["agreement"].append(agreement(f"verify-{rows}", ratio, ring, host, gpu))
             out["plans"][f"verify-{rows}-r{ratio}-ring{ring}"] = digest(gpu)
         # Ragged verify (per-request widths 4..8: the GPU planner's general path),
         # and prefill-like extends with and without speculative rings.
-        cases = [("ragged-verify", SPEC_RING[ratio], 4, 8),
-                 ("prefill-spec-ring", SPEC_RING[ratio], 1, 400),
-                 ("prefill-plain-ring", PLAIN_RING[ratio], 1, 400),
-                 ("verify-plain-ring", PLAIN_RING[ratio], 4, 4)]
+        cases = [
+            ("ragged-verify", SPEC_RING[ratio], 4, 8),
+            ("prefill-spec-ring", SPEC_RING[ratio], 1, 400),
+            ("prefill-plain-ring", PLAIN_RING[ratio], 1, 400),
+            ("verify-plain-ring", PLAIN_RING[ratio], 4, 4),
+        ]
         for name, ring, lo, hi in cases:
             batch = ragged_batch(ratio * 1000 + len(name), lo, hi)
             gpu = run_plan(module, batch, ratio, ring, on_gpu=True)
@@ -298,9 +346,16 @@ def check_plan(module) -> dict:
             out["plans"][f"{name}-r{ratio}-ring{ring}-host"] = digest(host)
             out["plans"][f"{name}-r{ratio}-ring{ring}-gpu"] = digest(gpu)
             if name == "ragged-verify":
-                out["coverage"].append({"ratio": ratio, "ring": ring, "rows": "4..8",
-                                        "path": "gpu (ragged)", "requests": len(batch.seq_lens),
-                                        **coverage(batch, gpu[1], ratio, ring)})
+                out["coverage"].append(
+                    {
+                        "ratio": ratio,
+                        "ring": ring,
+                        "rows": "4..8",
+                        "path": "gpu (ragged)",
+                        "requests": len(batch.seq_lens),
+                        **coverage(batch, gpu[1], ratio, ring),
+                    }
+                )
     out["compact"] = check_compact(module)
     return out
 
@@ -324,26 +379,40 @@ def check_compact(module: Planner) -> list[dict]:
             ring = SPEC_RING[ratio]
             for lo, hi in COMPACT_WIDTHS:
                 batch = ragged_batch(ratio * 7919 + hi, lo, hi, count=128)
-                compress, writes = run_plan(module, batch, ratio, ring, on_gpu=True,
-                                            req_ring=req_ring)
+                compress, writes = run_plan(
+                    module, batch, ratio, ring, on_gpu=True, req_ring=req_ring
+                )
                 host = run_plan(module, batch, ratio, ring, on_gpu=False, req_ring=req_ring)
-                results.append({
-                    "ratio": ratio, "ring": ring, "req_ring": req_ring,
-                    "rows": f"{lo}..{hi}", "path": "gpu (compact)",
-                    "requests": len(batch.seq_lens),
-                    **coverage(batch, writes, ratio, ring, req_ring),
-                    "host_writes_equal": host[1] == writes,
-                    "seq_lens": batch.seq_lens, "extend_lens": batch.extend_lens,
-                    "writes": writes,
-                })
+                results.append(
+                    {
+                        "ratio": ratio,
+                        "ring": ring,
+                        "req_ring": req_ring,
+                        "rows": f"{lo}..{hi}",
+                        "path": "gpu (compact)",
+                        "requests": len(batch.seq_lens),
+                        **coverage(batch, writes, ratio, ring, req_ring),
+                        "host_writes_equal": host[1] == writes,
+                        "seq_lens": batch.seq_lens,
+                        "extend_lens": batch.extend_lens,
+                        "writes": writes,
+                    }
+                )
     return results
 
 
 def agreement(case: str, ratio: int, ring: int, host, gpu) -> dict:
-    return {"case": case, "ratio": ratio, "ring": ring,
-            "compress_equal": host[0] == gpu[0], "write_equal": host[1] == gpu[1],
-            "host_writes": len(host[1]), "gpu_writes": len(gpu[1]),
-            "host_compress": len(host[0]), "gpu_compress": len(gpu[0])}
+    return {
+        "case": case,
+        "ratio": ratio,
+        "ring": ring,
+        "compress_equal": host[0] == gpu[0],
+        "write_equal": host[1] == gpu[1],
+        "host_writes": len(host[1]),
+        "gpu_writes": len(gpu[1]),
+        "host_compress": len(host[0]),
+        "gpu_compress": len(gpu[0]),
+    }
 
 
 def race_batches() -> list[Batch]:
@@ -369,6 +438,7 @@ def check_race(module, launches: int) -> dict:
 
 # --- the KV-store kernels --------------------------------------------------------------
 
+
 def store_page_bytes(kind: str, page_size: int) -> int:
     if kind == "flashmla":
         return -(-584 * page_size // 576) * 576
@@ -389,8 +459,9 @@ def check_store(tree: Path, build_root: Path, standalone: bool, kinds: list[str]
         gen = torch.Generator(device="cuda").manual_seed(7)
         values = torch.randn(tokens, dim, generator=gen, device="cuda").to(torch.bfloat16)
         # sglang's full -> SWA lookup ends with -1 ("no page"); full loc -1 maps to it.
-        lookup = torch.cat([torch.arange(pages * page_size, device="cuda"),
-                            torch.tensor([-1], device="cuda")])
+        lookup = torch.cat(
+            [torch.arange(pages * page_size, device="cuda"), torch.tensor([-1], device="cuda")]
+        )
         full_locs = torch.arange(tokens, device="cuda") * 5 % (pages * page_size)
         invalid = torch.tensor([3, 17, 40, 63], device="cuda")
         full_locs[invalid] = -1
@@ -399,14 +470,20 @@ def check_store(tree: Path, build_root: Path, standalone: bool, kinds: list[str]
             cache = torch.full((pages, page_bytes), 0xA5, dtype=torch.uint8, device="cuda")
             guard = None
         else:
-            arena = torch.full((guard_pages + pages, page_bytes), 0xA5, dtype=torch.uint8,
-                               device="cuda")
+            arena = torch.full(
+                (guard_pages + pages, page_bytes), 0xA5, dtype=torch.uint8, device="cuda"
+            )
             guard, cache = arena[:guard_pages], arena[guard_pages:]
         module.run(values, cache, index)
         torch.cuda.synchronize()
-        entry = {"kernel": kind, "page_size": page_size, "tokens": tokens,
-                 "invalid_rows": int(invalid.numel()), "index_of_invalid": -1,
-                 "cache_digest": hashlib.sha256(cache.cpu().numpy().tobytes()).hexdigest()[:16]}
+        entry = {
+            "kernel": kind,
+            "page_size": page_size,
+            "tokens": tokens,
+            "invalid_rows": int(invalid.numel()),
+            "index_of_invalid": -1,
+            "cache_digest": hashlib.sha256(cache.cpu().numpy().tobytes()).hexdigest()[:16],
+        }
         if guard is not None:
             changed = (guard != 0xA5).sum().item()
             entry["guard_bytes_changed"] = int(changed)
@@ -416,38 +493,57 @@ def check_store(tree: Path, build_root: Path, standalone: bool, kinds: list[str]
 
 # --- report ------------------------------------------------------------------------------
 
+
 def report(paths: list[Path]) -> str:
     runs = [json.loads(p.read_text()) for p in paths]
-    lines = ["### Verify rows in the state ring (write plan)", "",
-             "| sglang | tree | ratio | rows per request | planner | requests | rows planned / all | "
-             "rows needed | needed rows missing | missing by row (0 = first) | rows at a wrong slot |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "### Verify rows in the state ring (write plan)",
+        "",
+        "| sglang | tree | ratio | rows per request | planner | requests | rows planned / all | "
+        "rows needed | needed rows missing | missing by row (0 = first) | rows at a wrong slot |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for run in runs:
         for c in run.get("plan", {}).get("coverage", []):
-            lines.append(f"| {run['sglang']} | {run['state']} | c{c['ratio']} | {c['rows']} | "
-                         f"{c['path']} | {c['requests']} | {c['rows_planned']} / {c['rows_total']} | "
-                         f"{c['needed']} | {c['missing_needed']} | "
-                         f"{c['missing_needed_by_row']} | {c['wrong_slot']} |")
-    lines += ["", "### Ragged (compact) verify: mixed per-request widths, GPU planner", "",
-              "| sglang | tree | ratio | ring | per-request ring | widths | requests | "
-              "rows planned / all | rows needed | needed rows missing | missing by row | "
-              "rows at a wrong slot | host loop plans the same writes |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            lines.append(
+                f"| {run['sglang']} | {run['state']} | c{c['ratio']} | {c['rows']} | "
+                f"{c['path']} | {c['requests']} | {c['rows_planned']} / {c['rows_total']} | "
+                f"{c['needed']} | {c['missing_needed']} | "
+                f"{c['missing_needed_by_row']} | {c['wrong_slot']} |"
+            )
+    lines += [
+        "",
+        "### Ragged (compact) verify: mixed per-request widths, GPU planner",
+        "",
+        "| sglang | tree | ratio | ring | per-request ring | widths | requests | "
+        "rows planned / all | rows needed | needed rows missing | missing by row | "
+        "rows at a wrong slot | host loop plans the same writes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for run in runs:
         for c in run.get("plan", {}).get("compact", []):
-            lines.append(f"| {run['sglang']} | {run['state']} | c{c['ratio']} | {c['ring']} | "
-                         f"{c['req_ring']} | {c['rows']} | {c['requests']} | "
-                         f"{c['rows_planned']} / {c['rows_total']} | {c['needed']} | "
-                         f"{c['missing_needed']} | {c['missing_needed_by_row']} | "
-                         f"{c['wrong_slot']} | {c['host_writes_equal']} |")
-    lines += ["", "### Host loop vs GPU planner", "",
-              "| sglang | tree | case | ratio | ring | compress plans equal | write plans equal | "
-              "writes host / GPU |", "|---|---|---|---|---|---|---|---|"]
+            lines.append(
+                f"| {run['sglang']} | {run['state']} | c{c['ratio']} | {c['ring']} | "
+                f"{c['req_ring']} | {c['rows']} | {c['requests']} | "
+                f"{c['rows_planned']} / {c['rows_total']} | {c['needed']} | "
+                f"{c['missing_needed']} | {c['missing_needed_by_row']} | "
+                f"{c['wrong_slot']} | {c['host_writes_equal']} |"
+            )
+    lines += [
+        "",
+        "### Host loop vs GPU planner",
+        "",
+        "| sglang | tree | case | ratio | ring | compress plans equal | write plans equal | "
+        "writes host / GPU |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for run in runs:
         for a in run.get("plan", {}).get("agreement", []):
-            lines.append(f"| {run['sglang']} | {run['state']} | {a['case']} | c{a['ratio']} | "
-                         f"{a['ring']} | {a['compress_equal']} | {a['write_equal']} | "
-                         f"{a['host_writes']} / {a['gpu_writes']} |")
+            lines.append(
+                f"| {run['sglang']} | {run['state']} | {a['case']} | c{a['ratio']} | "
+                f"{a['ring']} | {a['compress_equal']} | {a['write_equal']} | "
+                f"{a['host_writes']} / {a['gpu_writes']} |"
+            )
     by_state: dict = {}
     for run in runs:
         if "plan" in run:
@@ -458,21 +554,31 @@ def report(paths: list[Path]) -> str:
             a, b = states["pristine"], states["patched"]
             same = sorted(k for k in a if a[k] == b.get(k))
             differ = sorted(k for k in a if a[k] != b.get(k))
-            lines.append(f"- sglang {version}: same: {', '.join(same) or 'none'}; "
-                         f"changed: {', '.join(differ) or 'none'}")
+            lines.append(
+                f"- sglang {version}: same: {', '.join(same) or 'none'}; "
+                f"changed: {', '.join(differ) or 'none'}"
+            )
     lines += ["", "### Race stress (ragged batch, GPU planner vs host loop)", ""]
     for run in runs:
         if "race" in run:
-            lines.append(f"- sglang {run['sglang']} {run['state']}: {run['race']['mismatches']} "
-                         f"mismatches in {run['race']['launches']} launches")
-    lines += ["", "### KV-store kernels with an index of -1", "",
-              "| sglang | tree | kernel | page size | rows (-1) | guard bytes changed | cache digest |",
-              "|---|---|---|---|---|---|---|"]
+            lines.append(
+                f"- sglang {run['sglang']} {run['state']}: {run['race']['mismatches']} "
+                f"mismatches in {run['race']['launches']} launches"
+            )
+    lines += [
+        "",
+        "### KV-store kernels with an index of -1",
+        "",
+        "| sglang | tree | kernel | page size | rows (-1) | guard bytes changed | cache digest |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for run in runs:
         for s in run.get("store", []):
-            lines.append(f"| {run['sglang']} | {run['state']} | {s['kernel']} | {s['page_size']} | "
-                         f"{s['tokens']} ({s['invalid_rows']}) | {s.get('guard_bytes_changed', '-')} | "
-                         f"{s['cache_digest']} |")
+            lines.append(
+                f"| {run['sglang']} | {run['state']} | {s['kernel']} | {s['page_size']} | "
+                f"{s['tokens']} ({s['invalid_rows']}) | {s.get('guard_bytes_changed', '-')} | "
+                f"{s['cache_digest']} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -484,11 +590,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--build", type=Path, help="where compiled modules go (per tree)")
     parser.add_argument("--json", type=Path, help="write results here")
     parser.add_argument("--launches", type=int, default=200)
-    parser.add_argument("--standalone", action="store_true",
-                        help="store: the cache in its own allocation (for memcheck)")
-    parser.add_argument("--kernel", choices=[*STORE_KERNELS, "all"], default="all",
-                        help="store: which kernel (one per memcheck run: the first "
-                        "out-of-bounds write ends the process)")
+    parser.add_argument(
+        "--standalone",
+        action="store_true",
+        help="store: the cache in its own allocation (for memcheck)",
+    )
+    parser.add_argument(
+        "--kernel",
+        choices=[*STORE_KERNELS, "all"],
+        default="all",
+        help="store: which kernel (one per memcheck run: the first "
+        "out-of-bounds write ends the process)",
+    )
     parser.add_argument("inputs", nargs="*", type=Path, help="report: JSON files")
     args = parser.parse_args(argv)
     if args.command == "report":
@@ -499,8 +612,13 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
     tree = args.tree.resolve()
-    result = {"sglang": sglang_version(tree), "state": args.state, "tree": str(tree),
-              "device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    result = {
+        "sglang": sglang_version(tree),
+        "state": args.state,
+        "tree": str(tree),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+    }
     if args.command == "plan":
         module = plan_module(tree, args.build)
         result["plan"] = check_plan(module)

@@ -52,20 +52,49 @@ def main() -> int:
     args = parser.parse_args()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "tests.support.fake_sglang", "--port",
-                               str(port), "--token-delay", "0"], cwd=ROOT,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.support.fake_sglang",
+            "--port",
+            str(port),
+            "--token-delay",
+            "0",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_healthy(url)
         with tempfile.TemporaryDirectory() as tmp:
             report = Path(tmp) / "report.json"
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.monotonic()
-            subprocess.run([sys.executable, "-m", "verify", "--base-url", url, "--only",
-                            "health,models,one-token,soak", "--soak-concurrency",
-                            str(args.concurrency), "--soak-rounds", str(args.rounds),
-                            "--json", str(report), "--junit", str(Path(tmp) / "junit.xml")],
-                           cwd=ROOT, check=True, timeout=600, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "verify",
+                    "--base-url",
+                    url,
+                    "--only",
+                    "health,models,one-token,soak",
+                    "--soak-concurrency",
+                    str(args.concurrency),
+                    "--soak-rounds",
+                    str(args.rounds),
+                    "--json",
+                    str(report),
+                    "--junit",
+                    str(Path(tmp) / "junit.xml"),
+                ],
+                cwd=ROOT,
+                check=True,
+                timeout=600,
+                stdout=subprocess.DEVNULL,
+            )
             wall = time.monotonic() - start
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             soak = next(c for c in json.loads(report.read_text())["checks"] if c["name"] == "soak")
@@ -74,9 +103,11 @@ def main() -> int:
         server.wait(timeout=30)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     tokens = soak["metrics"]["output_tokens"]
-    print(f"| {os.cpu_count()} cores | {args.concurrency} x {args.rounds} | "
-          f"{soak['metrics']['requests']} | {tokens} | {wall:.1f} s | {cpu:.1f} s | "
-          f"{tokens / cpu:,.0f} | {soak['metrics']['output_tokens_per_s']:,.0f} |")
+    print(
+        f"| {os.cpu_count()} cores | {args.concurrency} x {args.rounds} | "
+        f"{soak['metrics']['requests']} | {tokens} | {wall:.1f} s | {cpu:.1f} s | "
+        f"{tokens / cpu:,.0f} | {soak['metrics']['output_tokens_per_s']:,.0f} |"
+    )
     return 0
 
 

@@ -45,8 +45,9 @@ def read_key_file(path: str) -> str:
     try:
         value = bounded.read_text(path, KEY_FILE_LIMIT).strip()
     except bounded.TooBig as exc:
-        raise UserError(f"{FILE_ENV}={path}: not a key file ({exc}): point it at the file "
-                        "that holds the key") from None
+        raise UserError(
+            f"{FILE_ENV}={path}: not a key file ({exc}): point it at the file that holds the key"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or exc
         raise UserError(f"{FILE_ENV}={path}: cannot read the key ({reason})") from None

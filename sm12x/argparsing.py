@@ -32,6 +32,8 @@ class StrictParser(argparse.ArgumentParser):
     def parse_args(self, args=None, namespace=None):  # type: ignore[override]
         parsed, unknown = self.parse_known_args(args, namespace)
         if unknown:
-            self.error(f"unrecognized arguments: {names_only(unknown)}: write the full "
-                       "option name (sm12x does not expand prefixes); see --help")
+            self.error(
+                f"unrecognized arguments: {names_only(unknown)}: write the full "
+                "option name (sm12x does not expand prefixes); see --help"
+            )
         return parsed

@@ -61,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in commands():
         child = sub.add_parser(
-            command.name, help=command.help, description=command.description or command.help,
+            command.name,
+            help=command.help,
+            description=command.description or command.help,
             allow_abbrev=False,
         )
         command.add_arguments(child)

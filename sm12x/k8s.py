@@ -98,15 +98,32 @@ ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 
 # A hostPath mounted into a pod exposes that part of the node: the whole
 # filesystem, or the node's own system folders, is never a model folder.
-SYSTEM_PATHS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root", "/run",
-                "/sbin", "/sys", "/usr", "/var", "/var/lib/kubelet", "/var/run")
+SYSTEM_PATHS = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib64",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/usr",
+    "/var",
+    "/var/lib/kubelet",
+    "/var/run",
+)
 
 
 def _model_folder(value: str) -> str:
     path = "/" + value.strip("/")
     if path == "/" or path in SYSTEM_PATHS or path.startswith(("/proc/", "/sys/", "/dev/")):
-        raise ValueError(f"{value} is the node's root or a system folder: give the folder that "
-                         "holds the checkpoint (e.g. /srv/models/DeepSeek-V4-Flash-0731)")
+        raise ValueError(
+            f"{value} is the node's root or a system folder: give the folder that "
+            "holds the checkpoint (e.g. /srv/models/DeepSeek-V4-Flash-0731)"
+        )
     return value
 
 
@@ -325,7 +342,10 @@ def _env(recipe: Recipe, opts: K8sOptions) -> list[dict]:
             # The pod's index in its group (0 on the leader), from the label LWS
             # puts on every pod; every LWS release sets it (LWS_WORKER_INDEX,
             # the same number, is only injected by newer ones).
-            {"name": "SM12X_NODE_RANK", "valueFrom": {"fieldRef": {"fieldPath": WORKER_INDEX_FIELD}}},
+            {
+                "name": "SM12X_NODE_RANK",
+                "valueFrom": {"fieldRef": {"fieldPath": WORKER_INDEX_FIELD}},
+            },
             # The leader pod's DNS name. LWS puts LWS_LEADER_ADDRESS at the front
             # of every container's environment, so the reference expands.
             {"name": "SM12X_HEAD_ADDR", "value": "$(LWS_LEADER_ADDRESS)"},
@@ -681,7 +701,9 @@ def _needs(recipe: Recipe, opts: K8sOptions) -> str:
     """What the pods need before they start, said at the top of the file."""
     lines = []
     if opts.insecure_no_api_key:
-        lines.append("# OPEN: rendered with --insecure-no-api-key; anyone in the namespace can use it.")
+        lines.append(
+            "# OPEN: rendered with --insecure-no-api-key; anyone in the namespace can use it."
+        )
     else:
         lines.append(
             f"# Needs the Secret {opts.api_key_secret} (key api-key): without it the pods do "
@@ -719,6 +741,8 @@ def write_tree(out: Path, opts: K8sOptions) -> list[Path]:
             path.write_text(text)
             written.append(path)
     except OSError as exc:
-        raise UserError(f"--out {out}: cannot write the manifests there "
-                        f"({exc.strerror or exc}): give a folder you can write") from None
+        raise UserError(
+            f"--out {out}: cannot write the manifests there "
+            f"({exc.strerror or exc}): give a folder you can write"
+        ) from None
     return written

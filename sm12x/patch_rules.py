@@ -36,8 +36,7 @@ def version_key(text: str) -> tuple[tuple[int, ...], int]:
     """'0.6.15.post1' -> ((0, 6, 15), 1): sortable release and post number."""
     match = _VERSION.fullmatch(text.strip())
     if match is None:
-        raise RuleError(f"{text!r} is not a release version (digits and dots, "
-                        "optionally .postN)")
+        raise RuleError(f"{text!r} is not a release version (digits and dots, optionally .postN)")
     release = tuple(int(p) for p in match["release"].split("."))
     while len(release) > 1 and release[-1] == 0:
         release = release[:-1]
@@ -69,20 +68,31 @@ def retirement(patch: dict, sglang: str, flashinfer: str | None) -> Retirement:
     floor = patch.get("retire_sglang")
     file, title = patch["file"], patch["title"]
     if not floor or not _VERSION.fullmatch(str(floor).strip()):
-        return Retirement(file, title, False,
-                          f"no release retires it yet ({patch.get('retire_when', 'no rule')})")
+        return Retirement(
+            file, title, False, f"no release retires it yet ({patch.get('retire_when', 'no rule')})"
+        )
     if not at_least(sglang, floor):
         return Retirement(file, title, False, f"retired from sglang {floor}; this is {sglang}")
     fi_floor = patch.get("retire_flashinfer")
     if fi_floor:
         if flashinfer is None:
-            return Retirement(file, title, False, f"needs flashinfer >= {fi_floor} beside "
-                              "it, and which flashinfer is unknown")
+            return Retirement(
+                file,
+                title,
+                False,
+                f"needs flashinfer >= {fi_floor} beside it, and which flashinfer is unknown",
+            )
         if not at_least(flashinfer, fi_floor):
-            return Retirement(file, title, False, f"needs flashinfer >= {fi_floor}; "
-                              f"{flashinfer} is installed")
-        return Retirement(file, title, True, f"sglang {sglang} >= {floor} and flashinfer "
-                          f"{flashinfer} >= {fi_floor}: {patch['retire_when']}")
+            return Retirement(
+                file, title, False, f"needs flashinfer >= {fi_floor}; {flashinfer} is installed"
+            )
+        return Retirement(
+            file,
+            title,
+            True,
+            f"sglang {sglang} >= {floor} and flashinfer "
+            f"{flashinfer} >= {fi_floor}: {patch['retire_when']}",
+        )
     return Retirement(file, title, True, f"sglang {sglang} >= {floor}: {patch['retire_when']}")
 
 
@@ -131,13 +141,23 @@ def plan(patches: list[dict], sglang: str, flashinfer: str | None) -> Plan:
         patch = newest[name]
         since = patch.get("since_sglang")
         if since and not at_least(sglang, since):
-            predates.append(Retirement(name, patch["title"], False,
-                                       f"sglang {sglang} predates the code it changes "
-                                       f"(from {since})"))
+            predates.append(
+                Retirement(
+                    name,
+                    patch["title"],
+                    False,
+                    f"sglang {sglang} predates the code it changes (from {since})",
+                )
+            )
         else:
             verdicts.append(retirement(patch, sglang, flashinfer))
-    return Plan(sglang, chosen, [v for v in verdicts if v.retired],
-                [v for v in verdicts if not v.retired], predates)
+    return Plan(
+        sglang,
+        chosen,
+        [v for v in verdicts if v.retired],
+        [v for v in verdicts if not v.retired],
+        predates,
+    )
 
 
 def describe(result: Plan) -> list[str]:

@@ -30,14 +30,26 @@ class Finished:
     error: str | None = None  # why there is no usable result: timed out, too much output
 
 
-def run(argv: Sequence[str], timeout: float, *, env: Mapping[str, str] | None = None,
-        cwd: str | None = None, max_output: int = MAX_OUTPUT) -> Finished:
+def run(
+    argv: Sequence[str],
+    timeout: float,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    max_output: int = MAX_OUTPUT,
+) -> Finished:
     """Run argv; never raises for what the command does, never outlives timeout."""
     name = " ".join(list(argv)[:3])
     try:
-        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, env=dict(env) if env is not None
-                                else None, cwd=cwd, start_new_session=True)
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            start_new_session=True,
+        )
     except OSError as exc:
         return Finished(None, error=f"{argv[0]}: {exc.strerror or exc}")
     deadline = time.monotonic() + timeout

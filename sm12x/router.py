@@ -48,9 +48,9 @@ from sm12x.apikey import exposure_problem
 from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.keyed import with_key
-from sm12x.sglang_parser import JudgeParser, ParserError
 from sm12x.recipe.extra import check_values, owned_router_flags, owner, parse_extra
 from sm12x.settings import Loaded
+from sm12x.sglang_parser import JudgeParser, ParserError
 
 ROUTER_MODULE = "sglang_router.launch_router"
 KEYED_MODULE = "sm12x.keyed"
@@ -285,8 +285,11 @@ ENV_FLAGS = {
 # sglang-router 0.3.2's dests that carry a secret (router_args.py: the
 # worker key, control-plane keys "id:name:role:key", the Oracle history
 # store's password), and their flags for the check without sglang-router.
-SECRET_DESTS = {"api_key": "the API key", "control_plane_api_keys": "control-plane API keys",
-                "oracle_password": "the Oracle store's password"}
+SECRET_DESTS = {
+    "api_key": "the API key",
+    "control_plane_api_keys": "control-plane API keys",
+    "oracle_password": "the Oracle store's password",
+}
 KEY_FLAGS = ("--api-key", "--control-plane-api-keys", "--oracle-password")
 
 
@@ -314,13 +317,15 @@ def _key_refusal(name: str, what: str) -> UserError:
 
 
 def _dests_set(parser: JudgeParser, flag) -> list[str]:
-    tokens = [f"{flag.name}={flag.values[0]}"] if len(flag.values) == 1 else [
-        flag.name, *flag.values]
+    tokens = (
+        [f"{flag.name}={flag.values[0]}"] if len(flag.values) == 1 else [flag.name, *flag.values]
+    )
     try:
         return list(vars(parser.parse_args(tokens)))
     except ParserError as exc:
-        raise UserError(f"after --, {flag.name}: sglang-router's parser refuses it: {exc}"
-                        ) from None
+        raise UserError(
+            f"after --, {flag.name}: sglang-router's parser refuses it: {exc}"
+        ) from None
 
 
 def check_extra(settings: RouterSettings) -> None:
@@ -338,13 +343,13 @@ def check_extra(settings: RouterSettings) -> None:
         if parser is not None:
             for dest in _dests_set(parser, flag):
                 if dest in SECRET_DESTS:
-                    raise _key_refusal(flag.name, f"sglang-router's {dest} "
-                                                  f"({SECRET_DESTS[dest]})")
+                    raise _key_refusal(flag.name, f"sglang-router's {dest} ({SECRET_DESTS[dest]})")
                 if dest in owned_dests:
                     mine = owned_dests[dest]
                     raise UserError(
                         f"after --, {flag.name} is refused: sm12x router sets {mine} from "
-                        f"{owned[mine]}; set that instead")
+                        f"{owned[mine]}; set that instead"
+                    )
             continue
         if owner(flag.name, KEY_FLAGS):
             raise _key_refusal(flag.name, f"sglang-router's {owner(flag.name, KEY_FLAGS)}")
@@ -361,8 +366,12 @@ def exposure_problems(settings: RouterSettings, has_key: bool, open_allowed: boo
     """The router's API and its metrics listener: neither beyond loopback without a key."""
     found = [
         exposure_problem(settings.host, has_key, open_allowed, "the router"),
-        exposure_problem(settings.metrics_host, has_key, open_allowed,
-                         "the router's metrics (SM12X_ROUTER_METRICS_BIND, no authentication)"),
+        exposure_problem(
+            settings.metrics_host,
+            has_key,
+            open_allowed,
+            "the router's metrics (SM12X_ROUTER_METRICS_BIND, no authentication)",
+        ),
     ]
     return [p for p in found if p]
 

@@ -88,8 +88,12 @@ def describe(parser: argparse.ArgumentParser, version: str) -> dict:
         if kind == "store_const":
             entry["const"] = action.const if _jsonable(action.const) else None
         actions.append(entry)
-    return {"sglang": version, "prog": parser.prog, "allow_abbrev": parser.allow_abbrev,
-            "actions": actions}
+    return {
+        "sglang": version,
+        "prog": parser.prog,
+        "allow_abbrev": parser.allow_abbrev,
+        "actions": actions,
+    }
 
 
 def _choices(choices) -> list[str] | None:

@@ -83,19 +83,38 @@ class TableKey:
 
     def describe(self) -> str:
         gpus = f"{self.gpu_count}x {self.gpu}" if self.gpu else f"{self.gpu_count} GPUs"
-        return (f"{self.recipe}, gamma {self.gamma}, {Layout(self.tp, self.dp, self.ep)}, "
-                f"sglang {self.sglang} ({self.track} track), sm12x {self.sm12x}, {gpus}")
+        return (
+            f"{self.recipe}, gamma {self.gamma}, {Layout(self.tp, self.dp, self.ep)}, "
+            f"sglang {self.sglang} ({self.track} track), sm12x {self.sm12x}, {gpus}"
+        )
 
 
 def slug(gamma: int, parallel: Layout, track: str) -> str:
     return f"g{gamma}-tp{parallel.tp}-dp{parallel.dp}-ep{parallel.ep}-{track}"
 
 
-def key_for(recipe: Recipe, *, track: str, sglang: str, sm12x: str, gpu: str | None,
-            gpu_count: int | None = None) -> TableKey:
+def key_for(
+    recipe: Recipe,
+    *,
+    track: str,
+    sglang: str,
+    sm12x: str,
+    gpu: str | None,
+    gpu_count: int | None = None,
+) -> TableKey:
     parallel = layout(recipe)
-    return TableKey(recipe.name, recipe.dspark.block_size, parallel.tp, parallel.dp, parallel.ep,
-                    track, sglang, sm12x, gpu, gpu_count or recipe.hardware.total_gpus)
+    return TableKey(
+        recipe.name,
+        recipe.dspark.block_size,
+        parallel.tp,
+        parallel.dp,
+        parallel.ep,
+        track,
+        sglang,
+        sm12x,
+        gpu,
+        gpu_count or recipe.hardware.total_gpus,
+    )
 
 
 def relative_path(recipe: Recipe, track: str) -> str:
@@ -187,8 +206,9 @@ class Lookup:
         if self.searched is None:
             return "SM12X_CACHE_DIR is not set, so no tuned SPS table can be read"
         if self.stale is not None:
-            return (f"the tuned SPS table {self.stale.table} is stale: made for "
-                    + "; ".join(self.stale_by))
+            return f"the tuned SPS table {self.stale.table} is stale: made for " + "; ".join(
+                self.stale_by
+            )
         return f"there is no tuned SPS table for {self.wanted.describe()} in {self.searched}"
 
 
@@ -227,8 +247,9 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def write(cache_dir: str | Path, key: TableKey, table_text: str,
-          extra: Mapping[str, Any] | None = None) -> Path:
+def write(
+    cache_dir: str | Path, key: TableKey, table_text: str, extra: Mapping[str, Any] | None = None
+) -> Path:
     """Store a table and its sidecar; returns the table's path."""
     path = table_path(cache_dir, key)
     path.parent.mkdir(parents=True, exist_ok=True)

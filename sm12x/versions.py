@@ -77,22 +77,26 @@ def check_tracks(pins: dict[str, str], source: str = "versions.env") -> tuple[st
         raise VersionsFileError(f"{source}: SM12X_TRACKS is missing or empty")
     for name in names:
         if not _TRACK.fullmatch(name):
-            raise VersionsFileError(f"{source}: track name {name!r} is not lower-case "
-                                    "letters and digits")
+            raise VersionsFileError(
+                f"{source}: track name {name!r} is not lower-case letters and digits"
+            )
     if len(set(names)) != len(names):
         raise VersionsFileError(f"{source}: SM12X_TRACKS names a track twice")
     default = pins.get("SM12X_DEFAULT_TRACK")
     if default not in names:
-        raise VersionsFileError(f"{source}: SM12X_DEFAULT_TRACK={default} is not one of "
-                                f"SM12X_TRACKS ({', '.join(names)})")
+        raise VersionsFileError(
+            f"{source}: SM12X_DEFAULT_TRACK={default} is not one of "
+            f"SM12X_TRACKS ({', '.join(names)})"
+        )
     for key in TRACK_KEYS:
         if key in pins:
-            raise VersionsFileError(f"{source}: {key} is a track's pin: write it as "
-                                    f"{', '.join(track_key(t, key) for t in names)}")
+            raise VersionsFileError(
+                f"{source}: {key} is a track's pin: write it as "
+                f"{', '.join(track_key(t, key) for t in names)}"
+            )
         for name in names:
             if track_key(name, key) not in pins:
-                raise VersionsFileError(f"{source}: track {name} has no "
-                                        f"{track_key(name, key)}")
+                raise VersionsFileError(f"{source}: track {name} has no {track_key(name, key)}")
     return names
 
 
@@ -120,8 +124,7 @@ def resolve_track(track: str | None, path: Path | None = None) -> str:
         return default_track(path)
     known = tracks(path)
     if track not in known:
-        raise UnknownTrackError(f"unknown track {track!r}: versions.env has "
-                                f"{', '.join(known)}")
+        raise UnknownTrackError(f"unknown track {track!r}: versions.env has {', '.join(known)}")
     return track
 
 

@@ -27,7 +27,7 @@ from verify.result import Evidence
 TASKS_DIR = Path(__file__).with_name("lm_eval_tasks")
 DEFAULT_TASK = "sm12x_gsm8k"
 METRIC = "exact_match"
-GATE_FILTER = "flexible-extract"   # graded on the last number, as the references are
+GATE_FILTER = "flexible-extract"  # graded on the last number, as the references are
 Z95 = 1.959964
 
 
@@ -52,21 +52,27 @@ class Reference:
 # prompts, shots and graders; shown for scale, never gated on.
 MODEL_REFERENCES = {
     "sm12x_gsm8k": (
-        Reference(0.908, "DeepSeek-V4-Flash-Base, the base model, 8-shot exact match",
-                  "DeepSeek's model card (DeepSeek-V4-Flash, base model table)",
-                  url="https://huggingface.co/deepseek-ai/DeepSeek-V4-Flash"),
-        Reference(0.954, "DeepSeek-V4-Flash, sglang with EAGLE, 8-shot, sglang's "
-                  "benchmark/gsm8k/bench_sglang.py, 1,319 questions",
-                  "sglang pull request #25052",
-                  url="https://github.com/sgl-project/sglang/pull/25052"),
+        Reference(
+            0.908,
+            "DeepSeek-V4-Flash-Base, the base model, 8-shot exact match",
+            "DeepSeek's model card (DeepSeek-V4-Flash, base model table)",
+            url="https://huggingface.co/deepseek-ai/DeepSeek-V4-Flash",
+        ),
+        Reference(
+            0.954,
+            "DeepSeek-V4-Flash, sglang with EAGLE, 8-shot, sglang's "
+            "benchmark/gsm8k/bench_sglang.py, 1,319 questions",
+            "sglang pull request #25052",
+            url="https://github.com/sgl-project/sglang/pull/25052",
+        ),
     ),
 }
 
 
 @dataclass(frozen=True)
 class AccuracyOptions:
-    task: str = DEFAULT_TASK           # an lm-eval task name or a task YAML path
-    limit: int | None = None           # questions; None: the whole test split
+    task: str = DEFAULT_TASK  # an lm-eval task name or a task YAML path
+    limit: int | None = None  # questions; None: the whole test split
     floor: float = 0.0
     floor_source: str = ""
     concurrency: int = 16
@@ -105,8 +111,9 @@ def _counts(samples: list[dict], filter_name: str) -> tuple[int, int, list[dict]
     return len(rows) - len(wrong), len(rows), wrong
 
 
-def evaluate(base_url: str, model: str, api_key: str | None, options: AccuracyOptions,
-             timeout: float) -> dict:
+def evaluate(
+    base_url: str, model: str, api_key: str | None, options: AccuracyOptions, timeout: float
+) -> dict:
     """Run lm-eval; its results dict (with per-sample logs)."""
     import lm_eval
     from lm_eval.tasks import TaskManager
@@ -130,73 +137,117 @@ def evaluate(base_url: str, model: str, api_key: str | None, options: AccuracyOp
     ours = name == DEFAULT_TASK or bool(extra)
     manager = TaskManager(include_path=[str(TASKS_DIR), *extra], include_defaults=not ours)
     if name not in manager.all_tasks:
-        raise ValueError(f"lm-eval knows no task {name!r} (sm12x's own: {DEFAULT_TASK}; "
-                         "or pass a task YAML file)")
+        raise ValueError(
+            f"lm-eval knows no task {name!r} (sm12x's own: {DEFAULT_TASK}; "
+            "or pass a task YAML file)"
+        )
     return lm_eval.simple_evaluate(
-        model="local-chat-completions", model_args=model_args, tasks=[name],
-        task_manager=manager, limit=options.limit, apply_chat_template=True, log_samples=True,
-        bootstrap_iters=0, verbosity="WARNING")
+        model="local-chat-completions",
+        model_args=model_args,
+        tasks=[name],
+        task_manager=manager,
+        limit=options.limit,
+        apply_chat_template=True,
+        log_samples=True,
+        bootstrap_iters=0,
+        verbosity="WARNING",
+    )
 
 
 def accuracy(ctx: Context, ev: Evidence) -> None:
     options: AccuracyOptions = ctx.options.accuracy
     name, _ = task_name(options.task)
     ep = ctx.endpoint
-    ev.saw(f"lm-eval task {name} ({options.task}), "
-           f"{options.limit or 'all'} questions, {options.concurrency} in flight, "
-           f"model {ctx.model!r} at {ep.base_url}")
+    ev.saw(
+        f"lm-eval task {name} ({options.task}), "
+        f"{options.limit or 'all'} questions, {options.concurrency} in flight, "
+        f"model {ctx.model!r} at {ep.base_url}"
+    )
     try:
         results = evaluate(ep.base_url, ctx.model, ep.api_key, options, ep.timeout)
     except ValueError as exc:
-        ev.fail(str(exc), "the task is not one lm-eval can load",
-                "check --accuracy-task (an lm-eval task name or a task YAML file)")
+        ev.fail(
+            str(exc),
+            "the task is not one lm-eval can load",
+            "check --accuracy-task (an lm-eval task name or a task YAML file)",
+        )
     except Exception as exc:  # noqa: BLE001 - lm-eval, datasets and aiohttp raise many kinds
         text = f"{type(exc).__name__}: {str(exc)[:200]}"
         if "ClientResponseError" in text or "ClientConnector" in text or "Timeout" in text:
-            cause = ("requests to the server failed (after lm-eval's retries): it rejected, "
-                     "dropped or stalled them")
+            cause = (
+                "requests to the server failed (after lm-eval's retries): it rejected, "
+                "dropped or stalled them"
+            )
             fix = "run verify without --accuracy first; it names the server's problem"
         else:
-            cause = ("lm-eval could not run the task: the dataset could not be loaded (it "
-                     "comes from the Hugging Face Hub on first use) or the task is broken")
-            fix = ("check network access to huggingface.co (or a filled HF_DATASETS cache), "
-                   "and that `python -c 'import lm_eval'` works")
+            cause = (
+                "lm-eval could not run the task: the dataset could not be loaded (it "
+                "comes from the Hugging Face Hub on first use) or the task is broken"
+            )
+            fix = (
+                "check network access to huggingface.co (or a filled HF_DATASETS cache), "
+                "and that `python -c 'import lm_eval'` works"
+            )
         ev.fail(f"lm-eval failed: {text}", cause, fix)
     samples = (results.get("samples") or {}).get(name) or []
     filters = list(dict.fromkeys(s.get("filter") for s in samples))
     gate = GATE_FILTER if GATE_FILTER in filters else (filters[0] if filters else None)
     correct, total, wrong = _counts(samples, gate)
     if total == 0:
-        ev.fail(f"lm-eval graded no sample of {name} (filters {filters})",
-                "the task has no test documents, or lm-eval changed its output format",
-                "run `lm_eval --tasks NAME --limit 2 --log_samples` by hand to see")
+        ev.fail(
+            f"lm-eval graded no sample of {name} (filters {filters})",
+            "the task has no test documents, or lm-eval changed its output format",
+            "run `lm_eval --tasks NAME --limit 2 --log_samples` by hand to see",
+        )
     value = correct / total
     low, high = wilson(correct, total)
     for other in filters:
         if other != gate:
             c, t, _ = _counts(samples, other)
             ev.saw(f"{other}: {c}/{t} = {c / t:.2%}")
-    ev.metrics.update({
-        "task": name, "filter": gate, "correct": correct, "total": total, "accuracy": value,
-        "ci95": [low, high], "floor": options.floor, "floor_source": options.floor_source,
-        "references": [{"accuracy": r.accuracy, "correct": r.correct, "total": r.total,
-                        "config": r.config, "source": r.source, "url": r.url}
-                       for r in options.references],
-    })
-    ev.saw(f"{gate}: {correct}/{total} = {value:.2%} (95% CI {low:.2%}-{high:.2%}); floor "
-           f"{options.floor:.2%} ({options.floor_source})")
+    ev.metrics.update(
+        {
+            "task": name,
+            "filter": gate,
+            "correct": correct,
+            "total": total,
+            "accuracy": value,
+            "ci95": [low, high],
+            "floor": options.floor,
+            "floor_source": options.floor_source,
+            "references": [
+                {
+                    "accuracy": r.accuracy,
+                    "correct": r.correct,
+                    "total": r.total,
+                    "config": r.config,
+                    "source": r.source,
+                    "url": r.url,
+                }
+                for r in options.references
+            ],
+        }
+    )
+    ev.saw(
+        f"{gate}: {correct}/{total} = {value:.2%} (95% CI {low:.2%}-{high:.2%}); floor "
+        f"{options.floor:.2%} ({options.floor_source})"
+    )
     for ref in options.references:
         ev.saw(f"reference: {ref}")
     for sample in wrong[:2]:
         answer = (sample.get("filtered_resps") or [""])[0]
-        ev.saw(f"wrong: doc {sample.get('doc_id')}: target {str(sample.get('target'))[-20:]!r}, "
-               f"answered {str(answer)[:40]!r}")
+        ev.saw(
+            f"wrong: doc {sample.get('doc_id')}: target {str(sample.get('target'))[-20:]!r}, "
+            f"answered {str(answer)[:40]!r}"
+        )
     if value < options.floor:
-        ev.fail(f"accuracy {value:.2%} ({correct}/{total}, 95% CI {low:.2%}-{high:.2%}) below "
-                f"the floor {options.floor:.2%} ({options.floor_source})",
-                "the served model answers worse than this rig should: corrupted tokens "
-                "(speculative decoding, a kernel), a wrong checkpoint revision or quantisation, "
-                "or thinking off / too small a token budget for the task",
-                "run the soak and --compare-url against `sm12x launch --no-spec`; check the "
-                "checkpoint revision with `sm12x doctor`; with few questions (--accuracy-limit) "
-                "the interval is wide: rerun with more")
+        ev.fail(
+            f"accuracy {value:.2%} ({correct}/{total}, 95% CI {low:.2%}-{high:.2%}) below "
+            f"the floor {options.floor:.2%} ({options.floor_source})",
+            "the served model answers worse than this rig should: corrupted tokens "
+            "(speculative decoding, a kernel), a wrong checkpoint revision or quantisation, "
+            "or thinking off / too small a token budget for the task",
+            "run the soak and --compare-url against `sm12x launch --no-spec`; check the "
+            "checkpoint revision with `sm12x doctor`; with few questions (--accuracy-limit) "
+            "the interval is wide: rerun with more",
+        )

@@ -32,41 +32,57 @@ from verify.transport import Limits, auth_hint
 
 HEALTH_LIMITS = Limits(timeout=5.0, stall=2.0, connect=2.0, max_body=64 * 1024)
 
-PATCH_FIX = ("run an sm12x image (its sglang carries the sm_12x sparse-MLA dispatch patch): "
-             "`sm12x launch` / the compose profiles use it; or lower DSPARK to a supported "
-             "configuration")
+PATCH_FIX = (
+    "run an sm12x image (its sglang carries the sm_12x sparse-MLA dispatch patch): "
+    "`sm12x launch` / the compose profiles use it; or lower DSPARK to a supported "
+    "configuration"
+)
 
 # (pattern, problem, likely cause, fix): first match in the log stops the boot.
 KNOWN_FAILURES = [
-    (re.compile(r"num_tokens\s*>\s*64|ICHECK_GT\(num_tokens, 64\)"),
-     "sparse-MLA prefill check `num_tokens > 64` failed",
-     "the unpatched sm_120 sparse-MLA dispatch sends a DSPARK draft batch (topk 192) to the "
-     "prefill kernel: the known boot crash of sglang 0.5.16-0.5.18 with DSPARK on sm_12x",
-     PATCH_FIX),
-    (re.compile(r"Unsupported sparse-MLA prefill configuration"),
-     "`Unsupported sparse-MLA prefill configuration`",
-     "flashinfer has no sm_120 prefill kernel for DSPARK's topk 192: the same unpatched dispatch",
-     PATCH_FIX),
-    (re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"),
-     "CUDA out of memory",
-     "the weights, KV cache and CUDA graphs do not fit at this --mem-fraction-static",
-     "lower --mem-fraction-static (by 0.02-0.05) or --cuda-graph-max-bs / "
-     "--max-running-requests; check nothing else holds GPU memory (nvidia-smi)"),
-    (re.compile(r"NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|"
-                r"ncclRemoteError|NCCL WARN .*(failed|Error)"),
-     "NCCL error",
-     "the GPUs cannot talk: P2P over PCIe without custom all-reduce disabled, wrong "
-     "NCCL_SOCKET_IFNAME / NCCL_IB_HCA (DGX Spark), or a peer that died",
-     "keep --disable-custom-all-reduce (the recipes set it); on DGX Spark check the NCCL_* "
-     "interface and HCA names and that both nodes run the same image"),
-    (re.compile(r'could not select device driver "nvidia"'),
-     "no NVIDIA container runtime",
-     "Docker cannot give the container GPUs", "install nvidia-container-toolkit and restart "
-     "dockerd"),
-    (re.compile(r"\bKilled\b|exited with code 137|OOMKilled"),
-     "the server process was killed (exit 137)",
-     "the host ran out of memory while loading (DGX Spark's unified memory)",
-     "lower --mem-fraction-static, add swap, use fewer loader threads"),
+    (
+        re.compile(r"num_tokens\s*>\s*64|ICHECK_GT\(num_tokens, 64\)"),
+        "sparse-MLA prefill check `num_tokens > 64` failed",
+        "the unpatched sm_120 sparse-MLA dispatch sends a DSPARK draft batch (topk 192) to the "
+        "prefill kernel: the known boot crash of sglang 0.5.16-0.5.18 with DSPARK on sm_12x",
+        PATCH_FIX,
+    ),
+    (
+        re.compile(r"Unsupported sparse-MLA prefill configuration"),
+        "`Unsupported sparse-MLA prefill configuration`",
+        "flashinfer has no sm_120 prefill kernel for DSPARK's topk 192: the same unpatched dispatch",
+        PATCH_FIX,
+    ),
+    (
+        re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"),
+        "CUDA out of memory",
+        "the weights, KV cache and CUDA graphs do not fit at this --mem-fraction-static",
+        "lower --mem-fraction-static (by 0.02-0.05) or --cuda-graph-max-bs / "
+        "--max-running-requests; check nothing else holds GPU memory (nvidia-smi)",
+    ),
+    (
+        re.compile(
+            r"NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|"
+            r"ncclRemoteError|NCCL WARN .*(failed|Error)"
+        ),
+        "NCCL error",
+        "the GPUs cannot talk: P2P over PCIe without custom all-reduce disabled, wrong "
+        "NCCL_SOCKET_IFNAME / NCCL_IB_HCA (DGX Spark), or a peer that died",
+        "keep --disable-custom-all-reduce (the recipes set it); on DGX Spark check the NCCL_* "
+        "interface and HCA names and that both nodes run the same image",
+    ),
+    (
+        re.compile(r'could not select device driver "nvidia"'),
+        "no NVIDIA container runtime",
+        "Docker cannot give the container GPUs",
+        "install nvidia-container-toolkit and restart dockerd",
+    ),
+    (
+        re.compile(r"\bKilled\b|exited with code 137|OOMKilled"),
+        "the server process was killed (exit 137)",
+        "the host ran out of memory while loading (DGX Spark's unified memory)",
+        "lower --mem-fraction-static, add swap, use fewer loader threads",
+    ),
 ]
 READY = re.compile(r"The server is fired up and ready to roll")
 WEIGHTS = re.compile(r"Loading safetensors checkpoint shards:\s*(\d+)%")
@@ -105,19 +121,19 @@ class Server:
     """How to start, follow and stop the server under test."""
 
     up: list[str] | str
-    logs: list[str] | None = None   # compose: a separate log follower; None: up's own output
+    logs: list[str] | None = None  # compose: a separate log follower; None: up's own output
     down: list[str] | None = None
     log_path: str | None = None
     procs: list[subprocess.Popen] = field(default_factory=list)
-    lines: "queue.Queue[str | None]" = field(default_factory=queue.Queue)
+    lines: queue.Queue[str | None] = field(default_factory=queue.Queue)
     log: list[str] = field(default_factory=list)
 
     @classmethod
-    def launched_by(cls, launcher: Launcher) -> "Server":
+    def launched_by(cls, launcher: Launcher) -> Server:
         return cls(up=list(launcher.up), logs=list(launcher.logs), down=list(launcher.down))
 
     @classmethod
-    def command(cls, command: str) -> "Server":
+    def command(cls, command: str) -> Server:
         return cls(up=command)
 
     def _follow(self, proc: subprocess.Popen, path: str) -> None:
@@ -144,9 +160,14 @@ class Server:
     def _spawn(self, cmd) -> subprocess.Popen:
         fd, path = tempfile.mkstemp(prefix="sm12x-verify-", suffix=".log")
         with os.fdopen(fd, "w") as out:
-            proc = subprocess.Popen(cmd, shell=isinstance(cmd, str), stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                shell=isinstance(cmd, str),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.procs.append(proc)
         self.log_path = path
         threading.Thread(target=self._follow, args=(proc, path), daemon=True).start()
@@ -163,10 +184,12 @@ class Server:
             if found:
                 raise BootFailure(*found, self.log[-20:])
         if done.returncode != 0:
-            raise BootFailure(f"`{shlex.join(self.up)}` exited {done.returncode}",
-                              "compose could not start the service",
-                              "read the output above; check the profile name and docker",
-                              self.log[-20:])
+            raise BootFailure(
+                f"`{shlex.join(self.up)}` exited {done.returncode}",
+                "compose could not start the service",
+                "read the output above; check the profile name and docker",
+                self.log[-20:],
+            )
         self.main = self._spawn(self.logs)
 
     def exited(self) -> int | None:
@@ -190,24 +213,33 @@ class Server:
             subprocess.run(self.down, capture_output=True, text=True, timeout=300)
 
 
-def boot(server: Server, base_url: str, deadline_s: float, console: Console,
-         headers: dict | None = None) -> list[str]:
+def boot(
+    server: Server, base_url: str, deadline_s: float, console: Console, headers: dict | None = None
+) -> list[str]:
     """Start the server and return once /health answers 200; raise BootFailure."""
     start = time.monotonic()
     server.start()
     ended = False
     next_poll = 0.0
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                  TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
         stage = progress.add_task("starting", total=None)
         while True:
             elapsed = time.monotonic() - start
             if elapsed > deadline_s:
-                raise BootFailure(f"not healthy within {deadline_s:.0f} s",
-                                  "still loading (DGX Spark cold starts can take an hour or "
-                                  "more) or stuck", "raise --boot-timeout, or read the log tail",
-                                  server.log[-20:])
+                raise BootFailure(
+                    f"not healthy within {deadline_s:.0f} s",
+                    "still loading (DGX Spark cold starts can take an hour or more) or stuck",
+                    "raise --boot-timeout, or read the log tail",
+                    server.log[-20:],
+                )
             try:
                 line = server.lines.get(timeout=0.2)
             except queue.Empty:
@@ -220,11 +252,16 @@ def boot(server: Server, base_url: str, deadline_s: float, console: Console,
                 if found:
                     raise BootFailure(*found, server.log[-20:])
                 if m := WEIGHTS.search(line):
-                    progress.update(stage, description="loading weights", total=100,
-                                    completed=int(m.group(1)))
+                    progress.update(
+                        stage, description="loading weights", total=100, completed=int(m.group(1))
+                    )
                 elif m := GRAPHS.search(line):
-                    progress.update(stage, description="capturing CUDA graphs", total=100,
-                                    completed=int(m.group(1) or 0))
+                    progress.update(
+                        stage,
+                        description="capturing CUDA graphs",
+                        total=100,
+                        completed=int(m.group(1) or 0),
+                    )
                 elif READY.search(line):
                     progress.update(stage, description="ready, waiting for /health")
             code = server.exited()
@@ -233,22 +270,28 @@ def boot(server: Server, base_url: str, deadline_s: float, console: Console,
             if ended and code is not None and (code != 0 or server.logs is not None):
                 raise BootFailure(
                     "the container exited (its log ended) before it was healthy"
-                    if server.logs is not None else
-                    f"the server exited (code {code}) before it was healthy",
+                    if server.logs is not None
+                    else f"the server exited (code {code}) before it was healthy",
                     "a crash during start-up; the log tail shows the last words",
                     "read the log tail; rerun without --boot to see the full log",
-                    server.log[-20:])
+                    server.log[-20:],
+                )
             if time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + 1.0
                 status = _health(base_url, headers)
                 if status == 200:
-                    return [f"healthy after {time.monotonic() - start:.1f} s",
-                            f"log lines seen: {len(server.log)}"]
+                    return [
+                        f"healthy after {time.monotonic() - start:.1f} s",
+                        f"log lines seen: {len(server.log)}",
+                    ]
                 hint = auth_hint(status or 0, bool(headers))
                 if hint:
-                    raise BootFailure(f"/health answered {hint}", "authentication, not a boot "
-                                      "problem: the server is up", "set SM12X_API_KEY or pass "
-                                      "--api-key", server.log[-20:])
+                    raise BootFailure(
+                        f"/health answered {hint}",
+                        "authentication, not a boot problem: the server is up",
+                        "set SM12X_API_KEY or pass --api-key",
+                        server.log[-20:],
+                    )
 
 
 def _health(base_url: str, headers: dict | None) -> int | None:

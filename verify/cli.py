@@ -62,66 +62,126 @@ def default_deadline(args, chosen: set[str]) -> float:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = StrictParser(prog="verify", description="Smoke-test a deployed sm12x "
-                                "(sglang, DeepSeek-V4-Flash + DSPARK) OpenAI-compatible endpoint.")
-    p.add_argument("--base-url", help="server root (default: http://SM12X_BIND:SM12X_PORT, "
-                   "loopback for 0.0.0.0, i.e. http://127.0.0.1:30000 by default)")
+    p = StrictParser(
+        prog="verify",
+        description="Smoke-test a deployed sm12x "
+        "(sglang, DeepSeek-V4-Flash + DSPARK) OpenAI-compatible endpoint.",
+    )
+    p.add_argument(
+        "--base-url",
+        help="server root (default: http://SM12X_BIND:SM12X_PORT, "
+        "loopback for 0.0.0.0, i.e. http://127.0.0.1:30000 by default)",
+    )
     p.add_argument("--model", help="default: the first model /v1/models lists")
-    p.add_argument("--timeout", type=argtypes.seconds, default=300.0,
-                   help="seconds one whole request may take, wall clock, slow trickles "
-                   "included (default %(default)s)")
-    p.add_argument("--stall-timeout", type=argtypes.seconds, default=60.0,
-                   help="seconds without a byte before a request counts as stalled "
-                   "(default %(default)s)")
+    p.add_argument(
+        "--timeout",
+        type=argtypes.seconds,
+        default=300.0,
+        help="seconds one whole request may take, wall clock, slow trickles "
+        "included (default %(default)s)",
+    )
+    p.add_argument(
+        "--stall-timeout",
+        type=argtypes.seconds,
+        default=60.0,
+        help="seconds without a byte before a request counts as stalled (default %(default)s)",
+    )
     p.add_argument("--connect-timeout", type=argtypes.seconds, default=10.0)
-    p.add_argument("--min-accept-length", type=argtypes.non_negative,
-                   help="speculative acceptance floor (default: the recipe's, else 2.0)")
-    p.add_argument("--vision", action=argparse.BooleanOptionalAction, default=None,
-                   help="run the image check (default: where the recipe serves a vision tower)")
-    p.add_argument("--metrics-url", help="a backend's base or /metrics URL, for spec figures "
-                   "when --base-url is a router")
-    p.add_argument("--soak-concurrency", type=argtypes.count, default=64,
-                   help=f"streams at once in the soak (at most {MAX_SOAK_CONCURRENCY})")
-    p.add_argument("--deadline", type=argtypes.seconds, metavar="SECONDS",
-                   help="seconds the whole run of checks may take (after --boot's boot); "
-                   "checks not started by then are not run, requests in flight are cut off, "
-                   "the reports are written (default: derived from the checks chosen and "
-                   "--timeout)")
+    p.add_argument(
+        "--min-accept-length",
+        type=argtypes.non_negative,
+        help="speculative acceptance floor (default: the recipe's, else 2.0)",
+    )
+    p.add_argument(
+        "--vision",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run the image check (default: where the recipe serves a vision tower)",
+    )
+    p.add_argument(
+        "--metrics-url",
+        help="a backend's base or /metrics URL, for spec figures when --base-url is a router",
+    )
+    p.add_argument(
+        "--soak-concurrency",
+        type=argtypes.count,
+        default=64,
+        help=f"streams at once in the soak (at most {MAX_SOAK_CONCURRENCY})",
+    )
+    p.add_argument(
+        "--deadline",
+        type=argtypes.seconds,
+        metavar="SECONDS",
+        help="seconds the whole run of checks may take (after --boot's boot); "
+        "checks not started by then are not run, requests in flight are cut off, "
+        "the reports are written (default: derived from the checks chosen and "
+        "--timeout)",
+    )
     p.add_argument("--soak-rounds", type=argtypes.count, default=3, help="k of pass^k")
     p.add_argument("--soak-max-tokens", type=argtypes.count, default=2048)
-    p.add_argument("--skip", action="append", default=[], metavar="CHECK",
-                   help=f"comma-separated, repeatable: {', '.join(NAMES)}")
-    p.add_argument("--only", action="append", default=[], metavar="CHECK",
-                   help="run only these (and the checks they need)")
+    p.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="CHECK",
+        help=f"comma-separated, repeatable: {', '.join(NAMES)}",
+    )
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="CHECK",
+        help="run only these (and the checks they need)",
+    )
     p.add_argument("--json", type=Path, default=Path("verify-report/report.json"))
     p.add_argument("--junit", type=Path, default=Path("verify-report/junit.xml"))
     p.add_argument("--no-files", action="store_true", help="write no JSON/JUnit report")
     cmp = p.add_argument_group(
         "speculative on/off comparison",
         "the same temperature-0 prompts to a second server: the same recipe booted without "
-        "speculative decoding (`sm12x launch --no-spec`)")
+        "speculative decoding (`sm12x launch --no-spec`)",
+    )
     cmp.add_argument("--compare-url", metavar="URL", help="the reference server's root")
     cmp.add_argument("--compare-api-key", help="its API key (default: the same as --api-key)")
-    cmp.add_argument("--compare-min-agreement", type=argtypes.fraction,
-                     default=compare.MIN_AGREEMENT,
-                     help="fail below this token agreement (default %(default)s; "
-                     "docs/verify.md)")
+    cmp.add_argument(
+        "--compare-min-agreement",
+        type=argtypes.fraction,
+        default=compare.MIN_AGREEMENT,
+        help="fail below this token agreement (default %(default)s; docs/verify.md)",
+    )
     acc = p.add_argument_group(
-        "accuracy gate", "a public benchmark through lm-eval (pip install 'sm12x[accuracy]')")
+        "accuracy gate", "a public benchmark through lm-eval (pip install 'sm12x[accuracy]')"
+    )
     acc.add_argument("--accuracy", action="store_true", help="run the accuracy gate")
-    acc.add_argument("--accuracy-task", default=accuracy.DEFAULT_TASK,
-                     help="an lm-eval task name or task YAML file (default %(default)s: GSM8K)")
-    acc.add_argument("--accuracy-limit", type=argtypes.count, metavar="N",
-                     help="ask only the first N questions (default: all)")
-    acc.add_argument("--accuracy-floor", type=argtypes.fraction,
-                     help="fail below this accuracy, 0-1 (default: the recipe's)")
+    acc.add_argument(
+        "--accuracy-task",
+        default=accuracy.DEFAULT_TASK,
+        help="an lm-eval task name or task YAML file (default %(default)s: GSM8K)",
+    )
+    acc.add_argument(
+        "--accuracy-limit",
+        type=argtypes.count,
+        metavar="N",
+        help="ask only the first N questions (default: all)",
+    )
+    acc.add_argument(
+        "--accuracy-floor",
+        type=argtypes.fraction,
+        help="fail below this accuracy, 0-1 (default: the recipe's)",
+    )
     acc.add_argument("--accuracy-concurrency", type=argtypes.count, default=16)
     boot = p.add_argument_group("boot mode")
     boot.add_argument("--boot", action="store_true", help="start the server, then verify it")
-    boot.add_argument("--boot-command", help="any command that starts the server (its output is "
-                      "the log); default: docker compose --profile PROFILE up -d")
-    boot.add_argument("--profile", help="compose profile (default: the recipe's, its head node's "
-                      "for a pair; auto without a recipe)")
+    boot.add_argument(
+        "--boot-command",
+        help="any command that starts the server (its output is "
+        "the log); default: docker compose --profile PROFILE up -d",
+    )
+    boot.add_argument(
+        "--profile",
+        help="compose profile (default: the recipe's, its head node's "
+        "for a pair; auto without a recipe)",
+    )
     boot.add_argument("--compose-file")
     boot.add_argument("--boot-timeout", type=argtypes.seconds, default=5400.0)
     boot.add_argument("--down", action="store_true", help="tear the server down afterwards")
@@ -136,7 +196,9 @@ def _names(values: list[str]) -> set[str]:
     names = {n.strip() for v in values for n in v.split(",") if n.strip()}
     unknown = names - set(NAMES)
     if unknown:
-        raise UsageError(f"unknown check(s) {', '.join(sorted(unknown))}; known: {', '.join(NAMES)}")
+        raise UsageError(
+            f"unknown check(s) {', '.join(sorted(unknown))}; known: {', '.join(NAMES)}"
+        )
     return names
 
 
@@ -172,8 +234,11 @@ def _recipe_model(name: str) -> tuple[str | None, str | None, bool]:
     model = getattr(recipe, "model", None)
     if model is None:
         return None, None, False
-    return (getattr(model, "served_model_name", None), getattr(model, "line", None),
-            bool(getattr(model, "vision", False)))
+    return (
+        getattr(model, "served_model_name", None),
+        getattr(model, "line", None),
+        bool(getattr(model, "vision", False)),
+    )
 
 
 def _base(value: str, flag: str) -> str:
@@ -193,18 +258,23 @@ def _compare_endpoint(args, ep: Endpoint) -> Endpoint | None:
         raise UsageError("--compare-min-agreement must be between 0 and 1")
     base = _base(args.compare_url, "--compare-url")
     if base == ep.base_url:
-        raise UsageError("--compare-url is --base-url: point it at the server started with "
-                         "`sm12x launch --no-spec`")
-    return Endpoint(base, args.compare_api_key or ep.api_key, ep.timeout, ep.stall_timeout,
-                    ep.connect_timeout)
+        raise UsageError(
+            "--compare-url is --base-url: point it at the server started with "
+            "`sm12x launch --no-spec`"
+        )
+    return Endpoint(
+        base, args.compare_api_key or ep.api_key, ep.timeout, ep.stall_timeout, ep.connect_timeout
+    )
 
 
 def _accuracy_options(args) -> accuracy.AccuracyOptions | None:
     if not args.accuracy:
         return None
     if importlib.util.find_spec("lm_eval") is None:
-        raise UsageError("--accuracy runs lm-eval, which is not installed: "
-                         "pip install 'sm12x[accuracy]' (or `pip install lm-eval[api]`)")
+        raise UsageError(
+            "--accuracy runs lm-eval, which is not installed: "
+            "pip install 'sm12x[accuracy]' (or `pip install lm-eval[api]`)"
+        )
     if args.accuracy_limit is not None and args.accuracy_limit < 1:
         raise UsageError("--accuracy-limit must be at least 1")
     if args.accuracy_concurrency < 1:
@@ -218,17 +288,27 @@ def _accuracy_options(args) -> accuracy.AccuracyOptions | None:
     recipe = _recipe(args.recipe) if args.recipe else None
     gate = getattr(getattr(recipe, "verify", None), "accuracy", None)
     if gate is not None and gate.task == name:
-        references += [accuracy.Reference(r.correct / r.total, r.config, r.source, r.correct,
-                                          r.total, r.url) for r in gate.references]
+        references += [
+            accuracy.Reference(r.correct / r.total, r.config, r.source, r.correct, r.total, r.url)
+            for r in gate.references
+        ]
         if floor is None:
             floor, source = gate.floor, f"recipe {args.recipe}"
     if floor is None:
-        raise UsageError(f"--accuracy needs a floor for {name}: --recipe NAME (its "
-                         "verify.accuracy.floor) or --accuracy-floor 0-1")
+        raise UsageError(
+            f"--accuracy needs a floor for {name}: --recipe NAME (its "
+            "verify.accuracy.floor) or --accuracy-floor 0-1"
+        )
     if not 0 <= floor <= 1:
         raise UsageError("--accuracy-floor is a fraction: between 0 and 1 (e.g. 0.92)")
-    return accuracy.AccuracyOptions(args.accuracy_task, args.accuracy_limit, floor, source,
-                                    args.accuracy_concurrency, tuple(references))
+    return accuracy.AccuracyOptions(
+        args.accuracy_task,
+        args.accuracy_limit,
+        floor,
+        source,
+        args.accuracy_concurrency,
+        tuple(references),
+    )
 
 
 def _recipe_name(loaded: Loaded) -> str | None:
@@ -240,8 +320,9 @@ def _recipe_name(loaded: Loaded) -> str | None:
 
 def _endpoint(args, loaded: Loaded) -> Endpoint:
     base = _base(args.base_url or loaded.settings.base_url(), "--base-url")
-    return Endpoint(base, loaded.settings.key(), args.timeout, args.stall_timeout,
-                    args.connect_timeout)
+    return Endpoint(
+        base, loaded.settings.key(), args.timeout, args.stall_timeout, args.connect_timeout
+    )
 
 
 def _check_paths(args) -> None:
@@ -287,11 +368,15 @@ class Reports:
             report.write_json(self.args.json, results, meta)
             report.write_junit(self.args.junit, results, meta)
         except OSError as exc:
-            print(f"verify: cannot write the reports: {exc.strerror or exc} "
-                  f"({exc.filename or self.args.json})", file=sys.stderr)
+            print(
+                f"verify: cannot write the reports: {exc.strerror or exc} "
+                f"({exc.filename or self.args.json})",
+                file=sys.stderr,
+            )
             return
-        self.console.print(f"reports: {self.args.json} {self.args.junit}", highlight=False,
-                           markup=False)
+        self.console.print(
+            f"reports: {self.args.json} {self.args.junit}", highlight=False, markup=False
+        )
 
     def _clean(self, result: CheckResult) -> CheckResult:
         for name in ("problem", "cause", "fix"):
@@ -341,8 +426,12 @@ def run(args, console: Console) -> int:
     args.recipe = _recipe_name(loaded)
     ep = _endpoint(args, loaded)
     if args.explain:
-        console.print(settings.explain(loaded, "verify") + f"# base URL: {ep.display_url}",
-                      markup=False, highlight=False, soft_wrap=True)
+        console.print(
+            settings.explain(loaded, "verify") + f"# base URL: {ep.display_url}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         return 0
     skip, only = _names(args.skip), _names(args.only)
     try:
@@ -350,13 +439,21 @@ def run(args, console: Console) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.soak_concurrency > MAX_SOAK_CONCURRENCY:
-        raise UsageError(f"--soak-concurrency {args.soak_concurrency}: at most "
-                         f"{MAX_SOAK_CONCURRENCY} streams (each is a connection and a task); "
-                         "load beyond that is `sm12x bench --concurrency`'s")
+        raise UsageError(
+            f"--soak-concurrency {args.soak_concurrency}: at most "
+            f"{MAX_SOAK_CONCURRENCY} streams (each is a connection and a task); "
+            "load beyond that is `sm12x bench --concurrency`'s"
+        )
     deadline_s = args.deadline if args.deadline is not None else default_deadline(args, chosen)
     _check_paths(args)
-    redactor = Redactor([ep.api_key, args.compare_api_key, *redact.url_secrets(ep.base_url),
-                         *redact.url_secrets(args.compare_url or "")])
+    redactor = Redactor(
+        [
+            ep.api_key,
+            args.compare_api_key,
+            *redact.url_secrets(ep.base_url),
+            *redact.url_secrets(args.compare_url or ""),
+        ]
+    )
     floor, source = 2.0, "default"
     if args.recipe:
         recipe_floor = _recipe_floor(args.recipe)
@@ -364,28 +461,47 @@ def run(args, console: Console) -> int:
             floor, source = recipe_floor, f"recipe {args.recipe}"
     if args.min_accept_length is not None:
         floor, source = args.min_accept_length, "--min-accept-length"
-    expected_model, line, vision = _recipe_model(args.recipe) if args.recipe else (None, None,
-                                                                                    False)
+    expected_model, line, vision = (
+        _recipe_model(args.recipe) if args.recipe else (None, None, False)
+    )
     if args.vision is not None:
         vision = args.vision
-    options = Options(min_accept_length=floor, accept_floor_source=source,
-                      metrics_url=args.metrics_url, soak_concurrency=args.soak_concurrency,
-                      soak_rounds=args.soak_rounds, soak_max_tokens=args.soak_max_tokens,
-                      skip=skip, only=only, compare_endpoint=_compare_endpoint(args, ep),
-                      compare_min_agreement=args.compare_min_agreement,
-                      accuracy=_accuracy_options(args), expected_model=expected_model,
-                      line=line, vision=vision)
+    options = Options(
+        min_accept_length=floor,
+        accept_floor_source=source,
+        metrics_url=args.metrics_url,
+        soak_concurrency=args.soak_concurrency,
+        soak_rounds=args.soak_rounds,
+        soak_max_tokens=args.soak_max_tokens,
+        skip=skip,
+        only=only,
+        compare_endpoint=_compare_endpoint(args, ep),
+        compare_min_agreement=args.compare_min_agreement,
+        accuracy=_accuracy_options(args),
+        expected_model=expected_model,
+        line=line,
+        vision=vision,
+    )
     server = None
-    meta = {"base_url": ep.display_url, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "accept_floor": floor, "accept_floor_source": source, "model_line": line,
-            "vision": vision,
-            "timeout_s": ep.timeout, "stall_timeout_s": ep.stall_timeout}
+    meta = {
+        "base_url": ep.display_url,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "accept_floor": floor,
+        "accept_floor_source": source,
+        "model_line": line,
+        "vision": vision,
+        "timeout_s": ep.timeout,
+        "stall_timeout_s": ep.stall_timeout,
+    }
     reports = Reports(args, meta, redactor, console)
-    say = lambda text: console.print(redactor.text(text), markup=False,  # noqa: E731
-                                     highlight=False)
+
+    def say(text: str) -> None:
+        console.print(redactor.text(text), markup=False, highlight=False)
+
     try:
         if args.boot:
             from verify.boot import BootFailure, boot
+
             try:
                 server = _server(args, loaded, say)
             except UserError as exc:
@@ -399,8 +515,12 @@ def run(args, console: Console) -> int:
                 say(f"cause: {exc.cause}\nfix: {exc.fix}")
                 if exc.log_tail:
                     say("log tail:\n" + "\n".join(exc.log_tail[-10:]))
-                meta["boot_failure"] = {"problem": exc.problem, "cause": exc.cause,
-                                        "fix": exc.fix, "log_tail": exc.log_tail[-20:]}
+                meta["boot_failure"] = {
+                    "problem": exc.problem,
+                    "cause": exc.cause,
+                    "fix": exc.fix,
+                    "log_tail": exc.log_tail[-20:],
+                }
                 reports.write(not_run(f"not run: the server did not boot: {exc.problem}"))
                 return 3
             finally:
@@ -408,29 +528,41 @@ def run(args, console: Console) -> int:
                     args.boot_log.parent.mkdir(parents=True, exist_ok=True)
                     args.boot_log.write_text(redactor.text("\n".join(server.log)) + "\n")
         else:
-            problem = _reachable(ep) or (_reachable(options.compare_endpoint)
-                                         if options.compare_endpoint else None)
+            problem = _reachable(ep) or (
+                _reachable(options.compare_endpoint) if options.compare_endpoint else None
+            )
             if problem:
                 say(f"verify: {problem}. Is the server running? (start it, or use --boot)")
                 results = not_run(f"not run: {problem}")
                 results[0].verdict, results[0].problem = Verdict.FAIL, problem
-                results[0].cause = "nothing listens there: the server is not running, or it " \
+                results[0].cause = (
+                    "nothing listens there: the server is not running, or it "
                     "is on another host/port"
-                results[0].fix = "start the server (or use --boot); check --base-url " \
-                    "(and --compare-url)"
+                )
+                results[
+                    0
+                ].fix = "start the server (or use --boot); check --base-url (and --compare-url)"
                 reports.write(results)
                 return 2
         # The run's deadline starts with the checks (a boot has its own bound).
         end = time.monotonic() + deadline_s
         meta["deadline_s"] = deadline_s
         ep = replace(ep, run_deadline=end)
-        options = replace(options, deadline=end, compare_endpoint=(
-            replace(options.compare_endpoint, run_deadline=end)
-            if options.compare_endpoint else None))
+        options = replace(
+            options,
+            deadline=end,
+            compare_endpoint=(
+                replace(options.compare_endpoint, run_deadline=end)
+                if options.compare_endpoint
+                else None
+            ),
+        )
         ctx = Context(ep, options, model=args.model)
         try:
+
             def progress(result) -> None:
                 console.print(f"  {result.name}: {result.verdict.value}", highlight=False)
+
             with console.status("verifying"):
                 results = run_checks(ctx, progress)
         except Interrupted as exc:

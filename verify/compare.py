@@ -54,7 +54,7 @@ class Output:
     kind: str
     text: str = ""
     error: str | None = None
-    wrong: exact.Mismatch | None = None   # the exact task's mismatch, if any
+    wrong: exact.Mismatch | None = None  # the exact task's mismatch, if any
 
 
 @dataclass(frozen=True)
@@ -64,11 +64,11 @@ class Pair:
     case: int
     kind: str
     identical: bool
-    char: int | None        # first differing character
-    token: int | None       # first differing token
-    agreement: float        # common-prefix tokens / tokens of the longer output
-    expected: str = ""      # reference text around the divergence
-    received: str = ""      # speculative text around the divergence
+    char: int | None  # first differing character
+    token: int | None  # first differing token
+    agreement: float  # common-prefix tokens / tokens of the longer output
+    expected: str = ""  # reference text around the divergence
+    received: str = ""  # speculative text around the divergence
 
 
 def visible(merged: Merged) -> str:
@@ -95,12 +95,21 @@ def compare_texts(case: int, kind: str, reference: str, target: str) -> Pair:
     same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     char = exact.first_difference(reference, target)
     start = max(0, char - exact.CONTEXT)
-    return Pair(case, kind, False, char, same, same / max(len(a), len(b)),
-                reference[start:char + exact.CONTEXT], target[start:char + exact.CONTEXT])
+    return Pair(
+        case,
+        kind,
+        False,
+        char,
+        same,
+        same / max(len(a), len(b)),
+        reference[start : char + exact.CONTEXT],
+        target[start : char + exact.CONTEXT],
+    )
 
 
-async def _one(client: httpx.AsyncClient, model: str | None, case: int, limit: float,
-               max_tokens: int) -> Output:
+async def _one(
+    client: httpx.AsyncClient, model: str | None, case: int, limit: float, max_tokens: int
+) -> Output:
     kind, extra = MIX[case % len(MIX)]
     out = Output(kind)
     body = {"model": model, "max_tokens": max_tokens, **extra, "temperature": 0, "stream": True}
@@ -136,16 +145,22 @@ async def _one(client: httpx.AsyncClient, model: str | None, case: int, limit: f
     return out
 
 
-async def collect(endpoint: Endpoint, model: str | None, cases: int, max_tokens: int
-                  ) -> list[Output]:
+async def collect(
+    endpoint: Endpoint, model: str | None, cases: int, max_tokens: int
+) -> list[Output]:
     """The outputs of the first `cases` prompts of the mix, all in flight at once."""
     pool = transport.pool(cases)
-    bounds = replace(endpoint.limits, max_body=client_limits(max_tokens).max_body,
-                     fail_fast_after=0)
-    async with async_client(bounds, base_url=endpoint.base_url, headers=endpoint.headers,
-                            limits=pool) as client:
-        return list(await asyncio.gather(*(
-            _one(client, model, case, endpoint.timeout, max_tokens) for case in range(cases))))
+    bounds = replace(
+        endpoint.limits, max_body=client_limits(max_tokens).max_body, fail_fast_after=0
+    )
+    async with async_client(
+        bounds, base_url=endpoint.base_url, headers=endpoint.headers, limits=pool
+    ) as client:
+        return list(
+            await asyncio.gather(
+                *(_one(client, model, case, endpoint.timeout, max_tokens) for case in range(cases))
+            )
+        )
 
 
 def client_limits(max_tokens: int) -> Limits:
@@ -173,65 +188,105 @@ def compare(ctx: Context, ev: Evidence) -> None:
     async def both():
         return await asyncio.gather(
             collect(ctx.endpoint, ctx.model, cases, opts.soak_max_tokens),
-            collect(ref_ep, ref_model, cases, opts.soak_max_tokens))
+            collect(ref_ep, ref_model, cases, opts.soak_max_tokens),
+        )
 
     target, reference = asyncio.run(both())
-    ev.saw(f"{cases} prompts at temperature 0 to {ctx.endpoint.base_url} (speculative) and "
-           f"{ref_ep.base_url} (reference, model {ref_model!r}), all in flight at once")
-    failed = [(side, o) for side, outs in (("speculative", target), ("reference", reference))
-              for o in outs if o.error]
+    ev.saw(
+        f"{cases} prompts at temperature 0 to {ctx.endpoint.base_url} (speculative) and "
+        f"{ref_ep.base_url} (reference, model {ref_model!r}), all in flight at once"
+    )
+    failed = [
+        (side, o)
+        for side, outs in (("speculative", target), ("reference", reference))
+        for o in outs
+        if o.error
+    ]
     if failed:
         side, first = failed[0]
-        ev.fail(f"{len(failed)} comparison request(s) failed; first on the {side} server "
-                f"({first.kind}): {first.error}",
-                "a server dropped, rejected or stalled a request, so the outputs cannot be "
-                "compared", "run verify against each server alone first; it names the problem")
-    pairs = [compare_texts(i, t.kind, r.text, t.text)
-             for i, (t, r) in enumerate(zip(target, reference))]
+        ev.fail(
+            f"{len(failed)} comparison request(s) failed; first on the {side} server "
+            f"({first.kind}): {first.error}",
+            "a server dropped, rejected or stalled a request, so the outputs cannot be compared",
+            "run verify against each server alone first; it names the problem",
+        )
+    pairs = [
+        compare_texts(i, t.kind, r.text, t.text) for i, (t, r) in enumerate(zip(target, reference))
+    ]
     identical = sum(p.identical for p in pairs) / len(pairs)
     agreement = statistics.fmean(p.agreement for p in pairs)
     differing = [p for p in pairs if not p.identical]
     by_kind = {}
     for kind in dict.fromkeys(p.kind for p in pairs):
         mine = [p for p in pairs if p.kind == kind]
-        by_kind[kind] = {"pairs": len(mine), "identical": sum(p.identical for p in mine),
-                         "agreement": statistics.fmean(p.agreement for p in mine)}
-    ev.metrics.update({"pairs": len(pairs), "identical_fraction": identical,
-                       "token_agreement": agreement, "min_agreement": opts.compare_min_agreement,
-                       "by_kind": by_kind})
-    ev.saw(f"identical {sum(p.identical for p in pairs)}/{len(pairs)} ({identical:.3f}); "
-           f"token agreement {agreement:.3f} (floor {opts.compare_min_agreement:.2f})")
+        by_kind[kind] = {
+            "pairs": len(mine),
+            "identical": sum(p.identical for p in mine),
+            "agreement": statistics.fmean(p.agreement for p in mine),
+        }
+    ev.metrics.update(
+        {
+            "pairs": len(pairs),
+            "identical_fraction": identical,
+            "token_agreement": agreement,
+            "min_agreement": opts.compare_min_agreement,
+            "by_kind": by_kind,
+        }
+    )
+    ev.saw(
+        f"identical {sum(p.identical for p in pairs)}/{len(pairs)} ({identical:.3f}); "
+        f"token agreement {agreement:.3f} (floor {opts.compare_min_agreement:.2f})"
+    )
     if differing:
         earliest = min(differing, key=lambda p: p.char or 0)
         chars = [p.char or 0 for p in differing]
         ev.metrics["first_divergence"] = {
-            "median_char": statistics.median(chars), "min_char": earliest.char,
-            "min_token": earliest.token, "case": earliest.case, "kind": earliest.kind,
-            "reference": earliest.expected, "speculative": earliest.received}
-        ev.saw(f"{len(differing)} differ; first divergence at char {earliest.char} (token "
-               f"{earliest.token}) in case {earliest.case} ({earliest.kind}): reference "
-               f"{earliest.expected!r}, speculative {earliest.received!r}; median divergence "
-               f"char {statistics.median(chars):.0f}")
-    truth = [(t, r) for t, r in zip(target, reference) if t.wrong and not r.wrong
-             and t.kind in exact.TASKS]
+            "median_char": statistics.median(chars),
+            "min_char": earliest.char,
+            "min_token": earliest.token,
+            "case": earliest.case,
+            "kind": earliest.kind,
+            "reference": earliest.expected,
+            "speculative": earliest.received,
+        }
+        ev.saw(
+            f"{len(differing)} differ; first divergence at char {earliest.char} (token "
+            f"{earliest.token}) in case {earliest.case} ({earliest.kind}): reference "
+            f"{earliest.expected!r}, speculative {earliest.received!r}; median divergence "
+            f"char {statistics.median(chars):.0f}"
+        )
+    truth = [
+        (t, r)
+        for t, r in zip(target, reference)
+        if t.wrong and not r.wrong and t.kind in exact.TASKS
+    ]
     ref_wrong = [r for r in reference if r.wrong]
     if ref_wrong:
-        ev.saw(f"note: the reference got {len(ref_wrong)} exact task(s) wrong too "
-               f"({ref_wrong[0].kind}: {ref_wrong[0].wrong})")
+        ev.saw(
+            f"note: the reference got {len(ref_wrong)} exact task(s) wrong too "
+            f"({ref_wrong[0].kind}: {ref_wrong[0].wrong})"
+        )
     if truth:
         t, _ = truth[0]
-        ev.fail(f"{len(truth)} exact task(s) right without speculative decoding and wrong with "
-                f"it; first {t.kind}: {t.wrong}",
-                "speculative decoding changes answers that have one right answer: wrong "
-                "tokens from the draft/verify path (a stale or wrong DSPARK verify row), not "
-                "numerics", FIX)
+        ev.fail(
+            f"{len(truth)} exact task(s) right without speculative decoding and wrong with "
+            f"it; first {t.kind}: {t.wrong}",
+            "speculative decoding changes answers that have one right answer: wrong "
+            "tokens from the draft/verify path (a stale or wrong DSPARK verify row), not "
+            "numerics",
+            FIX,
+        )
     if agreement < opts.compare_min_agreement:
-        ev.fail(f"token agreement {agreement:.3f} below {opts.compare_min_agreement:.2f} "
-                f"({sum(p.identical for p in pairs)}/{len(pairs)} identical)",
-                "the speculative server's outputs part from the reference early and often, "
-                "more than near-tie numerics explain: wrong tokens under speculative decoding",
-                FIX)
+        ev.fail(
+            f"token agreement {agreement:.3f} below {opts.compare_min_agreement:.2f} "
+            f"({sum(p.identical for p in pairs)}/{len(pairs)} identical)",
+            "the speculative server's outputs part from the reference early and often, "
+            "more than near-tie numerics explain: wrong tokens under speculative decoding",
+            FIX,
+        )
 
 
-FIX = ("read the divergence above; check the image's patch is applied and the recipe's "
-       "--speculative-dspark-block-size (4); run the soak to see which answers break")
+FIX = (
+    "read the divergence above; check the image's patch is applied and the recipe's "
+    "--speculative-dspark-block-size (4); run the soak to see which answers break"
+)

@@ -48,14 +48,14 @@ TAIL_CHARS = 2000
 CLOSERS = " \t\r\n\"'`}])>"
 MIN_REPEATS = 4
 MIN_SPAN = 40
-MIN_TRIGRAMS = 60          # below this the trigram ratio says nothing
+MIN_TRIGRAMS = 60  # below this the trigram ratio says nothing
 MIN_TRIGRAM_RATIO = 0.45
-COMPRESS_WINDOW = 500      # chars; the ratio of the most compressible window
+COMPRESS_WINDOW = 500  # chars; the ratio of the most compressible window
 MAX_COMPRESSION_RATIO = 5.0
-WORD_WINDOW = 100          # words; distinct words in the least varied window
+WORD_WINDOW = 100  # words; distinct words in the least varied window
 MIN_DISTINCT_WORDS = 0.15
 MIN_LINES = 8
-MIN_LINE_CHARS = 12        # shorter lines (`}`, `end`, `---`) repeat in healthy text
+MIN_LINE_CHARS = 12  # shorter lines (`}`, `end`, `---`) repeat in healthy text
 MAX_DUPLICATE_LINE_RATIO = 0.5
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -93,7 +93,9 @@ def _unit_counts(unit: str) -> bool:
     return len(visible) >= 2 and any(c.isalnum() for c in unit)
 
 
-def repeating_tail(text: str, min_repeats: float = MIN_REPEATS, min_span: int = MIN_SPAN) -> Finding:
+def repeating_tail(
+    text: str, min_repeats: float = MIN_REPEATS, min_span: int = MIN_SPAN
+) -> Finding:
     """The longest periodic run ending the text, by its smallest period.
 
     Closing quotes, brackets and whitespace are dropped from the end first: a
@@ -107,15 +109,19 @@ def repeating_tail(text: str, min_repeats: float = MIN_REPEATS, min_span: int = 
         pi = prefix_function(s)
         for length in range(1, len(s) + 1):
             period = length - pi[length - 1]
-            if length >= min_span and length / period >= min_repeats:
-                if _unit_counts(s[:period]):
-                    best = (length, period)
+            if length >= min_span and length / period >= min_repeats and _unit_counts(s[:period]):
+                best = (length, period)
     if best is None:
         return Finding("repeating_tail", False, 0.0, min_repeats)
     span, period = best
     unit = s[:period][::-1]
-    return Finding("repeating_tail", True, span / period, min_repeats,
-                   f"{unit!r} x{span / period:.1f} over {span} chars")
+    return Finding(
+        "repeating_tail",
+        True,
+        span / period,
+        min_repeats,
+        f"{unit!r} x{span / period:.1f} over {span} chars",
+    )
 
 
 def distinct_trigram_ratio(text: str) -> Finding:
@@ -124,8 +130,13 @@ def distinct_trigram_ratio(text: str) -> Finding:
     if len(trigrams) < MIN_TRIGRAMS:
         return Finding("distinct_trigrams", False, None, MIN_TRIGRAM_RATIO, "too short")
     ratio = len(set(trigrams)) / len(trigrams)
-    return Finding("distinct_trigrams", ratio < MIN_TRIGRAM_RATIO, ratio, MIN_TRIGRAM_RATIO,
-                   f"{len(set(trigrams))}/{len(trigrams)} distinct")
+    return Finding(
+        "distinct_trigrams",
+        ratio < MIN_TRIGRAM_RATIO,
+        ratio,
+        MIN_TRIGRAM_RATIO,
+        f"{len(set(trigrams))}/{len(trigrams)} distinct",
+    )
 
 
 def _window_starts(length: int, window: int) -> list[int]:
@@ -144,20 +155,34 @@ def _ratio(text: str) -> float:
 def compression_ratio(text: str) -> Finding:
     if len(text) < COMPRESS_WINDOW:
         return Finding("compression_ratio", False, None, MAX_COMPRESSION_RATIO, "too short")
-    ratio, at = max((_ratio(text[i:i + COMPRESS_WINDOW]), i)
-                    for i in _window_starts(len(text), COMPRESS_WINDOW))
-    return Finding("compression_ratio", ratio > MAX_COMPRESSION_RATIO, ratio,
-                   MAX_COMPRESSION_RATIO, f"window at char {at}")
+    ratio, at = max(
+        (_ratio(text[i : i + COMPRESS_WINDOW]), i)
+        for i in _window_starts(len(text), COMPRESS_WINDOW)
+    )
+    return Finding(
+        "compression_ratio",
+        ratio > MAX_COMPRESSION_RATIO,
+        ratio,
+        MAX_COMPRESSION_RATIO,
+        f"window at char {at}",
+    )
 
 
 def distinct_words(text: str) -> Finding:
     words = [w.lower() for w in _WORD.findall(text)]
     if len(words) < WORD_WINDOW:
         return Finding("distinct_words", False, None, MIN_DISTINCT_WORDS, "too short")
-    ratio, at = min((len(set(words[i:i + WORD_WINDOW])) / WORD_WINDOW, i)
-                    for i in _window_starts(len(words), WORD_WINDOW))
-    return Finding("distinct_words", ratio < MIN_DISTINCT_WORDS, ratio, MIN_DISTINCT_WORDS,
-                   f"window at word {at}")
+    ratio, at = min(
+        (len(set(words[i : i + WORD_WINDOW])) / WORD_WINDOW, i)
+        for i in _window_starts(len(words), WORD_WINDOW)
+    )
+    return Finding(
+        "distinct_words",
+        ratio < MIN_DISTINCT_WORDS,
+        ratio,
+        MIN_DISTINCT_WORDS,
+        f"window at word {at}",
+    )
 
 
 def duplicate_line_ratio(text: str) -> Finding:
@@ -166,8 +191,13 @@ def duplicate_line_ratio(text: str) -> Finding:
     if len(lines) < MIN_LINES:
         return Finding("duplicate_lines", False, None, MAX_DUPLICATE_LINE_RATIO, "too few lines")
     ratio = 1 - len(set(lines)) / len(lines)
-    return Finding("duplicate_lines", ratio > MAX_DUPLICATE_LINE_RATIO, ratio,
-                   MAX_DUPLICATE_LINE_RATIO, f"{len(lines) - len(set(lines))}/{len(lines)} repeated")
+    return Finding(
+        "duplicate_lines",
+        ratio > MAX_DUPLICATE_LINE_RATIO,
+        ratio,
+        MAX_DUPLICATE_LINE_RATIO,
+        f"{len(lines) - len(set(lines))}/{len(lines)} repeated",
+    )
 
 
 # --- what the tokens are -------------------------------------------------------
@@ -186,8 +216,9 @@ def broken_utf8(text: str) -> Finding:
     if not bad and ftfy.badness.is_bad(text):
         bad = ftfy.badness.badness(text)
         match = _MOJIBAKE.search(text)
-        detail = "mojibake" + (f" near {text[max(0, match.start() - 20):match.end() + 20]!r}"
-                               if match else "")
+        detail = "mojibake" + (
+            f" near {text[max(0, match.start() - 20) : match.end() + 20]!r}" if match else ""
+        )
     elif bad:
         at = next(i for i, c in enumerate(text) if c == REPLACEMENT or 0xD800 <= ord(c) <= 0xDFFF)
         detail += f" at char {at}: {_around(text, at)!r}"
@@ -201,8 +232,20 @@ _MOJIBAKE = re.compile("[\u00c2\u00c3\u00e2][\u0080-\u00bf\u2018-\u203a\u20ac\u0
 _FOREIGN = regex.compile(r"[\p{L}--[\p{Latin}\p{Common}\p{Inherited}]]+", regex.V1)
 _GREEK = regex.compile(r"\p{Script=Greek}+")
 MAX_GREEK_RUN = 2  # pi, mu, Delta x in maths and units
-_SCRIPTS = ("Greek", "Cyrillic", "Han", "Hiragana", "Katakana", "Hangul", "Arabic", "Hebrew",
-            "Thai", "Devanagari", "Armenian", "Georgian")
+_SCRIPTS = (
+    "Greek",
+    "Cyrillic",
+    "Han",
+    "Hiragana",
+    "Katakana",
+    "Hangul",
+    "Arabic",
+    "Hebrew",
+    "Thai",
+    "Devanagari",
+    "Armenian",
+    "Georgian",
+)
 _SCRIPT_OF = [(name, regex.compile(rf"\p{{Script={name}}}")) for name in _SCRIPTS]
 
 
@@ -212,24 +255,31 @@ def _script(ch: str) -> str:
 
 def script_switch(text: str) -> Finding:
     """Letters of a script an English prompt's answer has no reason to use."""
-    foreign = [m for m in _FOREIGN.finditer(text)
-               if not (_GREEK.fullmatch(m.group()) and len(m.group()) <= MAX_GREEK_RUN)]
+    foreign = [
+        m
+        for m in _FOREIGN.finditer(text)
+        if not (_GREEK.fullmatch(m.group()) and len(m.group()) <= MAX_GREEK_RUN)
+    ]
     letters = sum(len(m.group()) for m in foreign)
     if not foreign:
         return Finding("script_switch", False, 0.0, 0)
     first = foreign[0]
     scripts = sorted({_script(m.group()[0]) for m in foreign})
-    return Finding("script_switch", True, float(letters), 0,
-                   f"{'/'.join(scripts)} letters at char {first.start()}: "
-                   f"{_around(text, first.start())!r}")
+    return Finding(
+        "script_switch",
+        True,
+        float(letters),
+        0,
+        f"{'/'.join(scripts)} letters at char {first.start()}: {_around(text, first.start())!r}",
+    )
 
 
 def _around(text: str, at: int, width: int = 24) -> str:
-    return text[max(0, at - width):at + width]
+    return text[max(0, at - width) : at + width]
 
 
-NONWORD_WINDOW = 40        # prose words; the worst window counts
-MIN_PROSE_WORDS = 20       # fewer than this says nothing
+NONWORD_WINDOW = 40  # prose words; the worst window counts
+MIN_PROSE_WORDS = 20  # fewer than this says nothing
 MAX_NONWORD_RATIO = 0.5
 MIN_WORD_LENGTH = 3
 _CODE = re.compile(r"```.*?(?:```|$)|`[^`\n]*`", re.S)
@@ -265,16 +315,29 @@ def nonwords(text: str) -> Finding:
         return Finding("nonwords", False, None, MAX_NONWORD_RATIO, "too few prose words")
     unknown = [not known_word(w) for w in words]
     window = min(NONWORD_WINDOW, len(words))
-    ratio, at = max((sum(unknown[i:i + window]) / window, i)
-                    for i in _window_starts(len(words), window))
-    sample = [w for w, u in zip(words[at:at + window], unknown[at:at + window]) if u][:6]
-    return Finding("nonwords", ratio > MAX_NONWORD_RATIO, ratio, MAX_NONWORD_RATIO,
-                   f"{sum(unknown[at:at + window])}/{window} unknown from word {at}: "
-                   f"{' '.join(sample)}")
+    ratio, at = max(
+        (sum(unknown[i : i + window]) / window, i) for i in _window_starts(len(words), window)
+    )
+    sample = [w for w, u in zip(words[at : at + window], unknown[at : at + window]) if u][:6]
+    return Finding(
+        "nonwords",
+        ratio > MAX_NONWORD_RATIO,
+        ratio,
+        MAX_NONWORD_RATIO,
+        f"{sum(unknown[at : at + window])}/{window} unknown from word {at}: {' '.join(sample)}",
+    )
 
 
-DETECTORS = (repeating_tail, distinct_trigram_ratio, distinct_words, compression_ratio,
-             duplicate_line_ratio, broken_utf8, script_switch, nonwords)
+DETECTORS = (
+    repeating_tail,
+    distinct_trigram_ratio,
+    distinct_words,
+    compression_ratio,
+    duplicate_line_ratio,
+    broken_utf8,
+    script_switch,
+    nonwords,
+)
 
 
 def analyse(text: str) -> list[Finding]:

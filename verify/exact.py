@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from verify.result import Evidence
 
@@ -51,8 +51,10 @@ COPY_PROMPT = (
     f"\n\n<passage>\n{PASSAGE}\n</passage>"
 )
 
-ANSWER_LINE = ("Think it through, then reply with exactly one line of the form ANSWER: <integer> "
-               "and nothing else.")
+ANSWER_LINE = (
+    "Think it through, then reply with exactly one line of the form ANSWER: <integer> "
+    "and nothing else."
+)
 ARITHMETIC_PROMPT = f"Compute (48 * 37) + 1296 / 16 - 215. {ANSWER_LINE}"
 
 LOG = """\
@@ -68,8 +70,10 @@ LOG = """\
 2026-08-01 10:00:21 INFO restarting the scheduler
 2026-08-01 10:00:30 ERROR scheduler did not come back
 2026-08-01 10:00:31 INFO shutting down"""
-COUNT_PROMPT = ("How many of the log lines below have the level ERROR (the third field of the "
-                f"line)? {ANSWER_LINE}\n\n```\n{LOG}\n```")
+COUNT_PROMPT = (
+    "How many of the log lines below have the level ERROR (the third field of the "
+    f"line)? {ANSWER_LINE}\n\n```\n{LOG}\n```"
+)
 
 RECORDS = [
     {"id": 3, "first": "Ada", "last": "Lovelace", "city": "London", "active": True},
@@ -104,8 +108,15 @@ RECORD_ORDER = {
                 "total_cents": {"type": "integer"},
                 "note": {"type": "string"},
             },
-            "required": ["order_id", "customer", "email", "skus", "quantity", "total_cents",
-                         "note"],
+            "required": [
+                "order_id",
+                "customer",
+                "email",
+                "skus",
+                "quantity",
+                "total_cents",
+                "note",
+            ],
             "additionalProperties": False,
         },
     },
@@ -119,8 +130,10 @@ ORDER = {
     "total_cents": 1703150,
     "note": "Deliver to the loading dock at the back; ring twice and ask for the night shift.",
 }
-TOOL_PROMPT = ("Record this order. Call record_order with exactly these arguments, copying every "
-               "value verbatim: " + json.dumps(ORDER))
+TOOL_PROMPT = (
+    "Record this order. Call record_order with exactly these arguments, copying every "
+    "value verbatim: " + json.dumps(ORDER)
+)
 
 
 def _thinking(on: bool) -> dict:
@@ -131,15 +144,17 @@ def _thinking(on: bool) -> dict:
 class Mismatch:
     """Where a received answer first departs from the expected one."""
 
-    position: int      # character offset in the compared text
-    expected: str      # expected text around that position
-    received: str      # received text around that position
-    length: int        # length of the expected text
+    position: int  # character offset in the compared text
+    expected: str  # expected text around that position
+    received: str  # received text around that position
+    length: int  # length of the expected text
     what: str = "text"
 
     def __str__(self) -> str:
-        return (f"{self.what} differs at char {self.position} of {self.length}: "
-                f"expected {self.expected!r}, received {self.received!r}")
+        return (
+            f"{self.what} differs at char {self.position} of {self.length}: "
+            f"expected {self.expected!r}, received {self.received!r}"
+        )
 
 
 def first_difference(expected: str, received: str) -> int | None:
@@ -155,8 +170,9 @@ def mismatch(expected: str, received: str, what: str = "text") -> Mismatch | Non
     if at is None:
         return None
     start = max(0, at - CONTEXT)
-    return Mismatch(at, expected[start:at + CONTEXT], received[start:at + CONTEXT],
-                    len(expected), what)
+    return Mismatch(
+        at, expected[start : at + CONTEXT], received[start : at + CONTEXT], len(expected), what
+    )
 
 
 def normalise(text: str) -> str:
@@ -177,25 +193,31 @@ def canonical_json(text: str) -> str | None:
     if fenced:
         text = fenced.group(1).strip()
     try:
-        return json.dumps(json.loads(text), sort_keys=True, ensure_ascii=False,
-                          separators=(",", ":"))
+        return json.dumps(
+            json.loads(text), sort_keys=True, ensure_ascii=False, separators=(",", ":")
+        )
     except json.JSONDecodeError:
         return None
 
 
 @dataclass(frozen=True)
 class ExactTask:
-    kind: str                      # the soak kind
-    body: dict                     # request extras (messages, tools, thinking, temperature)
-    expected: str                  # the correct output, as compared (see score)
-    score: Callable[["ExactTask", object], Mismatch | None]
+    kind: str  # the soak kind
+    body: dict  # request extras (messages, tools, thinking, temperature)
+    expected: str  # the correct output, as compared (see score)
+    score: Callable[[ExactTask, object], Mismatch | None]
     tool: bool = False
 
 
 def _score_text(task: ExactTask, merged) -> Mismatch | None:
     if merged.calls:
-        return Mismatch(0, task.expected[:2 * CONTEXT], f"{len(merged.calls)} tool call(s)",
-                        len(task.expected), "answer")
+        return Mismatch(
+            0,
+            task.expected[: 2 * CONTEXT],
+            f"{len(merged.calls)} tool call(s)",
+            len(task.expected),
+            "answer",
+        )
     return mismatch(task.expected, normalise(merged.content))
 
 
@@ -210,8 +232,9 @@ def _score_tool(task: ExactTask, merged) -> Mismatch | None:
     calls = list(merged.calls.values())
     if len(calls) != 1 or calls[0].name != "record_order":
         names = [c.name for c in calls]
-        return Mismatch(0, "one call to record_order", f"calls {names}",
-                        len(task.expected), "tool call")
+        return Mismatch(
+            0, "one call to record_order", f"calls {names}", len(task.expected), "tool call"
+        )
     got = canonical_json(calls[0].arguments)
     if got is None:
         return mismatch(task.expected, calls[0].arguments, "arguments (not JSON)")
@@ -226,23 +249,53 @@ def _user(text: str) -> list[dict]:
     return [{"role": "user", "content": text}]
 
 
-TASKS = {t.kind: t for t in [
-    ExactTask("exact-copy", {"messages": _user(COPY_PROMPT), "temperature": 0, **_thinking(False)},
-              PASSAGE, _score_text),
-    ExactTask("exact-arithmetic", {"messages": _user(ARITHMETIC_PROMPT), "temperature": 0,
-                                   **_thinking(True)},
-              "ANSWER: 1642", _score_text),
-    ExactTask("exact-count", {"messages": _user(COUNT_PROMPT), "temperature": 0,
-                              **_thinking(True)},
-              "ANSWER: 5", _score_text),
-    ExactTask("exact-json", {"messages": _user(JSON_PROMPT), "temperature": 0, **_thinking(False)},
-              _canonical([{"id": r["id"], "name": f"{r['first']} {r['last']}",
-                           "city": r["city"].upper()} for r in RECORDS if r["active"]]),
-              _score_json),
-    ExactTask("exact-tool", {"messages": _user(TOOL_PROMPT), "tools": [RECORD_ORDER],
-                             "temperature": 0, **_thinking(False)},
-              _canonical(ORDER), _score_tool, tool=True),
-]}
+TASKS = {
+    t.kind: t
+    for t in [
+        ExactTask(
+            "exact-copy",
+            {"messages": _user(COPY_PROMPT), "temperature": 0, **_thinking(False)},
+            PASSAGE,
+            _score_text,
+        ),
+        ExactTask(
+            "exact-arithmetic",
+            {"messages": _user(ARITHMETIC_PROMPT), "temperature": 0, **_thinking(True)},
+            "ANSWER: 1642",
+            _score_text,
+        ),
+        ExactTask(
+            "exact-count",
+            {"messages": _user(COUNT_PROMPT), "temperature": 0, **_thinking(True)},
+            "ANSWER: 5",
+            _score_text,
+        ),
+        ExactTask(
+            "exact-json",
+            {"messages": _user(JSON_PROMPT), "temperature": 0, **_thinking(False)},
+            _canonical(
+                [
+                    {"id": r["id"], "name": f"{r['first']} {r['last']}", "city": r["city"].upper()}
+                    for r in RECORDS
+                    if r["active"]
+                ]
+            ),
+            _score_json,
+        ),
+        ExactTask(
+            "exact-tool",
+            {
+                "messages": _user(TOOL_PROMPT),
+                "tools": [RECORD_ORDER],
+                "temperature": 0,
+                **_thinking(False),
+            },
+            _canonical(ORDER),
+            _score_tool,
+            tool=True,
+        ),
+    ]
+}
 SOAK_MIX = [(t.kind, t.body) for t in TASKS.values()]
 
 
@@ -265,11 +318,18 @@ def report(outcomes: list, ev: Evidence) -> None:
         entry = {"requests": len(runs), "wrong": len(wrong)}
         if wrong:
             first = wrong[0].mismatch
-            entry["first"] = {"case": wrong[0].case, "round": wrong[0].round,
-                              "what": first.what, "position": first.position,
-                              "expected": first.expected, "received": first.received}
-            ev.saw(f"{kind}: {len(wrong)}/{len(runs)} wrong; case {wrong[0].case} round "
-                   f"{wrong[0].round}: {first}")
+            entry["first"] = {
+                "case": wrong[0].case,
+                "round": wrong[0].round,
+                "what": first.what,
+                "position": first.position,
+                "expected": first.expected,
+                "received": first.received,
+            }
+            ev.saw(
+                f"{kind}: {len(wrong)}/{len(runs)} wrong; case {wrong[0].case} round "
+                f"{wrong[0].round}: {first}"
+            )
         summary[kind] = entry
     if summary:
         ev.metrics["exact"] = summary

@@ -45,24 +45,48 @@ class Scene:
 
     @property
     def question(self) -> str:
-        return (f"How many {self.colour} {self.kind}s are in this picture? Count only filled "
-                f"{self.colour} {self.kind}s. Reply with exactly one line of the form "
-                "ANSWER: <integer> and nothing else.")
+        return (
+            f"How many {self.colour} {self.kind}s are in this picture? Count only filled "
+            f"{self.colour} {self.kind}s. Reply with exactly one line of the form "
+            "ANSWER: <integer> and nothing else."
+        )
 
 
-def _row(count: int, y: int, kind: str, colour: str, start: int = 48, step: int = 96,
-         r: int = 28) -> list[Shape]:
+def _row(
+    count: int, y: int, kind: str, colour: str, start: int = 48, step: int = 96, r: int = 28
+) -> list[Shape]:
     return [Shape(kind, colour, start + i * step, y, r) for i in range(count)]
 
 
 SCENES = (
-    Scene("three-red-circles", 512, 256,
-          (*_row(3, 70, "circle", "red"), *_row(2, 190, "square", "blue")), "red", "circle"),
-    Scene("five-blue-squares", 512, 256,
-          (*_row(5, 70, "square", "blue"), *_row(1, 190, "circle", "red")), "blue", "square"),
-    Scene("two-green-circles", 384, 384,
-          (*_row(2, 80, "circle", "green"), *_row(3, 200, "square", "red"),
-           *_row(1, 320, "square", "green")), "green", "circle"),
+    Scene(
+        "three-red-circles",
+        512,
+        256,
+        (*_row(3, 70, "circle", "red"), *_row(2, 190, "square", "blue")),
+        "red",
+        "circle",
+    ),
+    Scene(
+        "five-blue-squares",
+        512,
+        256,
+        (*_row(5, 70, "square", "blue"), *_row(1, 190, "circle", "red")),
+        "blue",
+        "square",
+    ),
+    Scene(
+        "two-green-circles",
+        384,
+        384,
+        (
+            *_row(2, 80, "circle", "green"),
+            *_row(3, 200, "square", "red"),
+            *_row(1, 320, "square", "green"),
+        ),
+        "green",
+        "circle",
+    ),
 )
 
 
@@ -72,23 +96,32 @@ def pixels(scene: Scene) -> list[bytearray]:
         colour = bytes(COLOURS[shape.colour])
         for y in range(max(0, shape.y - shape.r), min(scene.height, shape.y + shape.r + 1)):
             for x in range(max(0, shape.x - shape.r), min(scene.width, shape.x + shape.r + 1)):
-                inside = (shape.kind == "square" or
-                          (x - shape.x) ** 2 + (y - shape.y) ** 2 <= shape.r ** 2)
+                inside = (
+                    shape.kind == "square" or (x - shape.x) ** 2 + (y - shape.y) ** 2 <= shape.r**2
+                )
                 if inside:
-                    rows[y][3 * x:3 * x + 3] = colour
+                    rows[y][3 * x : 3 * x + 3] = colour
     return rows
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(
-        ">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    return (
+        struct.pack(">I", len(data))
+        + kind
+        + data
+        + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    )
 
 
 def png(scene: Scene) -> bytes:
     raw = b"".join(b"\x00" + bytes(row) for row in pixels(scene))  # filter type 0 per row
     header = struct.pack(">IIBBBBB", scene.width, scene.height, 8, 2, 0, 0, 0)  # 8-bit RGB
-    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header)
-            + _chunk(b"IDAT", zlib.compress(raw, 9)) + _chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _chunk(b"IHDR", header)
+        + _chunk(b"IDAT", zlib.compress(raw, 9))
+        + _chunk(b"IEND", b"")
+    )
 
 
 def data_url(scene: Scene) -> str:
@@ -97,7 +130,10 @@ def data_url(scene: Scene) -> str:
 
 def message(scene: Scene) -> dict:
     """The user message: the question and the picture as an OpenAI image_url part."""
-    return {"role": "user", "content": [
-        {"type": "text", "text": scene.question},
-        {"type": "image_url", "image_url": {"url": data_url(scene)}},
-    ]}
+    return {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": scene.question},
+            {"type": "image_url", "image_url": {"url": data_url(scene)}},
+        ],
+    }

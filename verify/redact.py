@@ -48,7 +48,7 @@ class Redactor:
         self.secrets = sorted({s for s in secrets if s and len(s) >= 3}, key=len, reverse=True)
 
     @classmethod
-    def for_endpoint(cls, base_url: str | None, api_key: str | None) -> "Redactor":
+    def for_endpoint(cls, base_url: str | None, api_key: str | None) -> Redactor:
         return cls([api_key, *url_secrets(base_url or "")])
 
     def text(self, value: str) -> str:

@@ -14,8 +14,12 @@ from rich.text import Text
 
 from verify.result import CheckResult, Verdict
 
-STYLE = {Verdict.PASS: "green", Verdict.FAIL: "bold red", Verdict.SKIP: "dim",
-         Verdict.NOT_RUN: "yellow"}
+STYLE = {
+    Verdict.PASS: "green",
+    Verdict.FAIL: "bold red",
+    Verdict.SKIP: "dim",
+    Verdict.NOT_RUN: "yellow",
+}
 
 
 def passed(results: list[CheckResult]) -> bool:
@@ -40,8 +44,9 @@ def table(results: list[CheckResult], console: Console) -> None:
             detail = Text(str(r.problem))
         else:
             detail = Text("; ".join(r.evidence[-2:]))
-        t.add_row(r.name, Text(r.verdict.value, style=STYLE[r.verdict]), detail,
-                  f"{r.duration_s:.1f}")
+        t.add_row(
+            r.name, Text(r.verdict.value, style=STYLE[r.verdict]), detail, f"{r.duration_s:.1f}"
+        )
     console.print(t)
     ok = passed(results)
     counts = {v.value: sum(r.verdict is v for r in results) for v in Verdict}
@@ -50,9 +55,12 @@ def table(results: list[CheckResult], console: Console) -> None:
 
 
 def to_json(results: list[CheckResult], meta: dict) -> dict:
-    return {"verify": meta, "passed": passed(results),
-            "summary": {v.value: sum(r.verdict is v for r in results) for v in Verdict},
-            "checks": [r.to_dict() for r in results]}
+    return {
+        "verify": meta,
+        "passed": passed(results),
+        "summary": {v.value: sum(r.verdict is v for r in results) for v in Verdict},
+        "checks": [r.to_dict() for r in results],
+    }
 
 
 def write_json(path: Path, results: list[CheckResult], meta: dict) -> None:
@@ -61,19 +69,23 @@ def write_json(path: Path, results: list[CheckResult], meta: dict) -> None:
 
 
 def junit(results: list[CheckResult], meta: dict) -> ET.ElementTree:
-    suite = ET.Element("testsuite", name="sm12x-verify", tests=str(len(results)),
-                       failures=str(sum(r.verdict is Verdict.FAIL for r in results)),
-                       errors=str(sum(r.verdict is Verdict.NOT_RUN and r.required
-                                      for r in results)),
-                       skipped=str(sum(r.verdict is Verdict.SKIP for r in results)),
-                       time=f"{sum(r.duration_s for r in results):.3f}",
-                       timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    suite = ET.Element(
+        "testsuite",
+        name="sm12x-verify",
+        tests=str(len(results)),
+        failures=str(sum(r.verdict is Verdict.FAIL for r in results)),
+        errors=str(sum(r.verdict is Verdict.NOT_RUN and r.required for r in results)),
+        skipped=str(sum(r.verdict is Verdict.SKIP for r in results)),
+        time=f"{sum(r.duration_s for r in results):.3f}",
+        timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"),
+    )
     props = ET.SubElement(suite, "properties")
     for key, value in meta.items():
         ET.SubElement(props, "property", name=str(key), value=str(value))
     for r in results:
-        case = ET.SubElement(suite, "testcase", classname="verify", name=r.name,
-                             time=f"{r.duration_s:.3f}")
+        case = ET.SubElement(
+            suite, "testcase", classname="verify", name=r.name, time=f"{r.duration_s:.3f}"
+        )
         if r.verdict is Verdict.FAIL:
             node = ET.SubElement(case, "failure", message=r.problem or "failed")
             node.text = f"cause: {r.cause}\nfix: {r.fix}\n" + "\n".join(r.evidence)

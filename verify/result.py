@@ -10,7 +10,7 @@ from enum import Enum
 class Verdict(str, Enum):
     PASS = "pass"
     FAIL = "fail"
-    SKIP = "skip"        # not asked for (flag, or needs something not offered)
+    SKIP = "skip"  # not asked for (flag, or needs something not offered)
     NOT_RUN = "not-run"  # could not run: a check it depends on failed, or no data
 
 
@@ -21,9 +21,9 @@ class CheckResult:
     verdict: Verdict
     required: bool = True
     evidence: list[str] = field(default_factory=list)
-    problem: str | None = None   # what was wrong (fail) or why it did not run
-    cause: str | None = None     # the likely cause
-    fix: str | None = None       # what to do about it
+    problem: str | None = None  # what was wrong (fail) or why it did not run
+    cause: str | None = None  # the likely cause
+    fix: str | None = None  # what to do about it
     duration_s: float = 0.0
     metrics: dict = field(default_factory=dict)
 

@@ -9,8 +9,8 @@ stops the run with the checks done so far kept (Interrupted carries them).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import httpx
 import openai
@@ -39,42 +39,82 @@ CHECKS = [
     Check("models", "/v1/models lists the model", basic.models, needs=("health",)),
     Check("one-token", "a one-token generation", basic.one_token),
     Check("chat", "non-streamed chat: role, id, finish_reason, usage", chat.chat),
-    Check("chat-stream", "streamed chat: role first, one finish_reason, text == non-streamed",
-          chat.chat_stream),
+    Check(
+        "chat-stream",
+        "streamed chat: role first, one finish_reason, text == non-streamed",
+        chat.chat_stream,
+    ),
     Check("raw-stream", "raw event stream: data: lines, [DONE], include_usage", chat.raw_stream),
-    Check("reasoning-on", "thinking on: reasoning present, first, not in content",
-          reasoning.thinking_on),
+    Check(
+        "reasoning-on",
+        "thinking on: reasoning present, first, not in content",
+        reasoning.thinking_on,
+    ),
     Check("reasoning-off", "thinking off: no reasoning", reasoning.thinking_off),
-    Check("tools", "tool calls: finish_reason, ids, arguments valid against the schema",
-          tools.tools),
-    Check("tools-stream", "streamed tool calls merge to the non-streamed ones, stable ids",
-          tools.tools_stream),
+    Check(
+        "tools", "tool calls: finish_reason, ids, arguments valid against the schema", tools.tools
+    ),
+    Check(
+        "tools-stream",
+        "streamed tool calls merge to the non-streamed ones, stable ids",
+        tools.tools_stream,
+    ),
     Check("tools-parallel", "parallel tool calls, streamed and not", tools.parallel),
-    Check("tool-choice", "tool_choice auto / required / named / none, and 400 for unknown",
-          tools.tool_choice),
+    Check(
+        "tool-choice",
+        "tool_choice auto / required / named / none, and 400 for unknown",
+        tools.tool_choice,
+    ),
     Check("tools-multi-turn", "answer from role: tool results, no new call", tools.multi_turn),
-    Check("tools-not-needed", "tools offered but not needed: no call, finish_reason stop",
-          tools.not_needed),
-    Check("image", "image input: counts shapes in pictures verify draws (the vision tower)",
-          vision.image, enabled=lambda o: o.vision,
-          off="not asked for (the recipe's model serves no vision tower: model.vision; --vision)"),
-    Check("soak", "concurrent streamed soak: nothing lost, no degenerate output", soak,
-          needs=("health", "models", "one-token")),
-    Check("spec", "speculative decoding ran: acceptance length above the floor", spec.spec,
-          needs=("health", "models", "one-token")),
-    Check("compare", "same temperature-0 outputs as the server without speculative decoding",
-          compare.compare, needs=("health", "models", "one-token"),
-          enabled=lambda o: o.compare_endpoint is not None, off="not asked for (--compare-url)"),
-    Check("accuracy", "benchmark accuracy (lm-eval) above the recipe's floor",
-          accuracy.accuracy, needs=("health", "models", "one-token"),
-          enabled=lambda o: o.accuracy is not None, off="not asked for (--accuracy)"),
+    Check(
+        "tools-not-needed",
+        "tools offered but not needed: no call, finish_reason stop",
+        tools.not_needed,
+    ),
+    Check(
+        "image",
+        "image input: counts shapes in pictures verify draws (the vision tower)",
+        vision.image,
+        enabled=lambda o: o.vision,
+        off="not asked for (the recipe's model serves no vision tower: model.vision; --vision)",
+    ),
+    Check(
+        "soak",
+        "concurrent streamed soak: nothing lost, no degenerate output",
+        soak,
+        needs=("health", "models", "one-token"),
+    ),
+    Check(
+        "spec",
+        "speculative decoding ran: acceptance length above the floor",
+        spec.spec,
+        needs=("health", "models", "one-token"),
+    ),
+    Check(
+        "compare",
+        "same temperature-0 outputs as the server without speculative decoding",
+        compare.compare,
+        needs=("health", "models", "one-token"),
+        enabled=lambda o: o.compare_endpoint is not None,
+        off="not asked for (--compare-url)",
+    ),
+    Check(
+        "accuracy",
+        "benchmark accuracy (lm-eval) above the recipe's floor",
+        accuracy.accuracy,
+        needs=("health", "models", "one-token"),
+        enabled=lambda o: o.accuracy is not None,
+        off="not asked for (--accuracy)",
+    ),
 ]
 NAMES = [c.name for c in CHECKS]
 BY_NAME = {c.name: c for c in CHECKS}
 
 
-DEADLINE_PROBLEM = ("not run: the run's deadline (--deadline) passed before it started; give "
-                    "a longer --deadline, or run fewer checks (--only)")
+DEADLINE_PROBLEM = (
+    "not run: the run's deadline (--deadline) passed before it started; give "
+    "a longer --deadline, or run fewer checks (--only)"
+)
 
 
 class Interrupted(Exception):
@@ -105,10 +145,13 @@ def plan(only: set[str], skip: set[str]) -> tuple[set[str], dict[str, str]]:
     clash = sorted((wanted - only) & skip)
     if clash:
         users = sorted(n for n in only if set(clash) & needed({n}))
-        raise ValueError(f"--only {','.join(users)} needs {', '.join(clash)}, which --skip "
-                         "leaves out: drop it from --skip, or the check from --only")
-    return wanted - skip, {n: ", ".join(sorted(o for o in only if n in needed({o})))
-                           for n in wanted - only}
+        raise ValueError(
+            f"--only {','.join(users)} needs {', '.join(clash)}, which --skip "
+            "leaves out: drop it from --skip, or the check from --only"
+        )
+    return wanted - skip, {
+        n: ", ".join(sorted(o for o in only if n in needed({o}))) for n in wanted - only
+    }
 
 
 def unexpected(exc: Exception, name: str) -> CheckFailure:
@@ -119,18 +162,22 @@ def unexpected(exc: Exception, name: str) -> CheckFailure:
             return failure
     return CheckFailure(
         f"{name} could not read the server's reply: {type(exc).__name__}: {exc}"[:400],
-        REPLY_SHAPE_CAUSE, REPLY_SHAPE_FIX)
+        REPLY_SHAPE_CAUSE,
+        REPLY_SHAPE_FIX,
+    )
 
 
-def run_checks(ctx: Context, on_result: Callable[[CheckResult], None] | None = None
-               ) -> list[CheckResult]:
+def run_checks(
+    ctx: Context, on_result: Callable[[CheckResult], None] | None = None
+) -> list[CheckResult]:
     results: dict[str, CheckResult] = {}
     opts = ctx.options
     run, pulled_in = plan(opts.only, opts.skip)
     for check in CHECKS:
         result = CheckResult(check.name, check.title, Verdict.NOT_RUN)
-        failed_needs = [n for n in check.needs if n in results and results[n].verdict
-                        is not Verdict.PASS]
+        failed_needs = [
+            n for n in check.needs if n in results and results[n].verdict is not Verdict.PASS
+        ]
         if check.name in run and not check.enabled(opts):
             result.verdict, result.required = Verdict.SKIP, False
             result.problem = check.off
@@ -161,8 +208,11 @@ def run_checks(ctx: Context, on_result: Callable[[CheckResult], None] | None = N
             except Exception as exc:  # noqa: BLE001 - a reply nothing expected is a failure
                 failure = unexpected(exc, check.name)
                 result.verdict = Verdict.FAIL
-                result.problem, result.cause, result.fix = failure.problem, failure.cause, \
-                    failure.fix
+                result.problem, result.cause, result.fix = (
+                    failure.problem,
+                    failure.cause,
+                    failure.fix,
+                )
             result.duration_s = time.monotonic() - start
             result.evidence, result.metrics = ev.lines, ev.metrics
         results[check.name] = result
@@ -174,8 +224,9 @@ def run_checks(ctx: Context, on_result: Callable[[CheckResult], None] | None = N
 def _rest_not_run(results: dict[str, CheckResult]) -> list[CheckResult]:
     for check in CHECKS:
         if check.name not in results:
-            results[check.name] = CheckResult(check.name, check.title, Verdict.NOT_RUN,
-                                              problem="not run: interrupted (Ctrl-C)")
+            results[check.name] = CheckResult(
+                check.name, check.title, Verdict.NOT_RUN, problem="not run: interrupted (Ctrl-C)"
+            )
     return list(results.values())
 
 

@@ -80,13 +80,19 @@ def user(text: str) -> list[dict]:
 SHORT = "What is the capital of France? Answer in one word."
 NOT_NEEDED = "What is 2 + 3? Answer with just the number."
 THINK = "Is 91 a prime number? Answer yes or no, in one word."
-WEATHER = ('What is the weather in Paris right now? Call get_weather with '
-           '{"city": "Paris", "unit": "celsius"}.')
-PARALLEL = ('Call get_weather twice, in parallel (two tool calls in one reply): with '
-            '{"city": "Paris", "unit": "celsius"} and with {"city": "Tokyo", "unit": "celsius"}.')
-FLIGHTS = ('Find flights. Call search_flights with {"origin": "CDG", "destination": "NRT", '
-           '"passengers": 2, "airlines": ["AF", "JL"], "filters": {"max_stops": 1, '
-           '"cabin": "economy"}}.')
+WEATHER = (
+    "What is the weather in Paris right now? Call get_weather with "
+    '{"city": "Paris", "unit": "celsius"}.'
+)
+PARALLEL = (
+    "Call get_weather twice, in parallel (two tool calls in one reply): with "
+    '{"city": "Paris", "unit": "celsius"} and with {"city": "Tokyo", "unit": "celsius"}.'
+)
+FLIGHTS = (
+    'Find flights. Call search_flights with {"origin": "CDG", "destination": "NRT", '
+    '"passengers": 2, "airlines": ["AF", "JL"], "filters": {"max_stops": 1, '
+    '"cabin": "economy"}}.'
+)
 NAMED = "I am flying to Paris tomorrow and wonder what to pack."
 CODE_FILE = '''def primes(limit: int) -> list[int]:
     """Primes below limit, by the sieve of Eratosthenes."""
@@ -99,18 +105,31 @@ CODE_FILE = '''def primes(limit: int) -> list[int]:
 '''
 import json as _json  # noqa: E402
 
-WRITE = ("Save this code to primes.py. Call write_file with "
-         + _json.dumps({"path": "primes.py", "content": CODE_FILE}) + ".")
+WRITE = (
+    "Save this code to primes.py. Call write_file with "
+    + _json.dumps({"path": "primes.py", "content": CODE_FILE})
+    + "."
+)
 TOOL_RESULT = {"city": "Paris", "temperature_c": 17.5, "condition": "light rain"}
 
 
 def multi_turn() -> list[dict]:
     return [
         {"role": "user", "content": WEATHER},
-        {"role": "assistant", "content": "", "tool_calls": [{
-            "id": "call_verify_1", "type": "function",
-            "function": {"name": "get_weather",
-                         "arguments": '{"city": "Paris", "unit": "celsius"}'}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "call_verify_1",
+                    "type": "function",
+                    "function": {
+                        "name": "get_weather",
+                        "arguments": '{"city": "Paris", "unit": "celsius"}',
+                    },
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_verify_1", "content": _json.dumps(TOOL_RESULT)},
     ]
 
@@ -118,17 +137,40 @@ def multi_turn() -> list[dict]:
 # The soak's mix: (kind, payload extras). Prompts that should end well short
 # of max_tokens, so "length" means the output ran away.
 SOAK_MIX = [
-    ("chat-code", {"messages": user("Write a Python function that returns the first n "
-                                    "Fibonacci numbers, with a short test.")}),
+    (
+        "chat-code",
+        {
+            "messages": user(
+                "Write a Python function that returns the first n "
+                "Fibonacci numbers, with a short test."
+            )
+        },
+    ),
     ("tool-weather", {"messages": user(WEATHER), "tools": [GET_WEATHER]}),
-    ("chat-table", {"messages": user("Make a markdown table of Blackwell GPUs: name, "
-                                     "architecture, memory, compute capability.")}),
+    (
+        "chat-table",
+        {
+            "messages": user(
+                "Make a markdown table of Blackwell GPUs: name, "
+                "architecture, memory, compute capability."
+            )
+        },
+    ),
     ("tool-parallel", {"messages": user(PARALLEL), "tools": [GET_WEATHER]}),
-    ("chat-think", {"messages": user("Explain speculative decoding in one paragraph."),
-                    "chat_template_kwargs": {"thinking": True}}),
+    (
+        "chat-think",
+        {
+            "messages": user("Explain speculative decoding in one paragraph."),
+            "chat_template_kwargs": {"thinking": True},
+        },
+    ),
     ("tool-write", {"messages": user(WRITE), "tools": [WRITE_FILE]}),
-    ("chat-list", {"messages": user("List the steps to deploy a model server, as a "
-                                    "numbered list.")}),
-    ("tool-flights", {"messages": user(FLIGHTS), "tools": TOOLS,
-                      "chat_template_kwargs": {"thinking": True}}),
+    (
+        "chat-list",
+        {"messages": user("List the steps to deploy a model server, as a numbered list.")},
+    ),
+    (
+        "tool-flights",
+        {"messages": user(FLIGHTS), "tools": TOOLS, "chat_template_kwargs": {"thinking": True}},
+    ),
 ]

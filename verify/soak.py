@@ -92,12 +92,14 @@ def judge(kind: str, merged, done: bool, *, tool: bool) -> list[str]:
             if len(set(call.ids)) > 1:
                 problems.append(f"tool call {index}: id changed within the stream")
             try:
-                jsonschema.validate(json.loads(call.arguments),
-                                    scenarios.SCHEMAS.get(call.name, {}))
+                jsonschema.validate(
+                    json.loads(call.arguments), scenarios.SCHEMAS.get(call.name, {})
+                )
             except (json.JSONDecodeError, jsonschema.ValidationError) as exc:
                 message = exc.msg if isinstance(exc, json.JSONDecodeError) else exc.message
-                problems.append(f"tool call {index} ({call.name}): invalid arguments: "
-                                f"{message[:100]}")
+                problems.append(
+                    f"tool call {index} ({call.name}): invalid arguments: {message[:100]}"
+                )
     return problems
 
 
@@ -110,23 +112,30 @@ def soak_limits(ctx: Context) -> Limits:
     max_tokens (about 300 bytes an event, a token or more each, so 1 KiB a
     token is ample) so N concurrent runaway streams stay small together."""
     base = ctx.endpoint.limits
-    return replace(base, max_body=1024 * ctx.options.soak_max_tokens + 64 * 1024,
-                   fail_fast_after=0)
+    return replace(base, max_body=1024 * ctx.options.soak_max_tokens + 64 * 1024, fail_fast_after=0)
 
 
 def _has_token(event: dict) -> bool:
     choices = event.get("choices")
     return isinstance(choices, list) and any(
         isinstance(c, dict) and isinstance(c.get("delta"), dict) and c["delta"].get(k)
-        for c in choices for k in TOKEN_FIELDS)
+        for c in choices
+        for k in TOKEN_FIELDS
+    )
 
 
-async def _one(client: httpx.AsyncClient, ctx: Context, case: int, round_: int,
-               limits: Limits) -> Outcome:
+async def _one(
+    client: httpx.AsyncClient, ctx: Context, case: int, round_: int, limits: Limits
+) -> Outcome:
     kind, extra = MIX[case % len(MIX)]
     outcome = Outcome(case, round_, kind)
-    body = {"model": ctx.model, "stream": True, "stream_options": {"include_usage": True},
-            "max_tokens": ctx.options.soak_max_tokens, **extra}
+    body = {
+        "model": ctx.model,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": ctx.options.soak_max_tokens,
+        **extra,
+    }
     # Events are kept as their JSON text and parsed again to merge: 64 streams'
     # worth of parsed dicts would be several times the bytes.
     events: list[str] = []
@@ -151,8 +160,9 @@ async def _one(client: httpx.AsyncClient, ctx: Context, case: int, round_: int,
                 if isinstance(event, dict) and _has_token(event):
                     token_times.append(time.monotonic())
                 if len(events) > most:
-                    raise RuntimeError(f"over {most} events for max_tokens "
-                                       f"{body['max_tokens']}: a runaway stream")
+                    raise RuntimeError(
+                        f"over {most} events for max_tokens {body['max_tokens']}: a runaway stream"
+                    )
     except KnownStuck as exc:
         outcome.problems.append(f"not sent: {exc}")
     except Unfinished as exc:
@@ -171,15 +181,21 @@ async def _one(client: httpx.AsyncClient, ctx: Context, case: int, round_: int,
     if merged.usage:
         outcome.tokens = merged.usage[-1][1].get("completion_tokens") or 0
     if not outcome.problems:
-        outcome.problems = judge(kind, merged, done,
-                                 tool=kind.startswith("tool") or kind in exact.TASKS
-                                 and exact.TASKS[kind].tool)
+        outcome.problems = judge(
+            kind,
+            merged,
+            done,
+            tool=kind.startswith("tool") or kind in exact.TASKS and exact.TASKS[kind].tool,
+        )
         outcome.mismatch = exact.score(kind, merged)
         if outcome.mismatch is not None:
             outcome.problems.append(f"exact {kind}: {outcome.mismatch}")
     if outcome.problems:
-        text = merged.content or merged.reasoning or next(
-            (c.arguments for c in merged.calls.values()), "")
+        text = (
+            merged.content
+            or merged.reasoning
+            or next((c.arguments for c in merged.calls.values()), "")
+        )
         outcome.sample = text[-160:]
     return outcome
 
@@ -189,8 +205,9 @@ def lost(outcome: Outcome) -> bool:
     return any(p.startswith(LOST) for p in outcome.problems)
 
 
-async def run_soak(ctx: Context, concurrency: int, rounds: int
-                   ) -> tuple[list[Outcome], float, str | None]:
+async def run_soak(
+    ctx: Context, concurrency: int, rounds: int
+) -> tuple[list[Outcome], float, str | None]:
     """Every request is bounded by the transport (whole-request deadline, stall
     limit, body cap); a round in which every request was lost ends the soak,
     so a dead server costs one round, not all of them."""
@@ -200,15 +217,19 @@ async def run_soak(ctx: Context, concurrency: int, rounds: int
     outcomes: list[Outcome] = []
     stopped = None
     start = time.monotonic()
-    async with async_client(limits, base_url=ep.base_url, headers=ep.headers,
-                            limits=pool) as client:
+    async with async_client(
+        limits, base_url=ep.base_url, headers=ep.headers, limits=pool
+    ) as client:
         for round_ in range(rounds):
-            this_round = await asyncio.gather(*(
-                _one(client, ctx, case, round_, limits) for case in range(concurrency)))
+            this_round = await asyncio.gather(
+                *(_one(client, ctx, case, round_, limits) for case in range(concurrency))
+            )
             outcomes += this_round
             if all(lost(o) for o in this_round) and round_ + 1 < rounds:
-                stopped = (f"round {round_ + 1}: every request was lost, so rounds "
-                           f"{round_ + 2}-{rounds} were not run")
+                stopped = (
+                    f"round {round_ + 1}: every request was lost, so rounds "
+                    f"{round_ + 2}-{rounds} were not run"
+                )
                 break
     return outcomes, time.monotonic() - start, stopped
 
@@ -230,53 +251,100 @@ def soak(ctx: Context, ev: Evidence) -> None:
     for kind in sorted({o.kind for o in outcomes}):
         runs = [o for o in outcomes if o.kind == kind]
         kinds[kind] = {"requests": len(runs), "failed": sum(not o.ok for o in runs)}
-    ev.metrics.update({
-        "concurrency": n, "rounds": k, "requests": len(outcomes),
-        "failed": sum(not o.ok for o in outcomes), "pass_k": pass_k, "pass_at_1": pass_1,
-        "output_tokens": tokens, "wall_s": wall, "output_tokens_per_s": tokens / wall if wall else 0,
-        "ttft_s": ttft, "itl_s": itl, "by_kind": kinds,
-    })
+    ev.metrics.update(
+        {
+            "concurrency": n,
+            "rounds": k,
+            "requests": len(outcomes),
+            "failed": sum(not o.ok for o in outcomes),
+            "pass_k": pass_k,
+            "pass_at_1": pass_1,
+            "output_tokens": tokens,
+            "wall_s": wall,
+            "output_tokens_per_s": tokens / wall if wall else 0,
+            "ttft_s": ttft,
+            "itl_s": itl,
+            "by_kind": kinds,
+        }
+    )
     fmt = lambda p: " ".join(f"{q} {v * 1000:.0f} ms" for q, v in p.items()) or "n/a"  # noqa: E731
-    ev.saw(f"{len(outcomes)} requests ({n} concurrent x {k} rounds) in {wall:.1f} s; "
-           f"pass^{k} {pass_k:.3f}, pass@1 {pass_1:.3f}")
-    ev.saw(f"output {tokens} tokens, {tokens / wall if wall else 0:.0f} tok/s; TTFT {fmt(ttft)}; "
-           f"ITL {fmt(itl)}")
+    ev.saw(
+        f"{len(outcomes)} requests ({n} concurrent x {k} rounds) in {wall:.1f} s; "
+        f"pass^{k} {pass_k:.3f}, pass@1 {pass_1:.3f}"
+    )
+    ev.saw(
+        f"output {tokens} tokens, {tokens / wall if wall else 0:.0f} tok/s; TTFT {fmt(ttft)}; "
+        f"ITL {fmt(itl)}"
+    )
     exact.report(outcomes, ev)
     failed = [o for o in outcomes if not o.ok]
     if not failed:
         return
     # "content: repeating_tail=40 ..." counts as "content: repeating_tail".
-    reasons = Counter(p.split("=")[0] if "=" in p.split(" (")[0] else p.split(":")[0]
-                      for o in failed for p in o.problems)
+    reasons = Counter(
+        p.split("=")[0] if "=" in p.split(" (")[0] else p.split(":")[0]
+        for o in failed
+        for p in o.problems
+    )
     for o in failed[:3]:
-        ev.saw(f"case {o.case} round {o.round} ({o.kind}): {'; '.join(o.problems)[:200]} | "
-               f"tail {o.sample!r}")
+        ev.saw(
+            f"case {o.case} round {o.round} ({o.kind}): {'; '.join(o.problems)[:200]} | "
+            f"tail {o.sample!r}"
+        )
     problems = " ".join(p for o in failed for p in o.problems)
     lost_any = any(lost(o) for o in failed)
-    degenerate = any(d in problems for d in ("repeating_tail", "distinct_", "compression_ratio",
-                                             "duplicate_lines", "length", "leaked"))
-    corrupt = any(p.startswith(CORRUPTION) or any(f": {c}=" in p for c in CORRUPTION)
-                  for o in failed for p in o.problems)
+    degenerate = any(
+        d in problems
+        for d in (
+            "repeating_tail",
+            "distinct_",
+            "compression_ratio",
+            "duplicate_lines",
+            "length",
+            "leaked",
+        )
+    )
+    corrupt = any(
+        p.startswith(CORRUPTION) or any(f": {c}=" in p for c in CORRUPTION)
+        for o in failed
+        for p in o.problems
+    )
     if corrupt and not degenerate:
-        cause = ("wrong tokens in otherwise fluent output under load (a wrong answer to an "
-                 "exact task, broken UTF-8, a script switch or non-words): the symptom of a "
-                 "stale or wrong DSPARK verify row, which repetition statistics do not see")
-        fix = ("compare against the same recipe booted without speculative decoding "
-               "(`sm12x launch --no-spec`, then verify --compare-url); check the image's "
-               "patch is applied and the recipe's --speculative-dspark-block-size (4)")
+        cause = (
+            "wrong tokens in otherwise fluent output under load (a wrong answer to an "
+            "exact task, broken UTF-8, a script switch or non-words): the symptom of a "
+            "stale or wrong DSPARK verify row, which repetition statistics do not see"
+        )
+        fix = (
+            "compare against the same recipe booted without speculative decoding "
+            "(`sm12x launch --no-spec`, then verify --compare-url); check the image's "
+            "patch is applied and the recipe's --speculative-dspark-block-size (4)"
+        )
     elif degenerate:
-        cause = ("degenerate output under concurrent load (repetition loops / word salad / "
-                 "</think> leaks): the DSPARK draft-depth 5 corruption, which single requests "
-                 "do not show")
-        fix = ("set --speculative-dspark-block-size 4 (the recipes' default; 3, 6, 7 were also "
-               "clean in the field sweep) and soak again")
+        cause = (
+            "degenerate output under concurrent load (repetition loops / word salad / "
+            "</think> leaks): the DSPARK draft-depth 5 corruption, which single requests "
+            "do not show"
+        )
+        fix = (
+            "set --speculative-dspark-block-size 4 (the recipes' default; 3, 6, 7 were also "
+            "clean in the field sweep) and soak again"
+        )
     elif lost_any:
-        cause = ("requests lost or cut under load: the server dropped, stalled or crashed "
-                 "(OOM, a dead worker, a full queue)")
+        cause = (
+            "requests lost or cut under load: the server dropped, stalled or crashed "
+            "(OOM, a dead worker, a full queue)"
+        )
         fix = "read the server log for the time of the soak; lower --max-running-requests"
     else:
-        cause = ("tool calls break under concurrent streaming (the intermittent streamed "
-                 "tool-call failure seen with DSPARK)")
+        cause = (
+            "tool calls break under concurrent streaming (the intermittent streamed "
+            "tool-call failure seen with DSPARK)"
+        )
         fix = "check the sglang version's deepseekv4 streaming parser; lower the draft depth"
-    ev.fail(f"{len(failed)}/{len(outcomes)} soak requests failed (pass^{k} {pass_k:.3f}): "
-            + ", ".join(f"{r} x{c}" for r, c in reasons.most_common()), cause, fix)
+    ev.fail(
+        f"{len(failed)}/{len(outcomes)} soak requests failed (pass^{k} {pass_k:.3f}): "
+        + ", ".join(f"{r} x{c}" for r, c in reasons.most_common()),
+        cause,
+        fix,
+    )

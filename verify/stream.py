@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 @dataclass
 class StreamedCall:
     index: int
-    ids: list[str] = field(default_factory=list)     # every non-null id seen, in order
-    names: list[str] = field(default_factory=list)   # every non-null name seen
+    ids: list[str] = field(default_factory=list)  # every non-null id seen, in order
+    names: list[str] = field(default_factory=list)  # every non-null name seen
     arguments: str = ""
     fragments: int = 0
 
@@ -37,7 +37,7 @@ class Merged:
     content: str = ""
     reasoning: str = ""
     reasoning_fields: set = field(default_factory=set)  # reasoning_content / reasoning
-    order: list[str] = field(default_factory=list)      # channel of each non-empty delta
+    order: list[str] = field(default_factory=list)  # channel of each non-empty delta
     calls: dict[int, StreamedCall] = field(default_factory=dict)
     finish_reasons: dict[int, list[str]] = field(default_factory=dict)
     usage: list[tuple[int, dict, int]] = field(default_factory=list)  # (chunk no, usage, n choices)

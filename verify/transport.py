@@ -47,13 +47,13 @@ STREAMED, PLAIN = "streamed", "non-streamed"
 
 @dataclass(frozen=True)
 class Limits:
-    timeout: float = 120.0      # one whole request, wall clock
-    stall: float = 30.0         # no byte for this long
+    timeout: float = 120.0  # one whole request, wall clock
+    stall: float = 30.0  # no byte for this long
     connect: float = 5.0
-    max_body: int = 8 * MiB     # one response body, as sent
-    max_line: int = 1 * MiB     # one line of an event stream
-    max_event: int = 1 * MiB    # one event of an event stream (its data lines together)
-    fail_fast_after: int = 2    # unfinished requests of a kind in a row before the rest fail
+    max_body: int = 8 * MiB  # one response body, as sent
+    max_line: int = 1 * MiB  # one line of an event stream
+    max_event: int = 1 * MiB  # one event of an event stream (its data lines together)
+    fail_fast_after: int = 2  # unfinished requests of a kind in a row before the rest fail
     # The whole run's deadline (`verify --deadline`), a time.monotonic() value:
     # no request outlives it, however many each check sends.
     run_deadline: float | None = None
@@ -62,8 +62,9 @@ class Limits:
         for name in ("timeout", "stall", "connect"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"Limits.{name} must be a finite number of seconds above 0, "
-                                 f"not {value!r}")
+                raise ValueError(
+                    f"Limits.{name} must be a finite number of seconds above 0, not {value!r}"
+                )
 
     def httpx_timeout(self) -> httpx.Timeout:
         # httpx's per-operation limits; the whole-request deadline is the transport's.
@@ -120,8 +121,10 @@ class FailFast:
     def refuse(self, kind: str) -> str | None:
         misses = self.misses.get(kind) or []
         if self.after and len(misses) >= self.after:
-            return (f"not sent: the last {len(misses)} {kind} requests to this server did not "
-                    f"finish ({'; '.join(misses[-self.after:])}), so this one would wait as long")
+            return (
+                f"not sent: the last {len(misses)} {kind} requests to this server did not "
+                f"finish ({'; '.join(misses[-self.after :])}), so this one would wait as long"
+            )
         return None
 
     def missed(self, kind: str, what: str) -> None:
@@ -150,8 +153,13 @@ def _what(request: httpx.Request) -> str:
 
 
 class BoundedAsyncTransport(httpx.AsyncBaseTransport):
-    def __init__(self, bounds: Limits, fail_fast: FailFast | None = None,
-                 inner: httpx.AsyncBaseTransport | None = None, **transport_options) -> None:
+    def __init__(
+        self,
+        bounds: Limits,
+        fail_fast: FailFast | None = None,
+        inner: httpx.AsyncBaseTransport | None = None,
+        **transport_options,
+    ) -> None:
         self.limits = bounds
         self.fail_fast = fail_fast if fail_fast is not None else FailFast(bounds.fail_fast_after)
         self._inner = inner or httpx.AsyncHTTPTransport(**transport_options)
@@ -174,40 +182,56 @@ class BoundedAsyncTransport(httpx.AsyncBaseTransport):
         if run_end is not None:
             # asyncio's default loop clock is time.monotonic().
             if loop.time() >= run_end:
-                raise RunDeadline(f"{_what(request)}: not sent, the run's deadline (--deadline) "
-                                  "has passed", request=request)
+                raise RunDeadline(
+                    f"{_what(request)}: not sent, the run's deadline (--deadline) has passed",
+                    request=request,
+                )
             deadline = min(deadline, run_end)
         try:
             async with asyncio.timeout_at(deadline):
                 response = await self._inner.handle_async_request(request)
         except TimeoutError:
             if run_end is not None and deadline == run_end:
-                raise RunDeadline(f"{_what(request)}: cut off by the run's deadline "
-                                  "(--deadline)", request=request) from None
+                raise RunDeadline(
+                    f"{_what(request)}: cut off by the run's deadline (--deadline)", request=request
+                ) from None
             error: Unfinished = DeadlineExceeded(
                 f"{_what(request)}: no answer within {self.limits.timeout:g} s (the "
-                "whole-request limit)", request=request)
-            self.fail_fast.missed(kind, f"{_what(request)}: no answer in "
-                                        f"{self.limits.timeout:g} s")
+                "whole-request limit)",
+                request=request,
+            )
+            self.fail_fast.missed(kind, f"{_what(request)}: no answer in {self.limits.timeout:g} s")
             raise error from None
         except httpx.TimeoutException as exc:
             if isinstance(exc, httpx.ConnectTimeout):
                 raise
             self.fail_fast.missed(kind, f"{_what(request)}: no byte for {self.limits.stall:g} s")
-            raise Stalled(f"{_what(request)}: no byte from the server for {self.limits.stall:g} s "
-                          "(the stall limit)", request=request) from exc
+            raise Stalled(
+                f"{_what(request)}: no byte from the server for {self.limits.stall:g} s "
+                "(the stall limit)",
+                request=request,
+            ) from exc
         headers = [(k, v) for k, v in response.headers.raw if k.lower() != b"content-encoding"]
-        return httpx.Response(response.status_code, headers=headers,
-                              stream=_BoundedBody(self, request, response, kind, deadline),
-                              extensions=response.extensions)
+        return httpx.Response(
+            response.status_code,
+            headers=headers,
+            stream=_BoundedBody(self, request, response, kind, deadline),
+            extensions=response.extensions,
+        )
 
     async def aclose(self) -> None:
         await self._inner.aclose()
 
 
 class _BoundedBody(httpx.AsyncByteStream):
-    def __init__(self, transport: BoundedAsyncTransport, request: httpx.Request,
-                 response: httpx.Response, kind: str, deadline: float) -> None:
+    def __init__(
+        self,
+        transport: BoundedAsyncTransport,
+        request: httpx.Request,
+        response: httpx.Response,
+        kind: str,
+        deadline: float,
+    ) -> None:
         self.t, self.request, self.response = transport, request, response
         self.kind, self.deadline = kind, deadline
 
@@ -231,28 +255,41 @@ class _BoundedBody(httpx.AsyncByteStream):
             except (TimeoutError, httpx.ReadTimeout):
                 run_end = limits.run_deadline
                 if run_end is not None and self.deadline == run_end and loop.time() >= run_end:
-                    raise RunDeadline(f"{what}: cut off by the run's deadline (--deadline; "
-                                      f"{received} bytes came)", request=self.request) from None
+                    raise RunDeadline(
+                        f"{what}: cut off by the run's deadline (--deadline; "
+                        f"{received} bytes came)",
+                        request=self.request,
+                    ) from None
                 if loop.time() >= self.deadline - 0.001:
-                    self.t.fail_fast.missed(self.kind, f"{what}: not finished in "
-                                                       f"{limits.timeout:g} s")
+                    self.t.fail_fast.missed(
+                        self.kind, f"{what}: not finished in {limits.timeout:g} s"
+                    )
                     raise DeadlineExceeded(
                         f"{what}: not finished within {limits.timeout:g} s (the whole-request "
-                        f"limit; {received} bytes came)", request=self.request) from None
+                        f"limit; {received} bytes came)",
+                        request=self.request,
+                    ) from None
                 self.t.fail_fast.missed(self.kind, f"{what}: no byte for {limits.stall:g} s")
-                raise Stalled(f"{what}: no byte from the server for {limits.stall:g} s (the "
-                              f"stall limit; {received} bytes came before)",
-                              request=self.request) from None
+                raise Stalled(
+                    f"{what}: no byte from the server for {limits.stall:g} s (the "
+                    f"stall limit; {received} bytes came before)",
+                    request=self.request,
+                ) from None
             received += len(chunk)
             if received > limits.max_body:
-                raise TooLarge(f"{what}: the response body is over {_mib(limits.max_body)} "
-                               "(the cap on one response)", request=self.request)
+                raise TooLarge(
+                    f"{what}: the response body is over {_mib(limits.max_body)} "
+                    "(the cap on one response)",
+                    request=self.request,
+                )
             if gauge is not None:
                 try:
                     gauge.feed(chunk)
                 except bounded.TooBig as exc:
-                    raise TooLarge(f"{what}: the JSON in the response is {exc} (no reply of "
-                                   "sglang's is)", request=self.request) from None
+                    raise TooLarge(
+                        f"{what}: the JSON in the response is {exc} (no reply of sglang's is)",
+                        request=self.request,
+                    ) from None
             yield chunk
 
     async def aclose(self) -> None:
@@ -267,8 +304,9 @@ class _Loop:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="bounded-http",
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="bounded-http", daemon=True
+        )
         self.thread.start()
 
     def call(self, coro):
@@ -322,8 +360,9 @@ class _SyncBody(httpx.SyncByteStream):
 class BoundedTransport(httpx.BaseTransport):
     """The bounded transport for sync clients (httpx.Client, the openai SDK)."""
 
-    def __init__(self, bounds: Limits, fail_fast: FailFast | None = None,
-                 **transport_options) -> None:
+    def __init__(
+        self, bounds: Limits, fail_fast: FailFast | None = None, **transport_options
+    ) -> None:
         self.limits = bounds
         self._loop = _Loop()
         self._async = BoundedAsyncTransport(bounds, fail_fast, **transport_options)
@@ -333,9 +372,12 @@ class BoundedTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         request.read()  # small JSON bodies: sendable from the loop thread as bytes
         response = self._loop.call(self._async.handle_async_request(request))
-        return httpx.Response(response.status_code, headers=response.headers,
-                              stream=_SyncBody(self._loop, response.stream),
-                              extensions=response.extensions)
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_SyncBody(self._loop, response.stream),
+            extensions=response.extensions,
+        )
 
     def close(self) -> None:
         if self._closed:
@@ -349,8 +391,11 @@ class BoundedTransport(httpx.BaseTransport):
 
 def client(bounds: Limits, fail_fast: FailFast | None = None, **client_options) -> httpx.Client:
     """An httpx.Client whose every request is bounded."""
-    return httpx.Client(transport=BoundedTransport(bounds, fail_fast),
-                        timeout=bounds.httpx_timeout(), **client_options)
+    return httpx.Client(
+        transport=BoundedTransport(bounds, fail_fast),
+        timeout=bounds.httpx_timeout(),
+        **client_options,
+    )
 
 
 # How long an idle pooled connection is reused. Under uvicorn's own keep-alive
@@ -365,18 +410,25 @@ POOL_KEEPALIVE_S = 1.0
 def pool(connections: int) -> httpx.Limits:
     """A pool of `connections` kept-alive connections, each dropped before the
     server would drop it."""
-    return httpx.Limits(max_connections=connections, max_keepalive_connections=connections,
-                        keepalive_expiry=POOL_KEEPALIVE_S)
+    return httpx.Limits(
+        max_connections=connections,
+        max_keepalive_connections=connections,
+        keepalive_expiry=POOL_KEEPALIVE_S,
+    )
 
 
-def async_client(bounds: Limits, fail_fast: FailFast | None = None,
-                 **client_options) -> httpx.AsyncClient:
+def async_client(
+    bounds: Limits, fail_fast: FailFast | None = None, **client_options
+) -> httpx.AsyncClient:
     """An httpx.AsyncClient whose every request is bounded (client_options may
     carry httpx's connection-pool `limits`)."""
     pool = client_options.pop("limits", None)
     options = {"limits": pool} if pool is not None else {}
-    return httpx.AsyncClient(transport=BoundedAsyncTransport(bounds, fail_fast, **options),
-                             timeout=bounds.httpx_timeout(), **client_options)
+    return httpx.AsyncClient(
+        transport=BoundedAsyncTransport(bounds, fail_fast, **options),
+        timeout=bounds.httpx_timeout(),
+        **client_options,
+    )
 
 
 # --- event streams ------------------------------------------------------------------------
@@ -395,8 +447,10 @@ class LineReader:
         self.pending += chunk
         *whole, rest = self.pending.split(b"\n")
         if len(rest) > self.limits.max_line:
-            raise TooLarge(f"{self.what}: a line over {_mib(self.limits.max_line)} without a "
-                           "newline (the cap on one line)")
+            raise TooLarge(
+                f"{self.what}: a line over {_mib(self.limits.max_line)} without a "
+                "newline (the cap on one line)"
+            )
         self.pending = bytearray(rest)
         return [self._line(raw) for raw in whole]
 
@@ -410,15 +464,19 @@ class LineReader:
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise NotUtf8(f"{self.what}: bytes that are not UTF-8 ({exc.reason} at byte "
-                          f"{exc.start} of a line)") from None
+            raise NotUtf8(
+                f"{self.what}: bytes that are not UTF-8 ({exc.reason} at byte "
+                f"{exc.start} of a line)"
+            ) from None
         if not line.strip():
             self.event_bytes = 0
         else:
             self.event_bytes += len(raw)
             if self.event_bytes > self.limits.max_event:
-                raise TooLarge(f"{self.what}: one event over {_mib(self.limits.max_event)} (data "
-                               "lines without the blank line that ends an event)")
+                raise TooLarge(
+                    f"{self.what}: one event over {_mib(self.limits.max_event)} (data "
+                    "lines without the blank line that ends an event)"
+                )
         return line
 
 
@@ -446,7 +504,11 @@ def auth_hint(status: int, had_key: bool) -> str | None:
     if status not in (401, 403):
         return None
     if had_key:
-        return (f"HTTP {status}: the server refused the API key given (authentication): check "
-                "SM12X_API_KEY / --api-key against the server's --api-key")
-    return (f"HTTP {status}: the server wants an API key (authentication): set SM12X_API_KEY "
-            "or pass --api-key")
+        return (
+            f"HTTP {status}: the server refused the API key given (authentication): check "
+            "SM12X_API_KEY / --api-key against the server's --api-key"
+        )
+    return (
+        f"HTTP {status}: the server wants an API key (authentication): set SM12X_API_KEY "
+        "or pass --api-key"
+    )

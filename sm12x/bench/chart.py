@@ -66,8 +66,14 @@ def write_chart(result: BenchResult, recipe: Recipe, path: Path) -> str | None:
         label = _short(refs[0].source) + ("" if comparable else " (context)")
         refs = sorted(refs, key=lambda r: r.concurrency)
         if len(refs) > 1:
-            ax_tps.plot([r.concurrency for r in refs], [r.output_tokens_per_s for r in refs],
-                        ":", color=color, lw=1, zorder=2)
+            ax_tps.plot(
+                [r.concurrency for r in refs],
+                [r.output_tokens_per_s for r in refs],
+                ":",
+                color=color,
+                lw=1,
+                zorder=2,
+            )
         ax_tps.scatter(
             [r.concurrency for r in refs], [r.output_tokens_per_s for r in refs], marker="s",
             s=60, facecolors=color if comparable else "none", edgecolors=color, label=label,
@@ -80,10 +86,16 @@ def write_chart(result: BenchResult, recipe: Recipe, path: Path) -> str | None:
                     colors=color, lw=2, zorder=2,
                 )  # fmt: skip
     if partial:
-        ax_tps.scatter([r.concurrency for r in partial],
-                       [r.metrics.output_tokens_per_s for r in partial], s=220,
-                       facecolors="none", edgecolors="orange", linewidths=2, zorder=5,
-                       label="partial run (some requests failed)")
+        ax_tps.scatter(
+            [r.concurrency for r in partial],
+            [r.metrics.output_tokens_per_s for r in partial],
+            s=220,
+            facecolors="none",
+            edgecolors="orange",
+            linewidths=2,
+            zorder=5,
+            label="partial run (some requests failed)",
+        )
     ax_tps.set_ylabel("output tokens/s")
     ax_tps.set_ylim(bottom=0)
 
@@ -107,8 +119,9 @@ def write_chart(result: BenchResult, recipe: Recipe, path: Path) -> str | None:
     if any(line.get_ydata().size for line in ax_lat.get_lines()) or itl_refs:
         ax_lat.set_yscale("log")
 
-    ticks = sorted({r.concurrency for r in result.runs}
-                   | {r.concurrency for r in recipe.references})
+    ticks = sorted(
+        {r.concurrency for r in result.runs} | {r.concurrency for r in recipe.references}
+    )
     for ax in (ax_tps, ax_lat):
         ax.set_xscale("log", base=2)
         ax.set_xticks(ticks or [1])
@@ -116,10 +129,25 @@ def write_chart(result: BenchResult, recipe: Recipe, path: Path) -> str | None:
         ax.set_xlabel("concurrency (--max-concurrency)")
         ax.grid(True, which="both", alpha=0.3)
         for c in failed:
-            ax.plot([c], [0.02], marker="x", color="red", ms=12, mew=3, clip_on=False,
-                    transform=ax.get_xaxis_transform(), zorder=5)
-            ax.annotate("failed", (c, 0.05), xycoords=("data", "axes fraction"), color="red",
-                        ha="center", fontsize=8)
+            ax.plot(
+                [c],
+                [0.02],
+                marker="x",
+                color="red",
+                ms=12,
+                mew=3,
+                clip_on=False,
+                transform=ax.get_xaxis_transform(),
+                zorder=5,
+            )
+            ax.annotate(
+                "failed",
+                (c, 0.05),
+                xycoords=("data", "axes fraction"),
+                color="red",
+                ha="center",
+                fontsize=8,
+            )
     ax_tps.legend(fontsize=7, loc="upper left")
     ax_lat.legend(fontsize=7, loc="upper left")
     note = "hollow markers: published figures of another configuration (context, not comparable)"

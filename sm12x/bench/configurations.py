@@ -57,18 +57,27 @@ class Leg:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "comparing configurations (--compare-configurations)",
-        "the rig's baseline and throughput configurations, one after the other, same workload")
-    group.add_argument("--compare-configurations", action="store_true",
-                       help="benchmark each configuration of the rig (SM12X_RECIPE) in turn and "
-                       "compare them: OUT/comparison.json, OUT/comparison.png")
+        "the rig's baseline and throughput configurations, one after the other, same workload",
+    )
+    group.add_argument(
+        "--compare-configurations",
+        action="store_true",
+        help="benchmark each configuration of the rig (SM12X_RECIPE) in turn and "
+        "compare them: OUT/comparison.json, OUT/comparison.png",
+    )
     group.add_argument("--url-baseline", metavar="URL", help="the baseline's server")
     group.add_argument("--url-throughput", metavar="URL", help="the throughput configuration's")
-    group.add_argument("--boot", action="store_true",
-                       help="boot each configuration in turn (compose: SM12X_CONFIGURATION=<kind> "
-                       "docker compose --profile <rig> up -d), then take it down")
-    group.add_argument("--boot-command", metavar="CMD",
-                       help="boot with this command instead; {configuration} is replaced by "
-                       "baseline / throughput")
+    group.add_argument(
+        "--boot",
+        action="store_true",
+        help="boot each configuration in turn (compose: SM12X_CONFIGURATION=<kind> "
+        "docker compose --profile <rig> up -d), then take it down",
+    )
+    group.add_argument(
+        "--boot-command",
+        metavar="CMD",
+        help="boot with this command instead; {configuration} is replaced by baseline / throughput",
+    )
     group.add_argument("--compose-file")
 
 
@@ -76,19 +85,25 @@ def legs_for(named: Recipe, args: argparse.Namespace) -> list[Leg]:
     found = configurations(named.rig)
     missing = [k for k in KINDS if k not in found]
     if missing:
-        raise UserError(f"rig {named.rig} has no {' and no '.join(missing)} configuration "
-                        f"(its recipes: {', '.join(r.name for r in found.values())}): there is "
-                        "nothing to compare")
+        raise UserError(
+            f"rig {named.rig} has no {' and no '.join(missing)} configuration "
+            f"(its recipes: {', '.join(r.name for r in found.values())}): there is "
+            "nothing to compare"
+        )
     urls = {"baseline": args.url_baseline, "throughput": args.url_throughput}
     if not (args.boot or args.boot_command):
         given = [k for k in KINDS if urls[k]]
         if len(given) < 2 and not args.url:
-            raise UserError("--compare-configurations needs a server per configuration: "
-                            "--url-baseline URL and --url-throughput URL, or --boot to start "
-                            "each in turn")
+            raise UserError(
+                "--compare-configurations needs a server per configuration: "
+                "--url-baseline URL and --url-throughput URL, or --boot to start "
+                "each in turn"
+            )
         if not given and args.url:
-            raise UserError("one --url cannot be both configurations: give --url-baseline and "
-                            "--url-throughput, or --boot")
+            raise UserError(
+                "one --url cannot be both configurations: give --url-baseline and "
+                "--url-throughput, or --boot"
+            )
     return [Leg(k, found[k], urls[k] or args.url) for k in KINDS]
 
 
@@ -101,18 +116,31 @@ def boot_server(leg: Leg, args: argparse.Namespace, loaded: Loaded):
 
     service = compose.service(None, leg.recipe.rig, loaded, args.compose_file)
     setting = f"SM12X_CONFIGURATION={leg.kind}"
-    return Server(up=["env", setting, *service.up], logs=["env", setting, *service.logs],
-                  down=["env", setting, *service.down])
+    return Server(
+        up=["env", setting, *service.up],
+        logs=["env", setting, *service.logs],
+        down=["env", setting, *service.down],
+    )
 
 
-def run_compare(args: argparse.Namespace, loaded: Loaded, console: Console, err: Console,
-                run_one: Callable[[argparse.Namespace], int], named: Recipe) -> int:
+def run_compare(
+    args: argparse.Namespace,
+    loaded: Loaded,
+    console: Console,
+    err: Console,
+    run_one: Callable[[argparse.Namespace], int],
+    named: Recipe,
+) -> int:
     legs = legs_for(named, args)
     out = (args.out or Path("bench-results") / f"{named.rig}-configurations").resolve()
     base_default = loaded.settings.base_url()
     for leg in legs:
-        err.print(f"sm12x bench: configuration {leg.kind}: {leg.recipe.name}", highlight=False,
-                  markup=False, soft_wrap=True)
+        err.print(
+            f"sm12x bench: configuration {leg.kind}: {leg.recipe.name}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
         leg_args = copy.copy(args)
         leg_args.recipe, leg_args.out = leg.recipe.name, out / leg.kind
         leg_args.url = leg.url or base_default
@@ -142,18 +170,24 @@ def run_compare(args: argparse.Namespace, loaded: Loaded, console: Console, err:
 def rows(legs: list[Leg]) -> list[dict]:
     """Per concurrency: each configuration's output tok/s and its comparable figures."""
     by_kind = {leg.kind: leg for leg in legs}
-    concurrencies = sorted({run.concurrency for leg in legs if leg.result
-                            for run in leg.result.runs})
+    concurrencies = sorted(
+        {run.concurrency for leg in legs if leg.result for run in leg.result.runs}
+    )
     table = []
     for c in concurrencies:
         row: dict = {"concurrency": c}
         for kind, leg in by_kind.items():
-            run = next((r for r in leg.result.runs if r.concurrency == c), None) \
-                if leg.result else None
+            run = (
+                next((r for r in leg.result.runs if r.concurrency == c), None)
+                if leg.result
+                else None
+            )
             row[kind] = run.metrics.output_tokens_per_s if run and run.status == "ok" else None
             row[f"{kind}_published"] = [
                 {"output_tokens_per_s": ref.output_tokens_per_s, "source": ref.source}
-                for ref in leg.recipe.comparable_references if ref.concurrency == c]
+                for ref in leg.recipe.comparable_references
+                if ref.concurrency == c
+            ]
         base, fast = row.get("baseline"), row.get("throughput")
         row["ratio"] = fast / base if base and fast else None
         table.append(row)
@@ -165,10 +199,15 @@ def report(legs: list[Leg], out: Path, console: Console) -> int:
     out.mkdir(parents=True, exist_ok=True)
     summary = {
         "schema": "sm12x-bench-configurations/1",
-        "configurations": {leg.kind: {"recipe": leg.recipe.name, "exit_code": leg.exit_code,
-                                      "problem": leg.problem,
-                                      "result": f"{leg.kind}/result.json" if leg.result else None}
-                           for leg in legs},
+        "configurations": {
+            leg.kind: {
+                "recipe": leg.recipe.name,
+                "exit_code": leg.exit_code,
+                "problem": leg.problem,
+                "result": f"{leg.kind}/result.json" if leg.result else None,
+            }
+            for leg in legs
+        },
         "rows": data,
     }
     (out / "comparison.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
@@ -178,23 +217,37 @@ def report(legs: list[Leg], out: Path, console: Console) -> int:
     for row in data:
         for leg in legs:
             value = row[leg.kind]
-            published = ", ".join(f"{p['output_tokens_per_s']:,.0f}"
-                                  for p in row[f"{leg.kind}_published"])
+            published = ", ".join(
+                f"{p['output_tokens_per_s']:,.0f}" for p in row[f"{leg.kind}_published"]
+            )
             versus = f"{row['ratio']:.2f}x" if leg.kind != "baseline" and row["ratio"] else ""
-            table.add_row(str(row["concurrency"]), f"{leg.kind} ({leg.recipe.name})",
-                          "failed" if value is None else f"{value:,.1f}", published or "-",
-                          versus)
+            table.add_row(
+                str(row["concurrency"]),
+                f"{leg.kind} ({leg.recipe.name})",
+                "failed" if value is None else f"{value:,.1f}",
+                published or "-",
+                versus,
+            )
     console.print(table)
-    console.print("* published figures each recipe marks comparable to that configuration "
-                  "(recipes' references, `comparable: true`)", highlight=False, markup=False,
-                  soft_wrap=True)
+    console.print(
+        "* published figures each recipe marks comparable to that configuration "
+        "(recipes' references, `comparable: true`)",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
     for leg in legs:
         if leg.problem:
-            console.print(f"{leg.kind}: {leg.problem}", highlight=False, markup=False,
-                          soft_wrap=True)
+            console.print(
+                f"{leg.kind}: {leg.problem}", highlight=False, markup=False, soft_wrap=True
+            )
     note = write_chart(legs, data, out / "comparison.png")
-    console.print(f"comparison: {out / 'comparison.json'}; chart: {note}", highlight=False,
-                  markup=False, soft_wrap=True)
+    console.print(
+        f"comparison: {out / 'comparison.json'}; chart: {note}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
     ok = all(leg.exit_code == 0 and leg.result is not None for leg in legs)
     return 0 if ok else 1
 
@@ -220,11 +273,25 @@ def write_chart(legs: list[Leg], data: list[dict], path: Path) -> str:
         for x, row in zip(xs, data):
             published = row[f"{leg.kind}_published"]
             if published:
-                ax.scatter([x] * len(published), [p["output_tokens_per_s"] for p in published],
-                           marker="s", s=60, color=color, edgecolors="black", zorder=4)
+                ax.scatter(
+                    [x] * len(published),
+                    [p["output_tokens_per_s"] for p in published],
+                    marker="s",
+                    s=60,
+                    color=color,
+                    edgecolors="black",
+                    zorder=4,
+                )
         if leg.recipe.comparable_references:
-            ax.scatter([], [], marker="s", s=60, color=color, edgecolors="black",
-                       label=f"published, comparable to {leg.kind}")
+            ax.scatter(
+                [],
+                [],
+                marker="s",
+                s=60,
+                color=color,
+                edgecolors="black",
+                label=f"published, comparable to {leg.kind}",
+            )
     ax.set_xticks(range(len(data)))
     ax.set_xticklabels([str(row["concurrency"]) for row in data])
     ax.set_xlabel("concurrency (--max-concurrency)")
@@ -240,6 +307,7 @@ def write_chart(legs: list[Leg], data: list[dict], path: Path) -> str:
 
 def named_recipe(choice: str) -> Recipe:
     if choice == "auto":
-        raise UserError("--compare-configurations needs the rig: --recipe NAME (e.g. "
-                        "rtx-pro-6000-tp4)")
+        raise UserError(
+            "--compare-configurations needs the rig: --recipe NAME (e.g. rtx-pro-6000-tp4)"
+        )
     return load_recipe(choice)

@@ -84,65 +84,129 @@ def _concurrencies(text: str) -> list[int]:
     if not values or any(v < 1 for v in values):
         raise argparse.ArgumentTypeError(f"expected positive numbers like 16,32,64, got {text!r}")
     if max(values) > MAX_CONCURRENCY:
-        raise argparse.ArgumentTypeError(f"{max(values)}: at most {MAX_CONCURRENCY} streams at "
-                                         "once (sglang's client opens a connection per stream)")
+        raise argparse.ArgumentTypeError(
+            f"{max(values)}: at most {MAX_CONCURRENCY} streams at "
+            "once (sglang's client opens a connection per stream)"
+        )
     return sorted(set(values))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     target = parser.add_argument_group("server")
-    target.add_argument("--url", help="server base URL (default: http://SM12X_BIND:SM12X_PORT, "
-                        "loopback for 0.0.0.0, i.e. http://127.0.0.1:30000)")
+    target.add_argument(
+        "--url",
+        help="server base URL (default: http://SM12X_BIND:SM12X_PORT, "
+        "loopback for 0.0.0.0, i.e. http://127.0.0.1:30000)",
+    )
     work = parser.add_argument_group("workload (defaults: the seed PR's)")
-    work.add_argument("--concurrency", type=_concurrencies, default=list(DEFAULT_CONCURRENCY),
-                      metavar="C1,C2,...", help="--max-concurrency of each run (default 16,32,64)")
-    work.add_argument("--num-prompts", type=option_type(Count),
-                      help=f"requests per run (default {PROMPTS_PER_CONCURRENCY} x concurrency)")
+    work.add_argument(
+        "--concurrency",
+        type=_concurrencies,
+        default=list(DEFAULT_CONCURRENCY),
+        metavar="C1,C2,...",
+        help="--max-concurrency of each run (default 16,32,64)",
+    )
+    work.add_argument(
+        "--num-prompts",
+        type=option_type(Count),
+        help=f"requests per run (default {PROMPTS_PER_CONCURRENCY} x concurrency)",
+    )
     work.add_argument("--input-len", type=option_type(Count), default=1024)
     work.add_argument("--output-len", type=option_type(Count), default=512)
     work.add_argument("--range-ratio", type=option_type(Fraction), default=1.0)
-    work.add_argument("--dataset-path", help="a ShareGPT-format JSON: runs sglang's `random` "
-                      "dataset on it (the seed's exact workload) instead of `random-ids`")
-    work.add_argument("--backend", default="sglang",
-                      help="sglang's --backend (default sglang: the native /generate API)")
-    work.add_argument("--tokenizer", help="tokenizer path or id for the benchmark client (default: "
-                      "SM12X_MODEL_DIR when it is here, else what the server reports)")
-    work.add_argument("--extra", action="append", default=[], metavar="ARG",
-                      help="one more argument for sglang.benchmark.serving (repeatable)")
+    work.add_argument(
+        "--dataset-path",
+        help="a ShareGPT-format JSON: runs sglang's `random` "
+        "dataset on it (the seed's exact workload) instead of `random-ids`",
+    )
+    work.add_argument(
+        "--backend",
+        default="sglang",
+        help="sglang's --backend (default sglang: the native /generate API)",
+    )
+    work.add_argument(
+        "--tokenizer",
+        help="tokenizer path or id for the benchmark client (default: "
+        "SM12X_MODEL_DIR when it is here, else what the server reports)",
+    )
+    work.add_argument(
+        "--extra",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more argument for sglang.benchmark.serving (repeatable)",
+    )
     proc = parser.add_argument_group("process")
-    proc.add_argument("--python",
-                      help="the Python whose sglang runs the benchmark (default: this one; "
-                      "when it has no sglang, the benchmark runs in the image, SM12X_IMAGE)")
-    proc.add_argument("--run-timeout", type=option_type(PositiveFloat), default=3600.0,
-                      help="seconds one run may take before it is killed (default 3600)")
-    proc.add_argument("--deadline", type=option_type(PositiveFloat), metavar="SECONDS",
-                      help="seconds all runs together may take: a run still going then is "
-                      "killed, the rest are not started, and the result is written (default: "
-                      "--run-timeout per run)")
-    proc.add_argument("--request-timeout", type=option_type(PositiveFloat), default=30.0,
-                      help="seconds for each request bench itself makes, whole request, wall "
-                      "clock (default 30)")
-    proc.add_argument("--no-reset-accept-stats", action="store_true",
-                      help="keep sglang's lifetime acceptance average instead of resetting it "
-                      "(POST /set_internal_state) before each run")
+    proc.add_argument(
+        "--python",
+        help="the Python whose sglang runs the benchmark (default: this one; "
+        "when it has no sglang, the benchmark runs in the image, SM12X_IMAGE)",
+    )
+    proc.add_argument(
+        "--run-timeout",
+        type=option_type(PositiveFloat),
+        default=3600.0,
+        help="seconds one run may take before it is killed (default 3600)",
+    )
+    proc.add_argument(
+        "--deadline",
+        type=option_type(PositiveFloat),
+        metavar="SECONDS",
+        help="seconds all runs together may take: a run still going then is "
+        "killed, the rest are not started, and the result is written (default: "
+        "--run-timeout per run)",
+    )
+    proc.add_argument(
+        "--request-timeout",
+        type=option_type(PositiveFloat),
+        default=30.0,
+        help="seconds for each request bench itself makes, whole request, wall clock (default 30)",
+    )
+    proc.add_argument(
+        "--no-reset-accept-stats",
+        action="store_true",
+        help="keep sglang's lifetime acceptance average instead of resetting it "
+        "(POST /set_internal_state) before each run",
+    )
     prov = parser.add_argument_group("provenance (normally found on their own)")
-    prov.add_argument("--container", default="auto",
-                      help="the sm12x container to inspect: auto, none or a name")
+    prov.add_argument(
+        "--container", default="auto", help="the sm12x container to inspect: auto, none or a name"
+    )
     prov.add_argument("--image-digest", help="image digest (sha256:...)")
-    prov.add_argument("--gpu", action="append", default=[], metavar="NAME",
-                      help="a GPU name as nvidia-smi prints it, once per GPU (remote servers)")
+    prov.add_argument(
+        "--gpu",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a GPU name as nvidia-smi prints it, once per GPU (remote servers)",
+    )
     out = parser.add_argument_group("output")
-    out.add_argument("--out", type=Path,
-                     help="folder for result.json, chart.png, runs.jsonl, logs/ "
-                     "(default bench-results/RECIPE-UTCSTAMP)")
+    out.add_argument(
+        "--out",
+        type=Path,
+        help="folder for result.json, chart.png, runs.jsonl, logs/ "
+        "(default bench-results/RECIPE-UTCSTAMP)",
+    )
     out.add_argument("--no-chart", action="store_true")
-    out.add_argument("--from-jsonl", type=Path, metavar="FILE",
-                     help="no benchmark: report lines sglang already wrote (needs --recipe)")
-    out.add_argument("--validate", type=Path, metavar="RESULT",
-                     help="check a result.json against the submission schema and exit")
-    out.add_argument("--report", type=Path, metavar="RESULT",
-                     help="no benchmark: print an existing result.json's tables and draw its "
-                     "chart beside it (e.g. on the host, for a run made inside the image)")
+    out.add_argument(
+        "--from-jsonl",
+        type=Path,
+        metavar="FILE",
+        help="no benchmark: report lines sglang already wrote (needs --recipe)",
+    )
+    out.add_argument(
+        "--validate",
+        type=Path,
+        metavar="RESULT",
+        help="check a result.json against the submission schema and exit",
+    )
+    out.add_argument(
+        "--report",
+        type=Path,
+        metavar="RESULT",
+        help="no benchmark: print an existing result.json's tables and draw its "
+        "chart beside it (e.g. on the host, for a run made inside the image)",
+    )
     configurations.add_arguments(parser)
     # --recipe (the references it is judged by; auto: from the server's GPUs),
     # --api-key, --bind/--port (the default --url), --model-dir (the tokenizer),
@@ -157,7 +221,9 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def default_tokenizer(inside: bool, model_dir: str | None, origin: object) -> tuple[str | None, str]:
+def default_tokenizer(
+    inside: bool, model_dir: str | None, origin: object
+) -> tuple[str | None, str]:
     if inside:
         return None, "the server's own (bench runs inside the image)"
     if model_dir and any((Path(model_dir) / f).is_file() for f in TOKENIZER_FILES):
@@ -173,19 +239,24 @@ def image_overrides(args: argparse.Namespace, loaded: Loaded) -> tuple[str | Non
     if not loaded.given("image"):
         return None, ""
     origin = loaded.origin("image")
-    return loaded.settings.image, ("--image" if origin.kind == "flag" else f"SM12X_IMAGE ({origin})")
+    return loaded.settings.image, (
+        "--image" if origin.kind == "flag" else f"SM12X_IMAGE ({origin})"
+    )
 
 
-def where_to_run(args: argparse.Namespace, loaded: Loaded, err: Console,
-                 reads: tuple[str, ...]) -> tuple[str, runner.InImage | None]:
+def where_to_run(
+    args: argparse.Namespace, loaded: Loaded, err: Console, reads: tuple[str, ...]
+) -> tuple[str, runner.InImage | None]:
     """This machine's Python when it has sglang's benchmark, else the image."""
     python = args.python or sys.executable
     missing = runner.python_has_benchmark(python)
     if missing is None:
         return python, None
     if args.python:
-        raise UserError(f"{missing}: pass --python with one that has sglang (pip install sglang), "
-                        "or leave --python out to run the benchmark in the image")
+        raise UserError(
+            f"{missing}: pass --python with one that has sglang (pip install sglang), "
+            "or leave --python out to run the benchmark in the image"
+        )
     s = loaded.settings
     image = s.image_ref()
     docker = shutil.which(s.docker)
@@ -193,18 +264,25 @@ def where_to_run(args: argparse.Namespace, loaded: Loaded, err: Console,
         raise UserError(
             f"{missing}, and there is no docker ({s.docker}) to run it in the image: install "
             "Docker, or sglang here (pip install sglang), or run bench in a service "
-            "(docker compose exec <service> sm12x bench)")
+            "(docker compose exec <service> sm12x bench)"
+        )
     problem = runner.image_problem(docker, image)
     if problem:
         raise UserError(
             f"{missing}; bench runs it in the image {image} then, which is not usable here "
             f"({problem}): build it in the sm12x checkout (docker buildx bake image-amd64 "
-            "--load, image-arm64 on a DGX Spark; README \"Build or pull the image\": no "
+            '--load, image-arm64 on a DGX Spark; README "Build or pull the image": no '
             "registry has it until it is published) or set SM12X_IMAGE to one you have, run "
             "bench in a service (docker compose exec <service> sm12x bench), or pass --python "
-            "with one that has sglang")
-    err.print(f"sm12x bench: {missing}: running the benchmark in the image {image} (docker run "
-              "--network host)", highlight=False, markup=False, soft_wrap=True)
+            "with one that has sglang"
+        )
+    err.print(
+        f"sm12x bench: {missing}: running the benchmark in the image {image} (docker run "
+        "--network host)",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
     return python, runner.InImage(docker, image, f"{os.getuid()}:{os.getgid()}", reads)
 
 
@@ -255,8 +333,9 @@ def server_mismatches(recipe: Recipe, server: dict) -> list[str]:
 
 def reset_accept_stats(base_url: str, api_key: str | None, timeout: float) -> str | None:
     """Reset sglang's acceptance counters; None on success, else why not."""
-    answer, problem = provenance.request_json("POST", f"{base_url}/set_internal_state",
-                                              api_key, timeout, {"server_args": {}})
+    answer, problem = provenance.request_json(
+        "POST", f"{base_url}/set_internal_state", api_key, timeout, {"server_args": {}}
+    )
     if problem:
         return problem
     if not (isinstance(answer, list) and answer and all(a is True for a in answer)):
@@ -286,13 +365,20 @@ def deadline_run(concurrency: int, num_prompts: int, deadline: float) -> Run:
     outcome = lines.judge(None, concurrency, num_prompts)
     outcome.status = "failed"
     outcome.problems.insert(0, f"not run: --deadline {deadline:g} s had passed")
-    return build_run(outcome, accept_length_scope="server-lifetime", exit_code=None, wall_s=0.0,
-                     log=None)
+    return build_run(
+        outcome, accept_length_scope="server-lifetime", exit_code=None, wall_s=0.0, log=None
+    )
 
 
 def _no_metrics() -> Metrics:
-    return Metrics(output_tokens_per_s=None, mean_itl_ms=None, p99_itl_ms=None,
-                   mean_ttft_ms=None, p99_ttft_ms=None, accept_length=None)
+    return Metrics(
+        output_tokens_per_s=None,
+        mean_itl_ms=None,
+        p99_itl_ms=None,
+        mean_ttft_ms=None,
+        p99_ttft_ms=None,
+        accept_length=None,
+    )
 
 
 def finish(
@@ -317,8 +403,11 @@ def finish(
         finished=now(),
         recipe=recipe_info(recipe),
         environment=environment,
-        client=Client(sm12x_version=__version__, python=provenance.python_version(),
-                      sglang_version=client_sglang),
+        client=Client(
+            sm12x_version=__version__,
+            python=provenance.python_version(),
+            sglang_version=client_sglang,
+        ),
         server=server,
         workload=workload,
         runs=runs,
@@ -377,11 +466,14 @@ def run_validate(path: Path, console: Console) -> int:
     problems = validate(data)
     if problems:
         for problem in problems:
-            console.print(f"{path}: {problem}", highlight=False, markup=False,
-                          soft_wrap=True)
+            console.print(f"{path}: {problem}", highlight=False, markup=False, soft_wrap=True)
         return 1
-    console.print(f"{path}: a valid sm12x bench result ({data.get('schema')})",
-                  highlight=False, markup=False, soft_wrap=True)
+    console.print(
+        f"{path}: a valid sm12x bench result ({data.get('schema')})",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
     return 0
 
 
@@ -401,8 +493,7 @@ def run_report(path: Path, console: Console, no_chart: bool) -> int:
     return 0 if result.passed else 1
 
 
-def run_from_jsonl(args: argparse.Namespace, loaded: Loaded, console: Console,
-                   err: Console) -> int:
+def run_from_jsonl(args: argparse.Namespace, loaded: Loaded, console: Console, err: Console) -> int:
     if args.recipe == "auto":
         raise UserError("--from-jsonl needs --recipe NAME (the lines do not say which rig ran)")
     recipe = load_recipe(args.recipe)
@@ -420,8 +511,7 @@ def run_from_jsonl(args: argparse.Namespace, loaded: Loaded, console: Console,
             warnings.append("a line without max_concurrency was left out")
             continue
         num_prompts = lines.num_prompts_of(line) or args.num_prompts
-        run = build_run(lines.judge(line, concurrency, num_prompts),
-                        accept_length_scope=None)
+        run = build_run(lines.judge(line, concurrency, num_prompts), accept_length_scope=None)
         if concurrency in seen:
             warnings.append(f"concurrency {concurrency} appears twice: the last line is used")
             runs.remove(seen[concurrency])
@@ -431,16 +521,21 @@ def run_from_jsonl(args: argparse.Namespace, loaded: Loaded, console: Console,
     info = next((ln.get("server_info") for ln in reversed(good) if ln.get("server_info")), None)
     server = provenance.server_summary(info)
     image, image_source = image_overrides(args, loaded)
-    overrides = provenance.Overrides(image, args.image_digest, list(args.gpu), "none",
-                                     image_source or "--image")
-    sources = {"sglang_version": "server_info in the recorded lines"} if server.get("version") \
-        else {}
+    overrides = provenance.Overrides(
+        image, args.image_digest, list(args.gpu), "none", image_source or "--image"
+    )
+    sources = (
+        {"sglang_version": "server_info in the recorded lines"} if server.get("version") else {}
+    )
     if overrides.gpus:
         sources["gpus"] = "--gpu"
     environment = Environment(
-        image=Image(ref=image, id=None, digest=args.image_digest,
-                    version=image.rsplit(":", 1)[1] if image and ":" in
-                    image.rsplit("/", 1)[-1] else None),
+        image=Image(
+            ref=image,
+            id=None,
+            digest=args.image_digest,
+            version=image.rsplit(":", 1)[1] if image and ":" in image.rsplit("/", 1)[-1] else None,
+        ),
         sglang_version=str(server["version"]) if server.get("version") else None,
         flashinfer_version=None,
         torch_version=None,
@@ -461,8 +556,20 @@ def run_from_jsonl(args: argparse.Namespace, loaded: Loaded, console: Console,
     )
     warnings += server_mismatches(recipe, server) if server else []
     out = args.out or args.from_jsonl.parent / "report"
-    return finish(recipe, runs, workload, environment, server, None, warnings, None, out,
-                  console, err, args.no_chart)
+    return finish(
+        recipe,
+        runs,
+        workload,
+        environment,
+        server,
+        None,
+        warnings,
+        None,
+        out,
+        console,
+        err,
+        args.no_chart,
+    )
 
 
 def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Console) -> int:
@@ -489,18 +596,30 @@ def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Co
     if info is None:
         warnings.append(f"no sglang server info ({info_problem}): is this a router?")
     image, image_source = image_overrides(args, loaded)
-    overrides = provenance.Overrides(image, args.image_digest, list(args.gpu), args.container,
-                                     image_source or "--image")
+    overrides = provenance.Overrides(
+        image, args.image_digest, list(args.gpu), args.container, image_source or "--image"
+    )
     inside = provenance.in_container()
-    tokenizer, tokenizer_note = (args.tokenizer, args.tokenizer) if args.tokenizer else \
-        default_tokenizer(inside, loaded.settings.model_dir, loaded.origin("model_dir"))
-    reads = tuple(str(Path(p).resolve()) for p in (tokenizer, args.dataset_path)
-                  if p and Path(p).exists())
+    tokenizer, tokenizer_note = (
+        (args.tokenizer, args.tokenizer)
+        if args.tokenizer
+        else default_tokenizer(inside, loaded.settings.model_dir, loaded.origin("model_dir"))
+    )
+    reads = tuple(
+        str(Path(p).resolve()) for p in (tokenizer, args.dataset_path) if p and Path(p).exists()
+    )
     python, in_image = where_to_run(args, loaded, err, reads)
     docker = shutil.which(loaded.settings.docker)
     with err.status("collecting versions, image and GPUs"):
-        facts = provenance.collect(base_url, info, python, overrides, timeout=timeout,
-                                   inside=inside, docker=docker or loaded.settings.docker)
+        facts = provenance.collect(
+            base_url,
+            info,
+            python,
+            overrides,
+            timeout=timeout,
+            inside=inside,
+            docker=docker or loaded.settings.docker,
+        )
         if in_image is not None:
             # The client is the image's sglang, not this machine's (it has none).
             probe, _ = provenance.local_probe(in_image.probe_prefix(), timeout)
@@ -511,10 +630,13 @@ def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Co
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     out = (args.out or Path("bench-results") / f"{recipe.name}-{stamp}").resolve()
     out.mkdir(parents=True, exist_ok=True)
-    err.print(f"recipe: {recipe.name} ({how})", highlight=False, markup=False,
-              soft_wrap=True)
-    err.print(f"server: {shown}, sglang {facts.environment.sglang_version or '?'}",
-              highlight=False, markup=False, soft_wrap=True)
+    err.print(f"recipe: {recipe.name} ({how})", highlight=False, markup=False, soft_wrap=True)
+    err.print(
+        f"server: {shown}, sglang {facts.environment.sglang_version or '?'}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
     err.print(f"tokenizer: {tokenizer_note}", highlight=False, markup=False, soft_wrap=True)
     err.print(f"writing to {out}", highlight=False, markup=False, soft_wrap=True)
 
@@ -525,8 +647,12 @@ def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Co
     jsonl.write_text("", encoding="utf-8")
     plan = [(c, args.num_prompts or PROMPTS_PER_CONCURRENCY * c) for c in args.concurrency]
     progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=err, transient=False,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
     )
     with progress:
         overall = progress.add_task("all runs", total=sum(n for _, n in plan))
@@ -541,8 +667,10 @@ def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Co
             if not args.no_reset_accept_stats:
                 problem = reset_accept_stats(base_url, api_key, timeout)
                 if problem:
-                    warnings.append(f"c{concurrency}: acceptance counters not reset ({problem}); "
-                                    "its accept_length is the server's lifetime average")
+                    warnings.append(
+                        f"c{concurrency}: acceptance counters not reset ({problem}); "
+                        "its accept_length is the server's lifetime average"
+                    )
                 else:
                     scope = "per-run"
             task = progress.add_task(f"concurrency {concurrency}", total=num_prompts)
@@ -559,9 +687,16 @@ def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Co
                 extra_args=tuple(args.extra),
             )  # fmt: skip
             run_timeout = args.run_timeout if left is None else min(args.run_timeout, left)
-            ended = runner.run_one(spec, python, out, timeout_s=run_timeout, env=env,
-                                   in_image=in_image,
-                                   on_progress=on_progress, redactor=secrets)
+            ended = runner.run_one(
+                spec,
+                python,
+                out,
+                timeout_s=run_timeout,
+                env=env,
+                in_image=in_image,
+                on_progress=on_progress,
+                redactor=secrets,
+            )
             line = None
             parse_problem = None
             if ended.lines:
@@ -606,8 +741,20 @@ def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Co
     )
     for run in runs:
         run.problems = secrets(run.problems)
-    return finish(recipe, runs, workload, facts.environment, facts.server, facts.client_sglang,
-                  secrets(warnings), started, out, console, err, args.no_chart)
+    return finish(
+        recipe,
+        runs,
+        workload,
+        facts.environment,
+        facts.server,
+        facts.client_sglang,
+        secrets(warnings),
+        started,
+        out,
+        console,
+        err,
+        args.no_chart,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -620,18 +767,27 @@ def run(args: argparse.Namespace) -> int:
     loaded = settings.from_args(args, "bench")
     if args.explain:
         base_url = args.url or loaded.settings.base_url()
-        sys.stdout.write(settings.explain(loaded, "bench") + f"# base URL: {redact.url(base_url)}\n")
+        sys.stdout.write(
+            settings.explain(loaded, "bench") + f"# base URL: {redact.url(base_url)}\n"
+        )
         return 0
     args.recipe = loaded.settings.recipe
     if args.from_jsonl:
         return run_from_jsonl(args, loaded, console, err)
     if args.compare_configurations:
         return configurations.run_compare(
-            args, loaded, console, err, lambda leg: run_live(leg, loaded, console, err),
-            configurations.named_recipe(args.recipe))
+            args,
+            loaded,
+            console,
+            err,
+            lambda leg: run_live(leg, loaded, console, err),
+            configurations.named_recipe(args.recipe),
+        )
     if args.url_baseline or args.url_throughput or args.boot or args.boot_command:
-        raise UserError("--url-baseline, --url-throughput, --boot and --boot-command go with "
-                        "--compare-configurations")
+        raise UserError(
+            "--url-baseline, --url-throughput, --boot and --boot-command go with "
+            "--compare-configurations"
+        )
     return run_live(args, loaded, console, err)
 
 

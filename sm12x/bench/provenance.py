@@ -100,8 +100,9 @@ def limits(timeout: float) -> Limits:
     return Limits(timeout=timeout, stall=timeout, connect=min(timeout, 10.0))
 
 
-def request_json(method: str, url: str, api_key: str | None, timeout: float,
-                 body: Any = None) -> tuple[Any | None, str | None]:
+def request_json(
+    method: str, url: str, api_key: str | None, timeout: float, body: Any = None
+) -> tuple[Any | None, str | None]:
     """(answer, None) or (None, why not), the request bounded (verify/transport.py):
     a server that trickles, never ends its body or sends gigabytes cannot hold
     bench past the timeout or fill its memory."""
@@ -110,8 +111,9 @@ def request_json(method: str, url: str, api_key: str | None, timeout: float,
         try:
             response = http.request(method, url, json=body)
         except httpx.HTTPError as exc:
-            return None, str(exc) if str(exc).startswith(where) else \
-                f"{where}: {str(exc) or type(exc).__name__}"
+            return None, str(exc) if str(exc).startswith(
+                where
+            ) else f"{where}: {str(exc) or type(exc).__name__}"
     if response.status_code != 200:
         hint = auth_hint(response.status_code, bool(api_key))
         return None, f"{where}: {hint or f'HTTP {response.status_code}'}"
@@ -166,8 +168,9 @@ def in_container(environ: Mapping[str, str] | None = None) -> bool:
     before the settings were unified set SM12X_MODEL_PATH). Not /.dockerenv: a
     dev container or CI job on the server's host is not the server's image."""
     environ = os.environ if environ is None else environ
-    return (environ.get("SM12X_MODEL_DIR") == SERVICE_MODEL_DIR
-            or bool(environ.get("SM12X_MODEL_PATH")))
+    return environ.get("SM12X_MODEL_DIR") == SERVICE_MODEL_DIR or bool(
+        environ.get("SM12X_MODEL_PATH")
+    )
 
 
 # --- commands -----------------------------------------------------------------
@@ -261,8 +264,9 @@ def inspect_container(docker: str, name: str, timeout: float) -> ContainerFacts:
     probe = _parse_probe(out) if out is not None else None
     if probe is None:
         problems.append(f"probe inside {name}: {problem or 'unreadable answer'}")
-    return ContainerFacts(name, Image(ref=ref, id=image_id, digest=digest, version=version), probe,
-                          problems)
+    return ContainerFacts(
+        name, Image(ref=ref, id=image_id, digest=digest, version=version), probe, problems
+    )
 
 
 def _parse_probe(out: str | None) -> dict[str, Any] | None:

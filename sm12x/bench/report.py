@@ -68,8 +68,10 @@ def run_table(run: Run, comparisons: list[Comparison], numbers: dict[int, int]) 
         table.add_column(f"ref {numbers[id(comparison)]}{mark}", justify="right")
         table.add_column("ratio", justify="right")
     for metric, _source, label, unit in METRICS:
-        row: list[str | Text] = [f"{label} ({unit})" if unit else label,
-                                 fmt(metric, getattr(run.metrics, metric))]
+        row: list[str | Text] = [
+            f"{label} ({unit})" if unit else label,
+            fmt(metric, getattr(run.metrics, metric)),
+        ]
         for comparison in comparisons:
             figure = next((f for f in comparison.figures if f.metric == metric), None)
             row += [fmt_reference(figure, metric), fmt_ratio(figure, comparison.comparable)]
@@ -100,15 +102,17 @@ def render(result: BenchResult, console: Console) -> None:
     keys: dict[tuple, int] = {}
     numbers: dict[int, int] = {}
     for comparison in result.comparisons:
-        key = source_key(comparison.source, comparison.config, comparison.url,
-                         comparison.comparable)
+        key = source_key(
+            comparison.source, comparison.config, comparison.url, comparison.comparable
+        )
         numbers[id(comparison)] = keys.setdefault(key, len(keys) + 1)
     for run in result.runs:
         mine = [c for c in result.comparisons if c.concurrency == run.concurrency]
         console.print(run_table(run, mine, numbers))
         for problem in run.problems:
-            console.print(Text(f"  ! {problem}", style=STATUS_STYLE.get(run.status, "")),
-                          soft_wrap=True)
+            console.print(
+                Text(f"  ! {problem}", style=STATUS_STYLE.get(run.status, "")), soft_wrap=True
+            )
         if run.log and run.status != "ok":
             console.print(f"  log: {run.log}", highlight=False, markup=False, soft_wrap=True)
     if result.comparisons:
@@ -119,11 +123,7 @@ def render(result: BenchResult, console: Console) -> None:
             if n in shown:
                 continue
             shown.add(n)
-            flag = (
-                "comparable"
-                if comparison.comparable
-                else "NOT comparable, context only (~)"
-            )
+            flag = "comparable" if comparison.comparable else "NOT comparable, context only (~)"
             console.print(
                 f"  ref {n}: {comparison.source} [{flag}]: {comparison.config}"
                 + (f" <{comparison.url}>" if comparison.url else ""),

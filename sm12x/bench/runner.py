@@ -128,8 +128,16 @@ class InImage:
 
     def probe_prefix(self) -> list[str]:
         """A command prefix that runs the image's python3 (provenance's probe)."""
-        return [self.docker, "run", "--rm", "--network", "none", "--entrypoint", "python3",
-                self.image]
+        return [
+            self.docker,
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--entrypoint",
+            "python3",
+            self.image,
+        ]
 
 
 def image_problem(docker: str, image: str, timeout: float = 60.0) -> str | None:
@@ -222,8 +230,9 @@ def run_one(
             kill_group(proc)
             raise
         finally:
-            if in_image is not None and (timed_out or proc.returncode is None
-                                         or proc.returncode < 0):
+            if in_image is not None and (
+                timed_out or proc.returncode is None or proc.returncode < 0
+            ):
                 in_image.stop(name)
         reader.join(timeout=10)
     wall = time.monotonic() - started

@@ -40,8 +40,11 @@ class Output:
         information" follows "docker: unknown command: docker compose")."""
         if self.error:
             return self.error
-        said = [line.strip() for line in (self.stderr or self.stdout).splitlines()
-                if line.strip() and not BOILERPLATE.match(line.strip())]
+        said = [
+            line.strip()
+            for line in (self.stderr or self.stdout).splitlines()
+            if line.strip() and not BOILERPLATE.match(line.strip())
+        ]
         return f"`{' '.join(self.argv[:3])}` exit {self.returncode}" + (
             f": {said[-1]}" if said else ""
         )
@@ -68,8 +71,12 @@ class Host:
         # what it prints is capped (a hostile daemon cannot fill doctor's memory).
         done = proc.run([binary, *argv[1:]], limit, env=self.environ)
         if done.error:
-            return Output(argv, done.stdout, done.stderr,
-                          error=done.error.replace(f"`{binary}", f"`{argv[0]}", 1))
+            return Output(
+                argv,
+                done.stdout,
+                done.stderr,
+                error=done.error.replace(f"`{binary}", f"`{argv[0]}", 1),
+            )
         return Output(argv, done.stdout, done.stderr, done.returncode)
 
     # --- files ------------------------------------------------------------------

@@ -56,8 +56,9 @@ def table(checks: list[Check], console: Console) -> None:
     out.add_column("found / fix", overflow="fold")
     for check in checks:
         # Warnings never fail doctor; say so only for a failure that does not count.
-        verdict = check.verdict + (" (optional)" if check.verdict == "fail"
-                                   and not check.required else "")
+        verdict = check.verdict + (
+            " (optional)" if check.verdict == "fail" and not check.required else ""
+        )
         found = Text(check.detail)
         if check.fix:
             found.append("\nfix: ", style="bold")
@@ -88,8 +89,9 @@ def run(args: argparse.Namespace) -> int:
         checks = doctor.run()
     else:
         with err.status("checking") as status:
-            doctor = Doctor(host, options,
-                            progress=lambda label: status.update(f"checking {label}"))
+            doctor = Doctor(
+                host, options, progress=lambda label: status.update(f"checking {label}")
+            )
             checks = doctor.run()
     data = report(checks, doctor.recipe.name if doctor.recipe else None)
     if args.json:
@@ -100,29 +102,57 @@ def run(args: argparse.Namespace) -> int:
         failed = [c for c in checks if c.failed]
         warned = [c for c in checks if c.verdict == "warn"]
         if failed:
-            console.print(Text(f"not ready: {len(failed)} required check(s) failed "
-                               f"({', '.join(c.id for c in failed)})", style="bold red"))
+            console.print(
+                Text(
+                    f"not ready: {len(failed)} required check(s) failed "
+                    f"({', '.join(c.id for c in failed)})",
+                    style="bold red",
+                )
+            )
         else:
             recipe = f" for {data['recipe']}" if data["recipe"] else ""
-            console.print(Text(f"ready{recipe}" + (f", {len(warned)} warning(s)" if warned
-                                                   else ""), style="green"))
+            console.print(
+                Text(
+                    f"ready{recipe}" + (f", {len(warned)} warning(s)" if warned else ""),
+                    style="green",
+                )
+            )
     return 0 if data["passed"] else 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--peer", type=option_type(HostName),
-                        help="DGX Spark pair: the other node's address on the RoCE link "
-                        "(default SM12X_HEAD_ADDR on the second node)")
-    parser.add_argument("--peer-report", type=Path, metavar="JSON",
-                        help="the other node's `sm12x doctor --json`, to compare images")
-    parser.add_argument("--no-ssh", action="store_true",
-                        help="do not ask the peer for its image over ssh")
-    parser.add_argument("--hash", action="store_true",
-                        help="also sha256 every shard against the download's metadata (slow)")
-    parser.add_argument("--min-free-gib", type=option_type(NonNegativeFloat), default=10.0,
-                        help="free disk under Docker's data root below which the check fails")
-    parser.add_argument("--timeout", type=option_type(PositiveFloat), default=20.0,
-                        help="seconds each command may take (default 20)")
+    parser.add_argument(
+        "--peer",
+        type=option_type(HostName),
+        help="DGX Spark pair: the other node's address on the RoCE link "
+        "(default SM12X_HEAD_ADDR on the second node)",
+    )
+    parser.add_argument(
+        "--peer-report",
+        type=Path,
+        metavar="JSON",
+        help="the other node's `sm12x doctor --json`, to compare images",
+    )
+    parser.add_argument(
+        "--no-ssh", action="store_true", help="do not ask the peer for its image over ssh"
+    )
+    parser.add_argument(
+        "--hash",
+        action="store_true",
+        help="also sha256 every shard against the download's metadata (slow)",
+    )
+    parser.add_argument(
+        "--min-free-gib",
+        type=option_type(NonNegativeFloat),
+        default=10.0,
+        help="free disk under Docker's data root below which the check fails",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=option_type(PositiveFloat),
+        default=20.0,
+        help="seconds each command may take (default 20)",
+    )
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
     settings.add_arguments(parser, "doctor")
 

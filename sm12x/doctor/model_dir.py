@@ -107,8 +107,11 @@ def check_config(model: Path, line: Line = V4_FLASH_0731, vision: bool = False) 
     """config.json is there and is a checkpoint of `line` that sglang serves."""
     path = model / "config.json"
     if not path.is_file():
-        return Finding("fail", f"no config.json in {model}",
-                       "download the whole checkpoint (see .env.example), not only the shards")
+        return Finding(
+            "fail",
+            f"no config.json in {model}",
+            "download the whole checkpoint (see .env.example), not only the shards",
+        )
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(config, dict):
@@ -129,12 +132,16 @@ def check_config(model: Path, line: Line = V4_FLASH_0731, vision: bool = False) 
             f"config.json is {other.title} ({named}, model_type "
             f"{config.get('model_type', '?')}), but the recipe serves {line.title}",
             f"point SM12X_MODEL_DIR at {line.hf_ids[0]}, or pick a recipe of the "
-            f"{other.name} line (model.line in recipes/*.yaml; README \"Model lines\")",
+            f'{other.name} line (model.line in recipes/*.yaml; README "Model lines")',
             data,
         )
     if arch in line.refused_architectures:
-        return Finding("fail", f"config.json names {arch}: {line.refused_architectures[arch]}",
-                       f"use a checkpoint whose config names {line.architectures[0]}", data)
+        return Finding(
+            "fail",
+            f"config.json names {arch}: {line.refused_architectures[arch]}",
+            f"use a checkpoint whose config names {line.architectures[0]}",
+            data,
+        )
     if arch not in line.architectures:
         return Finding(
             "fail",
@@ -151,8 +158,12 @@ def check_config(model: Path, line: Line = V4_FLASH_0731, vision: bool = False) 
             "download the full checkpoint, or use a recipe with model.vision: false",
             data,
         )
-    return Finding("ok", f"{line.title}: {arch}, model_type {config.get('model_type', '?')}"
-                   + (", vision tower" if vision else ""), data=data)
+    return Finding(
+        "ok",
+        f"{line.title}: {arch}, model_type {config.get('model_type', '?')}"
+        + (", vision tower" if vision else ""),
+        data=data,
+    )
 
 
 def _human(size: int) -> str:
@@ -163,12 +174,16 @@ def _human(size: int) -> str:
     return f"{size} B"
 
 
-def check_shards(model: Path, *, verify_hashes: bool = False,
-                 progress: Callable[[str], None] | None = None) -> Finding:
+def check_shards(
+    model: Path, *, verify_hashes: bool = False, progress: Callable[[str], None] | None = None
+) -> Finding:
     index_path = model / INDEX
     if not index_path.is_file():
-        return Finding("fail", f"no {INDEX} in {model}",
-                       "download the whole checkpoint again (hf download ... --local-dir DIR)")
+        return Finding(
+            "fail",
+            f"no {INDEX} in {model}",
+            "download the whole checkpoint again (hf download ... --local-dir DIR)",
+        )
     try:
         index = json.loads(index_path.read_text(encoding="utf-8"))
         weight_map: dict[str, str] = index["weight_map"]
@@ -201,9 +216,11 @@ def check_shards(model: Path, *, verify_hashes: bool = False,
             continue
         absent = [t for t in by_shard[shard] if t not in header]
         if absent:
-            wrong_tensors.append(f"{shard} (lacks {absent[0]}"
-                                 + (f" and {len(absent) - 1} more" if len(absent) > 1 else "")
-                                 + ")")
+            wrong_tensors.append(
+                f"{shard} (lacks {absent[0]}"
+                + (f" and {len(absent) - 1} more" if len(absent) > 1 else "")
+                + ")"
+            )
         if verify_hashes:
             etag = _metadata(model, shard)[1]
             if etag and _SHA256.match(etag):
@@ -211,16 +228,31 @@ def check_shards(model: Path, *, verify_hashes: bool = False,
                     progress(f"sha256 {shard}")
                 if _sha256(path) != etag:
                     mismatched_hash.append(shard)
-    incomplete = sorted(str(p.relative_to(model)) for p in (model / HF_METADATA).rglob(
-        "*.incomplete")) if (model / HF_METADATA).is_dir() else []
-    data = {"shards": len(by_shard), "bytes": total, "missing": missing, "empty": empty,
-            "wrong_size": wrong_size, "unreadable": bad, "wrong_tensors": wrong_tensors,
-            "incomplete_downloads": incomplete, "hash_mismatch": mismatched_hash}
+    incomplete = (
+        sorted(str(p.relative_to(model)) for p in (model / HF_METADATA).rglob("*.incomplete"))
+        if (model / HF_METADATA).is_dir()
+        else []
+    )
+    data = {
+        "shards": len(by_shard),
+        "bytes": total,
+        "missing": missing,
+        "empty": empty,
+        "wrong_size": wrong_size,
+        "unreadable": bad,
+        "wrong_tensors": wrong_tensors,
+        "incomplete_downloads": incomplete,
+        "hash_mismatch": mismatched_hash,
+    }
     problems = []
-    for label, items in (("missing", missing), ("empty", empty), ("truncated or padded",
-                         wrong_size), ("not safetensors", bad), ("holding other tensors than "
-                         "the index says", wrong_tensors), ("with a sha256 other than the "
-                         "Hub's", mismatched_hash)):
+    for label, items in (
+        ("missing", missing),
+        ("empty", empty),
+        ("truncated or padded", wrong_size),
+        ("not safetensors", bad),
+        ("holding other tensors than the index says", wrong_tensors),
+        ("with a sha256 other than the Hub's", mismatched_hash),
+    ):
         if items:
             shown = ", ".join(items[:3]) + (f" and {len(items) - 3} more" if len(items) > 3 else "")
             problems.append(f"{len(items)} shard(s) {label}: {shown}")
@@ -235,8 +267,11 @@ def check_shards(model: Path, *, verify_hashes: bool = False,
             data,
         )
     checked = " and sha256" if verify_hashes else ""
-    return Finding("ok", f"all {len(by_shard)} shards present, sizes{checked} match "
-                   f"({_human(total)})", data=data)
+    return Finding(
+        "ok",
+        f"all {len(by_shard)} shards present, sizes{checked} match ({_human(total)})",
+        data=data,
+    )
 
 
 def _metadata(model: Path, filename: str) -> tuple[str | None, str | None]:
@@ -273,11 +308,17 @@ def revision_of(model: Path) -> tuple[str | None, str]:
 def check_revision(model: Path, expected: str | None) -> Finding:
     found, source = revision_of(model)
     if expected is None:
-        return Finding("skip", f"revision {found[:12] if found else 'unknown'} ({source}); the "
-                       "recipe pins no revision (model.revision_why says why)")
+        return Finding(
+            "skip",
+            f"revision {found[:12] if found else 'unknown'} ({source}); the "
+            "recipe pins no revision (model.revision_why says why)",
+        )
     if found is None:
-        return Finding("skip", f"revision unknown ({source}); the recipes expect {expected[:12]}",
-                       data={"expected": expected})
+        return Finding(
+            "skip",
+            f"revision unknown ({source}); the recipes expect {expected[:12]}",
+            data={"expected": expected},
+        )
     if found != expected:
         return Finding(
             "warn",
@@ -286,13 +327,19 @@ def check_revision(model: Path, expected: str | None) -> Finding:
             "the recipes were not written for it",
             {"found": found, "expected": expected},
         )
-    return Finding("ok", f"revision {found[:12]}, the recipes' ({source})",
-                   data={"found": found, "expected": expected})
+    return Finding(
+        "ok",
+        f"revision {found[:12]}, the recipes' ({source})",
+        data={"found": found, "expected": expected},
+    )
 
 
 def check_tokenizer(model: Path) -> Finding:
     present = [f for f in TOKENIZER_FILES if (model / f).is_file()]
     if present:
         return Finding("ok", ", ".join(present))
-    return Finding("warn", "no tokenizer.json or tokenizer_config.json",
-                   "download the whole checkpoint; the server and bench need the tokenizer")
+    return Finding(
+        "warn",
+        "no tokenizer.json or tokenizer_config.json",
+        "download the whole checkpoint; the server and bench need the tokenizer",
+    )

@@ -39,8 +39,15 @@ class Plugin:
     min_major: int = 0  # a candidate older than this is not the plugin (Compose v1)
 
 
-COMPOSE = Plugin("Compose v2", "docker-compose-plugin", "docker-compose", 13,
-                 "docker-compose-v2", 22.04, min_major=2)
+COMPOSE = Plugin(
+    "Compose v2",
+    "docker-compose-plugin",
+    "docker-compose",
+    13,
+    "docker-compose-v2",
+    22.04,
+    min_major=2,
+)
 BUILDX = Plugin("buildx", "docker-buildx-plugin", "docker-buildx", 13, "docker-buildx", 22.04)
 
 DEBIAN_DOCKER_REPO = "https://docs.docker.com/engine/install/debian/#install-using-the-repository"
@@ -94,8 +101,13 @@ def distro(host: Host) -> Distro:
         like=frozenset(release.get("ID_LIKE", "").split()),
         version=release.get("VERSION_ID", ""),
         name=release.get("PRETTY_NAME") or release.get("ID") or "this system",
-        dgx=(f"DGX OS {dgx['DGX_SWBUILD_VERSION']}" if dgx.get("DGX_SWBUILD_VERSION")
-             else "DGX OS" if dgx else None),
+        dgx=(
+            f"DGX OS {dgx['DGX_SWBUILD_VERSION']}"
+            if dgx.get("DGX_SWBUILD_VERSION")
+            else "DGX OS"
+            if dgx
+            else None
+        ),
     )
 
 
@@ -167,12 +179,18 @@ def advice(host: Host, plugin: Plugin) -> Advice:
     if found.rpm_like:
         out = host.run(["rpm", "-q", "docker-ce-cli"])
         ours = " like this machine's docker-ce-cli" if out.ok else ""
-        return Advice(f"{plugin.docker_repo} from Docker's repository{ours}: sudo dnf install "
-                      f"{plugin.docker_repo}", data)
+        return Advice(
+            f"{plugin.docker_repo} from Docker's repository{ours}: sudo dnf install "
+            f"{plugin.docker_repo}",
+            data,
+        )
     if not found.debian_like:
-        return Advice(f"the {plugin.what} CLI plugin: {plugin.docker_repo} from Docker's "
-                      f"repository (https://docs.docker.com/engine/install/), or "
-                      f"{plugin.debian} / {plugin.ubuntu} on Debian 13 / Ubuntu", data)
+        return Advice(
+            f"the {plugin.what} CLI plugin: {plugin.docker_repo} from Docker's "
+            f"repository (https://docs.docker.com/engine/install/), or "
+            f"{plugin.debian} / {plugin.ubuntu} on Debian 13 / Ubuntu",
+            data,
+        )
 
     docker_ce = dpkg_state(host, "docker-ce-cli")
     data["docker-ce-cli"] = docker_ce
@@ -180,8 +198,11 @@ def advice(host: Host, plugin: Plugin) -> Advice:
     data[plugin.docker_repo] = repo_version
     if docker_ce == "installed":
         offered = f" ({repo_version} offered)" if repo_version else ""
-        return Advice(f"{plugin.docker_repo}, from Docker's repository like this machine's "
-                      f"docker-ce-cli{offered}: sudo apt-get install {plugin.docker_repo}", data)
+        return Advice(
+            f"{plugin.docker_repo}, from Docker's repository like this machine's "
+            f"docker-ce-cli{offered}: sudo apt-get install {plugin.docker_repo}",
+            data,
+        )
 
     own = archive_package(found, plugin)
     if own is not None:
@@ -190,24 +211,39 @@ def advice(host: Host, plugin: Plugin) -> Advice:
         if version is not None and plugin.min_major and (major(version) or 0) < plugin.min_major:
             own = None  # an archive newer than the table knows, but still v1
         elif version is not None:
-            return Advice(f"{own}, {found.label}'s {plugin.what} for its docker.io ({version} "
-                          f"offered): sudo apt-get install {own}", data)
+            return Advice(
+                f"{own}, {found.label}'s {plugin.what} for its docker.io ({version} "
+                f"offered): sudo apt-get install {own}",
+                data,
+            )
         else:
-            where = " in universe (sudo add-apt-repository universe)" if (
-                "ubuntu" in found.family) else ""
-            return Advice(f"{own}, from {found.label}'s archive{where}; apt-cache offers no "
-                          f"candidate yet: sudo apt-get update && sudo apt-get install {own}",
-                          data)
+            where = (
+                " in universe (sudo add-apt-repository universe)"
+                if ("ubuntu" in found.family)
+                else ""
+            )
+            return Advice(
+                f"{own}, from {found.label}'s archive{where}; apt-cache offers no "
+                f"candidate yet: sudo apt-get update && sudo apt-get install {own}",
+                data,
+            )
     if repo_version is not None:
-        return Advice(f"{plugin.docker_repo}, from Docker's repository (configured here, "
-                      f"{repo_version} offered): sudo apt-get install {plugin.docker_repo}", data)
+        return Advice(
+            f"{plugin.docker_repo}, from Docker's repository (configured here, "
+            f"{repo_version} offered): sudo apt-get install {plugin.docker_repo}",
+            data,
+        )
     instead = ""
     if plugin.min_major:
         v1 = apt_candidate(host, plugin.debian)
         data[plugin.debian] = v1
         if v1 is not None and (major(v1) or 0) < plugin.min_major:
-            instead = (f" (its {plugin.debian} {v1} is Compose v1, which `docker compose` "
-                       "does not run)")
+            instead = (
+                f" (its {plugin.debian} {v1} is Compose v1, which `docker compose` does not run)"
+            )
     guide = UBUNTU_DOCKER_REPO if "ubuntu" in found.family else DEBIAN_DOCKER_REPO
-    return Advice(f"{found.label}'s archive has no {plugin.what} package{instead}: add Docker's "
-                  f"apt repository ({guide}) and sudo apt-get install {plugin.docker_repo}", data)
+    return Advice(
+        f"{found.label}'s archive has no {plugin.what} package{instead}: add Docker's "
+        f"apt repository ({guide}) and sudo apt-get install {plugin.docker_repo}",
+        data,
+    )

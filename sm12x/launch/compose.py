@@ -71,8 +71,9 @@ def service(
     )
 
 
-def profiling_service(recipe: Recipe, loaded: Loaded, compose_file: str | None = None,
-                      name: str | None = None) -> ComposeService:
+def profiling_service(
+    recipe: Recipe, loaded: Loaded, compose_file: str | None = None, name: str | None = None
+) -> ComposeService:
     """A one-off container of the rig's compose service running `recipe` in the
     mode sglang's SPS profiler needs (`sm12x launch --sps-profile`, for `sm12x
     tune`): `compose run`, so the rig's own service, its .env and volumes (the
@@ -86,14 +87,26 @@ def profiling_service(recipe: Recipe, loaded: Loaded, compose_file: str | None =
     notes = base.notes
     if rig.is_multinode:
         others = ", ".join(profiles(rig)[1:])
-        notes = (f"{recipe.name} runs on {rig.hardware.nodes} nodes: on the other node start "
-                 f"the same mode by hand: docker compose --profile {others} run -d "
-                 f"--service-ports {others} --sps-profile --recipe {recipe.name}",)
+        notes = (
+            f"{recipe.name} runs on {rig.hardware.nodes} nodes: on the other node start "
+            f"the same mode by hand: docker compose --profile {others} run -d "
+            f"--service-ports {others} --sps-profile --recipe {recipe.name}",
+        )
     docker = loaded.settings.docker
     return ComposeService(
         profile=service_name,
-        up=[*prefix, "run", "-d", "--name", container, "--service-ports", service_name,
-            "--sps-profile", "--recipe", recipe.name],
+        up=[
+            *prefix,
+            "run",
+            "-d",
+            "--name",
+            container,
+            "--service-ports",
+            service_name,
+            "--sps-profile",
+            "--recipe",
+            recipe.name,
+        ],
         logs=[docker, "logs", "-f", container],
         down=[docker, "rm", "--force", container],
         notes=notes,

@@ -47,8 +47,10 @@ def reads_tuned_table(recipe: Recipe) -> bool:
 def track_problem(recipe: Recipe, track: str) -> str | None:
     if track in recipe_tracks(recipe):
         return None
-    return (f"{recipe.name} runs only on the {' and '.join(recipe_tracks(recipe))} track "
-            f"(its sglang has what it needs), not on SM12X_TRACK={track}")
+    return (
+        f"{recipe.name} runs only on the {' and '.join(recipe_tracks(recipe))} track "
+        f"(its sglang has what it needs), not on SM12X_TRACK={track}"
+    )
 
 
 def cost(throughput: Recipe, baseline: Recipe | None) -> str:
@@ -82,8 +84,16 @@ class Resolved:
 Finder = Callable[[Recipe], Lookup]
 
 
-def resolve(named: Recipe, choice: str, track: str, find: Finder, *, profiling: bool = False,
-            dry_run: bool = False, recipes: Sequence[Recipe] | None = None) -> Resolved:
+def resolve(
+    named: Recipe,
+    choice: str,
+    track: str,
+    find: Finder,
+    *,
+    profiling: bool = False,
+    dry_run: bool = False,
+    recipes: Sequence[Recipe] | None = None,
+) -> Resolved:
     """The recipe this launch runs. Raises UserError where it must refuse; a dry
     run gets the refusal as `warning` and the recipe it would have run."""
     siblings = configurations(named.rig, recipes)
@@ -97,8 +107,10 @@ def resolve(named: Recipe, choice: str, track: str, find: Finder, *, profiling: 
     if named.configuration_kind != "baseline":
         notice = None
         if choice == "baseline":
-            notice = (f"SM12X_CONFIGURATION=baseline does not apply: {named.name} is itself "
-                      f"the {named.configuration_kind} configuration of {named.rig}")
+            notice = (
+                f"SM12X_CONFIGURATION=baseline does not apply: {named.name} is itself "
+                f"the {named.configuration_kind} configuration of {named.rig}"
+            )
         problem = track_problem(named, track)
         if problem:
             return refuse(f"{problem}: set SM12X_TRACK accordingly", named)
@@ -114,20 +126,27 @@ def resolve(named: Recipe, choice: str, track: str, find: Finder, *, profiling: 
     throughput = siblings.get("throughput")
     if profiling:
         if throughput is None or not reads_tuned_table(throughput):
-            raise UserError(f"rig {named.rig} has no configuration that reads a tuned SPS "
-                            "table: there is nothing to profile for it")
+            raise UserError(
+                f"rig {named.rig} has no configuration that reads a tuned SPS "
+                "table: there is nothing to profile for it"
+            )
         problem = track_problem(throughput, track)
         if problem:
             raise UserError(f"{problem}: set SM12X_TRACK accordingly")
-        return Resolved(throughput, f"--sps-profile: {throughput.name} in the mode sglang's "
-                        "SPS profiler needs (for `sm12x tune` only: speculation accepts "
-                        "nothing while it runs)")
+        return Resolved(
+            throughput,
+            f"--sps-profile: {throughput.name} in the mode sglang's "
+            "SPS profiler needs (for `sm12x tune` only: speculation accepts "
+            "nothing while it runs)",
+        )
     if throughput is None:
         if choice == "throughput":
             kinds = ", ".join(sorted(siblings))
-            raise UserError(f"SM12X_CONFIGURATION=throughput but rig {named.rig} has no "
-                            f"throughput configuration (its recipes: {kinds}): set "
-                            "SM12X_CONFIGURATION=auto or baseline")
+            raise UserError(
+                f"SM12X_CONFIGURATION=throughput but rig {named.rig} has no "
+                f"throughput configuration (its recipes: {kinds}): set "
+                "SM12X_CONFIGURATION=auto or baseline"
+            )
         return Resolved(named)
     if choice == "baseline":
         return Resolved(named)
@@ -138,21 +157,32 @@ def resolve(named: Recipe, choice: str, track: str, find: Finder, *, profiling: 
         if lookup.table is None:
             problem = lookup.problem()
             if choice == "throughput":
-                return refuse(refusal(throughput, named, lookup, "SM12X_CONFIGURATION"),
-                              throughput)
+                return refuse(refusal(throughput, named, lookup, "SM12X_CONFIGURATION"), throughput)
         else:
-            return Resolved(throughput, f"SM12X_CONFIGURATION={choice}: running {throughput.name}, "
-                            f"the throughput configuration of {named.rig} (tuned SPS table "
-                            f"{lookup.table})")
+            return Resolved(
+                throughput,
+                f"SM12X_CONFIGURATION={choice}: running {throughput.name}, "
+                f"the throughput configuration of {named.rig} (tuned SPS table "
+                f"{lookup.table})",
+            )
     elif problem is None:
-        return Resolved(throughput, f"SM12X_CONFIGURATION={choice}: running {throughput.name}, "
-                        f"the throughput configuration of {named.rig}")
+        return Resolved(
+            throughput,
+            f"SM12X_CONFIGURATION={choice}: running {throughput.name}, "
+            f"the throughput configuration of {named.rig}",
+        )
     if choice == "throughput":
-        return refuse(f"SM12X_CONFIGURATION=throughput: {problem}: set SM12X_TRACK "
-                      "accordingly, or SM12X_CONFIGURATION=auto", throughput)
-    return Resolved(named, f"SM12X_CONFIGURATION=auto: running the baseline {named.name}, not "
-                    f"its throughput configuration {throughput.name}: {problem}. What that "
-                    f"leaves on the table: {cost(throughput, named)}; {_fix(problem)}")
+        return refuse(
+            f"SM12X_CONFIGURATION=throughput: {problem}: set SM12X_TRACK "
+            "accordingly, or SM12X_CONFIGURATION=auto",
+            throughput,
+        )
+    return Resolved(
+        named,
+        f"SM12X_CONFIGURATION=auto: running the baseline {named.name}, not "
+        f"its throughput configuration {throughput.name}: {problem}. What that "
+        f"leaves on the table: {cost(throughput, named)}; {_fix(problem)}",
+    )
 
 
 def _fix(problem: str) -> str:
@@ -161,10 +191,18 @@ def _fix(problem: str) -> str:
 
 def refusal(throughput: Recipe, baseline: Recipe | None, lookup: Lookup, by: str) -> str:
     """The one line a throughput launch without a usable table refuses with."""
-    fallback = (f"SM12X_RECIPE={baseline.name} with SM12X_CONFIGURATION=auto falls back to "
-                "the baseline by itself") if baseline is not None else "or run the baseline"
-    return (f"{throughput.name} ({by}) reads a tuned SPS table and {lookup.problem()}: without "
-            "one its ragged verify budget degenerates to verify-all, so it is refused rather "
-            "than run slow. What running the baseline instead costs: "
-            f"{cost(throughput, baseline)}. "
-            f"{TUNE_HINT[0].upper() + TUNE_HINT[1:]}; or {fallback}")
+    fallback = (
+        (
+            f"SM12X_RECIPE={baseline.name} with SM12X_CONFIGURATION=auto falls back to "
+            "the baseline by itself"
+        )
+        if baseline is not None
+        else "or run the baseline"
+    )
+    return (
+        f"{throughput.name} ({by}) reads a tuned SPS table and {lookup.problem()}: without "
+        "one its ragged verify budget degenerates to verify-all, so it is refused rather "
+        "than run slow. What running the baseline instead costs: "
+        f"{cost(throughput, baseline)}. "
+        f"{TUNE_HINT[0].upper() + TUNE_HINT[1:]}; or {fallback}"
+    )

@@ -101,7 +101,9 @@ def query_gpus(nvidia_smi: str | None = None) -> list[Gpu]:
         )
     gpus = parse_nvidia_smi(result.stdout)
     if not gpus:
-        raise GpuQueryError("nvidia-smi lists no GPU: set SM12X_RECIPE (or --recipe) to a recipe name")
+        raise GpuQueryError(
+            "nvidia-smi lists no GPU: set SM12X_RECIPE (or --recipe) to a recipe name"
+        )
     return gpus
 
 
@@ -140,8 +142,9 @@ def pick_recipe(gpus: Sequence[Gpu], recipes: Sequence[Recipe]) -> Pick:
     V4.1-Flash recipe is served only when named (SM12X_RECIPE).
     """
     found = describe_gpus(gpus)
-    recipes = [r for r in recipes
-               if r.configuration_kind == "baseline" and r.model.line == DEFAULT_LINE]
+    recipes = [
+        r for r in recipes if r.configuration_kind == "baseline" and r.model.line == DEFAULT_LINE
+    ]
 
     def no_match(why: str) -> NoRecipeMatch:
         listing = "; ".join(describe_recipe_hardware(r) for r in recipes)

@@ -31,10 +31,10 @@ from sm12x.apikey import ENV as KEY_ENV
 from sm12x.apikey import FILE_ENV, is_loopback
 from sm12x.errors import UserError
 from sm12x.launch.render import HEAD_ADDR_ENV, NODE_RANK_ENV, LaunchPlan
-from sm12x.sglang_parser import JudgeParser, ParserError
 from sm12x.recipe.extra import WHY, check_values, parse_extra
 from sm12x.recipe.lints import CANONICAL_FLAGS, DERIVED_FLAGS, lint_recipe
 from sm12x.recipe.load import RecipeError, validate_recipe
+from sm12x.sglang_parser import JudgeParser, ParserError
 
 # sglang dests that hold a secret (0.5.17 and 0.5.23 server_args: every
 # field named for a key, token or password that is one).
@@ -89,8 +89,10 @@ def _parse(parser: JudgeParser, tokens: Sequence[str], where: str, source: str) 
     try:
         return vars(parser.parse_args(list(tokens)))
     except ParserError as exc:
-        raise UserError(f"{where}: {source} refuses it ({exc}); write the flags as that "
-                        "release spells them (`python -m sglang.launch_server --help`)") from None
+        raise UserError(
+            f"{where}: {source} refuses it ({exc}); write the flags as that "
+            "release spells them (`python -m sglang.launch_server --help`)"
+        ) from None
 
 
 def _flag_of(parser: JudgeParser, dest: str) -> str:
@@ -169,8 +171,9 @@ def judge_recipe(parser: JudgeParser, plan: LaunchPlan, argv: Sequence[str], sou
         if dest == CONFIG_DEST:
             raise _config_refusal(f"in {where}", f"flags.{name}")
         if not _finite(value):
-            raise UserError(f"in {where}, flags.{name} {value}: not a finite number; give a "
-                            "real value")
+            raise UserError(
+                f"in {where}, flags.{name} {value}: not a finite number; give a real value"
+            )
     return rendered
 
 
@@ -186,8 +189,11 @@ def judge_extra(
     values: dict = {}
     for flag in parse_extra(tokens):
         check_values(flag)
-        token = [f"{flag.name}={flag.values[0]}"] if len(flag.values) == 1 else [
-            flag.name, *flag.values]
+        token = (
+            [f"{flag.name}={flag.values[0]}"]
+            if len(flag.values) == 1
+            else [flag.name, *flag.values]
+        )
         for dest, value in _parse(parser, token, f"{where}, {flag.name}", source).items():
             if dest in KEY_DESTS:
                 raise _key_refusal(where, flag.name, dest)
@@ -195,8 +201,10 @@ def judge_extra(
                 raise _config_refusal(where, flag.name)
             if dest in derived:
                 name = derived[dest]
-                raise UserError(f"{where}, {flag.name} is refused: {name} is rendered from "
-                                f"{DERIVED_FLAGS[name]}; change that instead ({REPEATED})")
+                raise UserError(
+                    f"{where}, {flag.name} is refused: {name} is rendered from "
+                    f"{DERIVED_FLAGS[name]}; change that instead ({REPEATED})"
+                )
             if dest in rendered:
                 name = owned.get(dest, _flag_of(parser, dest))
                 shown = recipe.flag_value(name) if name in recipe.flags else rendered[dest]
@@ -207,12 +215,16 @@ def judge_extra(
                     "--recipe FILE"
                 )
             if dest in set_here:
-                twice = "is given twice" if set_here[dest] == flag.name else (
-                    f"sets what {set_here[dest]} sets (sglang's {dest})")
+                twice = (
+                    "is given twice"
+                    if set_here[dest] == flag.name
+                    else (f"sets what {set_here[dest]} sets (sglang's {dest})")
+                )
                 raise UserError(f"{where}, {flag.name} {twice}: keep one")
             if not _finite(value):
-                raise UserError(f"{where}, {flag.name} {value}: not a finite number; give a "
-                                "real value")
+                raise UserError(
+                    f"{where}, {flag.name} {value}: not a finite number; give a real value"
+                )
             set_here[dest] = flag.name
             values[dest] = value
     # The whole list at once too: what one group leaves dangling, the next may not take.
@@ -246,8 +258,11 @@ def _lint_with(parser: JudgeParser, plan: LaunchPlan, values: Mapping[str, objec
 
 
 def listeners(values: Mapping[str, object], env: Mapping[str, str]) -> list[str]:
-    found = [f"{'--' + d.replace('_', '-')} ({why})" for d, why in LISTENER_DESTS.items()
-             if values.get(d) not in (None, False)]
+    found = [
+        f"{'--' + d.replace('_', '-')} ({why})"
+        for d, why in LISTENER_DESTS.items()
+        if values.get(d) not in (None, False)
+    ]
     found += [f"{name} ({why})" for name, why in LISTENER_ENV.items() if env.get(name, "").strip()]
     return found
 

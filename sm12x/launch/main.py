@@ -19,11 +19,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from sm12x import __version__, settings
+from sm12x import sps_tables as store
 from sm12x.apikey import ENV as KEY_ENV
 from sm12x.apikey import exposure_problem
 from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.launch import configuration, gpus
+from sm12x.launch.judge import Judged, judge
 from sm12x.launch.render import (
     HEAD_ADDR_ENV,
     NODE_RANK_ENV,
@@ -32,11 +34,9 @@ from sm12x.launch.render import (
     build_launch,
 )
 from sm12x.recipe import Recipe, load_all, load_recipe, warnings_for
-from sm12x.launch.judge import Judged, judge
-from sm12x.sglang_parser import parser_for
-from sm12x.settings import Loaded
-from sm12x import sps_tables as store
 from sm12x.recipe.lines import serves
+from sm12x.settings import Loaded
+from sm12x.sglang_parser import parser_for
 from sm12x.versions import load_versions, track_of_sglang
 
 AUTO = "auto"
@@ -74,19 +74,27 @@ def table_finder(loaded: Loaded) -> configuration.Finder:
     sglang = have or load_versions(s.track_name)["SGLANG_VERSION"]
 
     def find(recipe: Recipe) -> store.Lookup:
-        key = store.key_for(recipe, track=s.track_name, sglang=sglang, sm12x=__version__,
-                            gpu=gpu_name())
+        key = store.key_for(
+            recipe, track=s.track_name, sglang=sglang, sm12x=__version__, gpu=gpu_name()
+        )
         return store.lookup(s.cache_dir, key)
 
     return find
 
 
-def choose_configuration(recipe: Recipe, loaded: Loaded, *, profiling: bool, dry_run: bool,
-                         say) -> Recipe:
+def choose_configuration(
+    recipe: Recipe, loaded: Loaded, *, profiling: bool, dry_run: bool, say
+) -> Recipe:
     """SM12X_CONFIGURATION applied to the recipe picked (sm12x.launch.configuration)."""
     s = loaded.settings
-    resolved = configuration.resolve(recipe, s.configuration, s.track_name, table_finder(loaded),
-                                     profiling=profiling, dry_run=dry_run)
+    resolved = configuration.resolve(
+        recipe,
+        s.configuration,
+        s.track_name,
+        table_finder(loaded),
+        profiling=profiling,
+        dry_run=dry_run,
+    )
     if resolved.warning:
         say(f"warning: {resolved.warning}")
     if resolved.notice:
@@ -177,8 +185,10 @@ def own_network() -> bool:
     iflink is itself."""
     try:
         interfaces = [p for p in NET_CLASS.iterdir() if p.name != "lo"]
-        links = [((p / "ifindex").read_text().strip(), (p / "iflink").read_text().strip())
-                 for p in interfaces]
+        links = [
+            ((p / "ifindex").read_text().strip(), (p / "iflink").read_text().strip())
+            for p in interfaces
+        ]
     except OSError:
         return False
     return bool(links) and all(index != link for index, link in links)
@@ -234,20 +244,26 @@ def check_track(loaded: Loaded, dry_run: bool) -> None:
     have = installed_sglang()
     if have is None:
         if not dry_run:
-            raise UserError(f"sglang is not installed for {sys.executable}: run sm12x launch in "
-                            f"the {track} track's image ({image}), or install sglang {want}")
+            raise UserError(
+                f"sglang is not installed for {sys.executable}: run sm12x launch in "
+                f"the {track} track's image ({image}), or install sglang {want}"
+            )
         return
     if have == "":
-        _say(f"warning: this sglang has no package metadata: cannot tell whether it is the "
-             f"{track} track's sglang {want}")
+        _say(
+            f"warning: this sglang has no package metadata: cannot tell whether it is the "
+            f"{track} track's sglang {want}"
+        )
         return
     if have != want:
         other = track_of_sglang(have)
         fix = f"set SM12X_TRACK={other}" if other else f"install sglang {want}"
-        message = (f"SM12X_TRACK={track} (from {loaded.origin('track')}) serves sglang {want}, "
-                   f"but this Python has sglang {have}: run the {track} track's image "
-                   f"({image}; compose picks it from SM12X_TRACK unless SM12X_IMAGE names "
-                   f"another), or {fix}")
+        message = (
+            f"SM12X_TRACK={track} (from {loaded.origin('track')}) serves sglang {want}, "
+            f"but this Python has sglang {have}: run the {track} track's image "
+            f"({image}; compose picks it from SM12X_TRACK unless SM12X_IMAGE names "
+            f"another), or {fix}"
+        )
         if not dry_run:
             raise UserError(message)
         _say(f"warning: {message}")
@@ -261,12 +277,12 @@ def check_recipe_track(recipe: Recipe, loaded: Loaded) -> None:
         return
     version = load_versions(track)["SGLANG_VERSION"]
     line = recipe.model.model_line
-    need = (f": {line.title} needs sglang >= {line.min_sglang}"
-            if not serves(line, version) else "")
+    need = f": {line.title} needs sglang >= {line.min_sglang}" if not serves(line, version) else ""
     raise UserError(
         f"{recipe.name} runs on the {', '.join(recipe.tracks)} track(s) only, and SM12X_TRACK is "
         f"{track} (from {loaded.origin('track')}), whose sglang is {version}{need}: set "
-        f"SM12X_TRACK={recipe.tracks[0]} in .env (its image), or pick another recipe")
+        f"SM12X_TRACK={recipe.tracks[0]} in .env (its image), or pick another recipe"
+    )
 
 
 def process_env(environ: Mapping[str, str], loaded: Loaded) -> dict[str, str]:
@@ -289,9 +305,12 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     recipe, why = select_recipe(choice, origin=loaded.origin("recipe"))
     _say(why)
     if args.sps_profile and args.no_spec:
-        raise UserError("--sps-profile profiles speculative decoding: it does not go with --no-spec")
-    recipe = choose_configuration(recipe, loaded, profiling=args.sps_profile, dry_run=dry_run,
-                                  say=_say)
+        raise UserError(
+            "--sps-profile profiles speculative decoding: it does not go with --no-spec"
+        )
+    recipe = choose_configuration(
+        recipe, loaded, profiling=args.sps_profile, dry_run=dry_run, say=_say
+    )
     check_recipe_track(recipe, loaded)
     if choice != AUTO and not dry_run:
         mismatch = gpu_mismatch(recipe)
@@ -313,8 +332,9 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     variables = loaded.variables()
     exec_env, notes = plan.exec_env(process_env(environ, loaded))
     # sglang's own parser judges the recipe and the flags after -- together.
-    parser, source = parser_for(load_versions(loaded.settings.track_name)["SGLANG_VERSION"],
-                                installed_sglang())
+    parser, source = parser_for(
+        load_versions(loaded.settings.track_name)["SGLANG_VERSION"], installed_sglang()
+    )
     judged = judge(parser, source, plan, extra, variables, exec_env)
     # A dry run shows what is missing as "$NAME" placeholders; a launch refuses.
     for check in (
@@ -338,8 +358,9 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
         check_track(loaded, dry_run=True)
         if args.explain:
             site = [n for n, var in recipe.env.items() if var.from_host]
-            sys.stdout.write(settings.explain_variables(loaded, site, f"{recipe.name}'s site "
-                                                        "variables"))
+            sys.stdout.write(
+                settings.explain_variables(loaded, site, f"{recipe.name}'s site variables")
+            )
             sys.stdout.write(plan.explain())
         text = plan.shell(python=python)
         if extra:

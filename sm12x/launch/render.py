@@ -236,12 +236,18 @@ RAGGED_VERIFY_ENV = "SGLANG_RAGGED_VERIFY_MODE"
 # rows (static).
 PROFILING_ENV = {
     "SGLANG_DSPARK_ENABLE_SPS_RECORD": (
-        "1", "sm12x tune: the per-step decode records the SPS profiler reads on /server_info"),
+        "1",
+        "sm12x tune: the per-step decode records the SPS profiler reads on /server_info",
+    ),
     "SGLANG_SIMULATE_ACC_LEN": (
-        "1.0", "sm12x tune: every step commits exactly the bonus token, so the profiled "
-        "batches are deterministic (the profiler refuses any other value)"),
+        "1.0",
+        "sm12x tune: every step commits exactly the bonus token, so the profiled "
+        "batches are deterministic (the profiler refuses any other value)",
+    ),
     RAGGED_VERIFY_ENV: (
-        "static", "sm12x tune: the profiler's diagonal sweep measures static verify steps"),
+        "static",
+        "sm12x tune: the profiler's diagonal sweep measures static verify steps",
+    ),
 }
 
 
@@ -308,8 +314,14 @@ def speculative_env(recipe: Recipe, ctx: LaunchContext) -> list[RenderedEnv]:
     mode = recipe.dspark.ragged_verify
     if mode == "static":
         return []
-    return [RenderedEnv(RAGGED_VERIFY_ENV, mode, f"dspark.ragged_verify: {mode} verify, "
-                        "budgeted by the SPS table", fixed=True)]
+    return [
+        RenderedEnv(
+            RAGGED_VERIFY_ENV,
+            mode,
+            f"dspark.ragged_verify: {mode} verify, budgeted by the SPS table",
+            fixed=True,
+        )
+    ]
 
 
 def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> LaunchPlan:
@@ -365,9 +377,7 @@ def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> Launch
             head = ctx.head_addr if ":" in ctx.head_addr else f"{ctx.head_addr}:{port}"
         args += [
             RenderedArg("--nnodes", str(recipe.hardware.nodes), "hardware.nodes"),
-            RenderedArg(
-                "--node-rank", rank, f"this node's rank ({NODE_RANK_ENV}: 0 on the head)"
-            ),
+            RenderedArg("--node-rank", rank, f"this node's rank ({NODE_RANK_ENV}: 0 on the head)"),
             RenderedArg("--dist-init-addr", head, recipe.multinode.why),
         ]
 
@@ -375,11 +385,12 @@ def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> Launch
         RenderedArg(
             "--host",
             ctx.host,
-            "SM12X_HOST, else SM12X_BIND: 0.0.0.0 inside a bridged container, 127.0.0.1 "
-            "by default",
+            "SM12X_HOST, else SM12X_BIND: 0.0.0.0 inside a bridged container, 127.0.0.1 by default",
         )
     )
-    args.append(RenderedArg("--port", str(ctx.port or recipe.serve.port), "SM12X_PORT, else serve.port"))
+    args.append(
+        RenderedArg("--port", str(ctx.port or recipe.serve.port), "SM12X_PORT, else serve.port")
+    )
 
     env: list[RenderedEnv] = []
     for name, var in recipe.env.items():

@@ -23,8 +23,8 @@ from sm12x.fields import build_model
 from sm12x.launch.judge import judge
 from sm12x.launch.main import AUTO, choose_configuration, installed_sglang, select_recipe
 from sm12x.launch.render import LaunchContext, build_launch
-from sm12x.sglang_parser import parser_for
 from sm12x.recipe import warnings_for
+from sm12x.sglang_parser import parser_for
 from sm12x.versions import load_versions, track_of_sglang
 
 K8S_VALUES = (
@@ -38,9 +38,7 @@ K8S_VALUES = (
 )
 K8S_SWITCHES = ("host_network", "insecure_no_api_key")
 K8S_ONLY = (*K8S_VALUES, *K8S_SWITCHES, "out")
-LAUNCH_ONLY = (
-    "node_rank", "head_addr", "model_dir", "host", "port", "bind", "cache_dir", "sglang"
-)
+LAUNCH_ONLY = ("node_rank", "head_addr", "model_dir", "host", "port", "bind", "cache_dir", "sglang")
 
 
 def _flag(name: str) -> str:
@@ -96,8 +94,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"sm12x render: {why}", file=sys.stderr)
     # As a dry run of the launch: a throughput configuration without its tuned
     # table is shown with a warning, not refused (the table may be made later).
-    recipe = choose_configuration(recipe, loaded, profiling=False, dry_run=True,
-                                  say=lambda text: print(f"sm12x render: {text}", file=sys.stderr))
+    recipe = choose_configuration(
+        recipe,
+        loaded,
+        profiling=False,
+        dry_run=True,
+        say=lambda text: print(f"sm12x render: {text}", file=sys.stderr),
+    )
     for finding in warnings_for(recipe):
         print(f"sm12x render: {finding}", file=sys.stderr)
     ctx = LaunchContext.from_settings(loaded)
@@ -108,8 +111,7 @@ def run(args: argparse.Namespace) -> int:
     # The command is judged as `sm12x launch` judges it: by sglang's parser
     # (here, where sglang is seldom installed, the track's description of it).
     parser, source = parser_for(load_versions(track)["SGLANG_VERSION"], installed_sglang())
-    judge(parser, source, plan, [], loaded.variables(),
-          {e.name: str(e.value) for e in plan.env})
+    judge(parser, source, plan, [], loaded.variables(), {e.name: str(e.value) for e in plan.env})
     sglang = args.sglang or load_versions(track)["SGLANG_VERSION"]
     if args.explain:
         site = [n for n, var in recipe.env.items() if var.from_host]

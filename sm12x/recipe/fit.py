@@ -43,7 +43,8 @@ class Weights:
 WEIGHTS = {
     "v4-flash-0731": Weights(150 * GIB_PER_GB, 0.0, "a ~150 GB checkpoint (README)"),
     "v4.1-flash": Weights(
-        2 * 143.0, 189.0,
+        2 * 143.0,
+        189.0,
         "derived from sglang 0.5.23's test/dsv41_flash_common.py: engram tables ~189 GiB "
         "(2 x ~384M rows x 264 B, FP8), other weights ~143 GiB/GPU at TP2, so ~286 GiB",
     ),
@@ -76,19 +77,30 @@ def judge(line: Line, hardware, *, engram_on_gpu: bool = True) -> Verdict:
     budget = memory * (1 - HEADROOM)
     rig = describe(hardware.gpus_per_node, hardware.nodes, hardware.gpu, memory)
     total = weights.dense_gib + (weights.engram_gib if engram_here else 0.0)
-    where = "" if not weights.engram_gib else (
-        ", engram tables included" if engram_on_gpu else
-        ", engram tables included (host memory is GPU memory here)" if hardware.unified_memory
-        else ", engram tables in host memory")
-    text = (f"{per_gpu:.1f} GiB of weights per GPU ({total:.0f} GiB{where} / {gpus}) against "
-            f"{budget:.1f} GiB usable ({memory} GiB less {HEADROOM:.0%} for KV, draft, graphs, "
-            "activations)")
+    where = (
+        ""
+        if not weights.engram_gib
+        else (
+            ", engram tables included"
+            if engram_on_gpu
+            else ", engram tables included (host memory is GPU memory here)"
+            if hardware.unified_memory
+            else ", engram tables in host memory"
+        )
+    )
+    text = (
+        f"{per_gpu:.1f} GiB of weights per GPU ({total:.0f} GiB{where} / {gpus}) against "
+        f"{budget:.1f} GiB usable ({memory} GiB less {HEADROOM:.0%} for KV, draft, graphs, "
+        "activations)"
+    )
     fits = per_gpu <= budget
     if not fits and weights.engram_gib and engram_here and not hardware.unified_memory:
         host = weights.dense_gib / gpus
-        text += (f"; with the engram tables in host RAM (SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1, "
-                 f">= {weights.engram_gib:.0f} GiB) {host:.1f} GiB per GPU, which no field "
-                 "report has run")
+        text += (
+            f"; with the engram tables in host RAM (SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1, "
+            f">= {weights.engram_gib:.0f} GiB) {host:.1f} GiB per GPU, which no field "
+            "report has run"
+        )
     return Verdict(fits, rig, per_gpu, budget, text)
 
 
@@ -102,10 +114,14 @@ def kv_budget_gib(recipe) -> float:
     reserve): the KV pool and the draft's state live in it."""
     weights = WEIGHTS[recipe.model.line]
     gpus = recipe.hardware.total_gpus
-    engram = weights.engram_gib / gpus if (engram_on_gpu(recipe)
-                                           or recipe.hardware.unified_memory) else 0.0
+    engram = (
+        weights.engram_gib / gpus
+        if (engram_on_gpu(recipe) or recipe.hardware.unified_memory)
+        else 0.0
+    )
     fraction = recipe.flag_value("--mem-fraction-static")
     fraction = float(fraction) if isinstance(fraction, (int, float)) else 0.88
     vision = VISION_RESERVE_GIB if recipe.model.vision else 0.0
-    return recipe.hardware.memory_gib_per_gpu * fraction - weights.dense_gib / gpus - engram \
-        - vision
+    return (
+        recipe.hardware.memory_gib_per_gpu * fraction - weights.dense_gib / gpus - engram - vision
+    )

@@ -16,7 +16,7 @@ from typing import Literal
 from sm12x import patch_series
 from sm12x.recipe import fit
 from sm12x.recipe.errors import RecipeError
-from sm12x.recipe.lines import V4_FLASH_0731, V41_FLASH, serves
+from sm12x.recipe.lines import V41_FLASH, serves
 from sm12x.recipe.model import Recipe
 from sm12x.versions import load_versions, tracks
 
@@ -136,8 +136,10 @@ def _rows_fix_elsewhere() -> str:
     for patch in patch_series.load_patches():
         if patch.get("verify_rows", 0) > patch_series.UNPATCHED_VERIFY_ROWS:
             found.setdefault(patch["file"], []).extend(patch["sglang"])
-    return "; ".join(f"{name} exists for sglang {', '.join(sorted(versions))}"
-                     for name, versions in sorted(found.items()))
+    return "; ".join(
+        f"{name} exists for sglang {', '.join(sorted(versions))}"
+        for name, versions in sorted(found.items())
+    )
 
 
 @lint("dspark-verify-rows")
@@ -166,8 +168,8 @@ def _dspark_verify_rows(recipe: Recipe) -> Iterator[Finding]:
                 f"widths of 1 to {depth + 1} rows in one step, but {image} has no verify-row "
                 "fix (a patches.toml entry with verify_rows, or a [[release]] entry) whose "
                 "plan was checked for mixed widths: use ragged_verify: static, or give "
-                f"patches/sglang/{version}/ the fix" + (
-                    f" ({elsewhere})" if (elsewhere := _rows_fix_elsewhere()) else ""),
+                f"patches/sglang/{version}/ the fix"
+                + (f" ({elsewhere})" if (elsewhere := _rows_fix_elsewhere()) else ""),
             )
             continue
         if depth + 1 <= allowed.rows:
@@ -181,8 +183,7 @@ def _dspark_verify_rows(recipe: Recipe) -> Iterator[Finding]:
                 f"upstream #32183): the rest read stale compressed KV and outputs drift "
                 f"under load. Use block_size {allowed.rows - 1}, or give "
                 f"patches/sglang/{version}/ the verify-row fix (a patches.toml entry with "
-                "verify_rows)"
-                + (f" ({elsewhere})" if elsewhere else "")
+                "verify_rows)" + (f" ({elsewhere})" if elsewhere else "")
             )
         else:
             message = (
@@ -311,13 +312,16 @@ def _indexer_min_query_tokens(recipe: Recipe) -> Iterator[Finding]:
     want = chunk // dp
     if var.from_host or var.value != str(want):
         shown = "taken from the host" if var.from_host else repr(var.value)
-        per = f"--chunked-prefill-size {chunk} / {dp} DP ranks" if dp > 1 else (
-            f"--chunked-prefill-size {chunk} (no DP attention)")
+        per = (
+            f"--chunked-prefill-size {chunk} / {dp} DP ranks"
+            if dp > 1
+            else (f"--chunked-prefill-size {chunk} (no DP attention)")
+        )
         yield Finding(
             "indexer-min-query-tokens",
             "error",
             f"env.{INDEXER_MIN_QUERY} is {shown} but sglang compares it with one DP rank's "
-            f"query rows, whose prefill chunk is {per} = {want}: set it to \"{want}\"",
+            f'query rows, whose prefill chunk is {per} = {want}: set it to "{want}"',
         )
 
 
@@ -341,38 +345,54 @@ def _dp_attention(recipe: Recipe) -> Iterator[Finding]:
     enabled = recipe.has_flag("--enable-dp-attention")
     new_spelling = recipe.has_flag("--attn-dp-size")
     if new_spelling and enabled:
-        yield error("--attn-dp-size and --enable-dp-attention are two spellings of DP "
-                    "attention: keep --attn-dp-size (sglang >= 0.5.23) and remove the other")
+        yield error(
+            "--attn-dp-size and --enable-dp-attention are two spellings of DP "
+            "attention: keep --attn-dp-size (sglang >= 0.5.23) and remove the other"
+        )
     if enabled and dp == 1:
         yield error(
             "--enable-dp-attention with --dp-size 1 (or none): sglang silently turns DP "
             "attention off; set --dp-size to the number of attention replicas (a divisor "
-            "of --tp-size) or remove --enable-dp-attention")
+            "of --tp-size) or remove --enable-dp-attention"
+        )
     if dp > 1 and not enabled:
         yield error(
             f"--dp-size {dp} without --enable-dp-attention starts {dp} whole replicas of "
             f"--tp-size {tp} each ({dp} x {tp} GPUs; across nodes sglang refuses it): for "
             "DP attention inside the one TP group write --attn-dp-size (sglang >= 0.5.23) "
-            "or add --enable-dp-attention, or remove --dp-size")
+            "or add --enable-dp-attention, or remove --dp-size"
+        )
     width = attention_dp(recipe)
     if isinstance(tp, int) and width > 1 and tp % width:
-        yield error(f"DP attention width {width} does not divide --tp-size {tp} (sglang "
-                    "asserts tp_size % dp_size == 0): use a divisor of the tensor-parallel size")
+        yield error(
+            f"DP attention width {width} does not divide --tp-size {tp} (sglang "
+            "asserts tp_size % dp_size == 0): use a divisor of the tensor-parallel size"
+        )
     if recipe.has_flag("--enable-dp-lm-head") and width == 1:
-        yield error("--enable-dp-lm-head needs DP attention (a width above 1): sglang "
-                    "refuses it otherwise; remove it")
+        yield error(
+            "--enable-dp-lm-head needs DP attention (a width above 1): sglang "
+            "refuses it otherwise; remove it"
+        )
     if width > 1 and not recipe.has_flag("--enable-dp-lm-head"):
-        yield error("DSPARK with DP attention needs --enable-dp-lm-head (sglang refuses to "
-                    "launch without it): add the switch")
+        yield error(
+            "DSPARK with DP attention needs --enable-dp-lm-head (sglang refuses to "
+            "launch without it): add the switch"
+        )
     ep = recipe.flag_value("--ep-size")
     if recipe.has_flag("--ep-size") and (
-            not isinstance(ep, int) or ep < 1 or (isinstance(tp, int) and tp % ep)):
-        yield error(f"--ep-size {ep!r} must be a positive divisor of --tp-size {tp} (the "
-                    "experts are split across the tensor-parallel group)")
+        not isinstance(ep, int) or ep < 1 or (isinstance(tp, int) and tp % ep)
+    ):
+        yield error(
+            f"--ep-size {ep!r} must be a positive divisor of --tp-size {tp} (the "
+            "experts are split across the tensor-parallel group)"
+        )
     if recipe.has_flag("--enable-prefill-delayer") and width == 1:
-        yield Finding("dp-attention", "warning",
-                      "--enable-prefill-delayer only holds prefills back across DP attention "
-                      "ranks; without DP attention it does nothing: remove it")
+        yield Finding(
+            "dp-attention",
+            "warning",
+            "--enable-prefill-delayer only holds prefills back across DP attention "
+            "ranks; without DP attention it does nothing: remove it",
+        )
 
 
 @lint("ragged-verify")
@@ -381,33 +401,41 @@ def _ragged_verify(recipe: Recipe) -> Iterator[Finding]:
     has_table = d.sps_table is not None or d.sps_table_path is not None
     if d.sps_table is not None and d.sps_table_path is not None:
         yield Finding(
-            "ragged-verify", "error",
+            "ragged-verify",
+            "error",
             "dspark.sps_table: tuned and dspark.sps_table_path both name a table: keep one "
-            "(tuned: the table `sm12x tune` made on this rig; sps_table_path: a file of yours)")
+            "(tuned: the table `sm12x tune` made on this rig; sps_table_path: a file of yours)",
+        )
     if d.ragged_verify != "static" and not has_table:
         yield Finding(
-            "ragged-verify", "error",
+            "ragged-verify",
+            "error",
             f"dspark.ragged_verify {d.ragged_verify} without an SPS table: sglang's verify "
             "budget then degenerates to verify-all (zero throughput gain, sglang's own help "
             "says); set dspark.sps_table: tuned (and run `sm12x tune` once on the rig) or "
-            "dspark.sps_table_path, or use ragged_verify: static")
+            "dspark.sps_table_path, or use ragged_verify: static",
+        )
     tp = recipe.flag_value("--tp-size")
     dp = attention_dp(recipe)
     if d.ragged_verify == "compact" and dp > 1 and isinstance(tp, int) and dp < tp:
         # dspark_planner.py: the DP ranks agree a verify graph tier only when attention
         # TP is 1; otherwise the tier is "pinned" and no rank's verify shrinks.
         yield Finding(
-            "ragged-verify", "warning",
+            "ragged-verify",
+            "warning",
             f"compact ragged verify with DP attention width {dp} below --tp-size {tp}: "
             "sglang agrees the verify graph tier across DP ranks only when each rank's "
             "attention TP is 1 (else it pins the tier, graph_tier=pinned in its log), so "
-            f"the verify budget buys little; set the width to {tp} if memory allows")
+            f"the verify budget buys little; set the width to {tp} if memory allows",
+        )
     if d.ragged_verify == "static" and has_table:
         yield Finding(
-            "ragged-verify", "warning",
+            "ragged-verify",
+            "warning",
             "an SPS table with dspark.ragged_verify static: only the ragged-verify scheduler "
             "reads it (sglang logs that it is a no-op); set ragged_verify: compact or drop "
-            "the table")
+            "the table",
+        )
 
 
 @lint("flashmla-triton")
@@ -479,7 +507,9 @@ FEATURE_SINCE: dict[tuple[str, str | None], tuple[str | None, str]] = {
     ("SGLANG_PCIE_IPC_MAX_NUMEL", None): ("0.5.23", "the PCIe-IPC all-reduce's workspace bound"),
     ("--attn-dp-size", None): ("0.5.23", "DP attention's own flag"),
     ("--load-balance-method", "prefix_affinity"): (
-        None, "prefix-affinity DP routing (a patch of a public deployment, in no release)"),
+        None,
+        "prefix-affinity DP routing (a patch of a public deployment, in no release)",
+    ),
 }
 
 
@@ -488,8 +518,10 @@ FEATURE_SINCE: dict[tuple[str, str | None], tuple[str | None, str]] = {
 # by the same test.
 DEPRECATED_SINCE: dict[str, tuple[str, str]] = {
     "--enable-dp-attention": (
-        "0.5.23", "write --attn-dp-size N instead of --dp-size N --enable-dp-attention "
-        "(sglang says it goes after 2026-12-31)"),
+        "0.5.23",
+        "write --attn-dp-size N instead of --dp-size N --enable-dp-attention "
+        "(sglang says it goes after 2026-12-31)",
+    ),
 }
 
 
@@ -558,8 +590,11 @@ def _model_line_track(recipe: Recipe) -> Iterator[Finding]:
                 "error",
                 f"model.line {line.name} needs sglang >= {line.min_sglang} "
                 f"({line.min_sglang_why}), but the {track} track's sglang is {version}: "
-                + (f"set `tracks: [{', '.join(able)}]`" if able else
-                   "no track of this sm12x can serve it"),
+                + (
+                    f"set `tracks: [{', '.join(able)}]`"
+                    if able
+                    else "no track of this sm12x can serve it"
+                ),
             )
 
 
@@ -571,8 +606,10 @@ def _model_line_parsers(recipe: Recipe) -> Iterator[Finding]:
     # stops the boot (serving_deepseek_recipe: "cannot be mixed"); a V4.1 parser on a
     # V4 model is refused per request ("this server does not serve that model").
     line = recipe.model.model_line
-    for flag, want in (("--reasoning-parser", line.reasoning_parser),
-                       ("--tool-call-parser", line.tool_call_parser)):
+    for flag, want in (
+        ("--reasoning-parser", line.reasoning_parser),
+        ("--tool-call-parser", line.tool_call_parser),
+    ):
         value = recipe.flag_value(flag)
         if value != want:
             found = "missing" if value is None else f"{value!r}"
@@ -592,7 +629,7 @@ V41_REFUSED_FLAGS = {
 }
 # ... and what it refuses for V4 but V4.1 accepts.
 V4_REFUSED_FLAGS = {
-    "--enable-encoder-swa-bounded-replay": "encoder SWA bounded replay (\"requires DeepSeek-V4.1\")",
+    "--enable-encoder-swa-bounded-replay": 'encoder SWA bounded replay ("requires DeepSeek-V4.1")',
 }
 
 
@@ -631,10 +668,16 @@ def _model_line_refused(recipe: Recipe) -> Iterator[Finding]:
 # 8x RTX PRO 6000 (sgl-project/sglang#40877, vllm-project/vllm#56700) and 4x DGX
 # Spark (0xSero/local-ai-registry#55).
 V41_FIELD = {
-    "rtx-pro-6000": {"block_sizes": (6,), "max_chunked_prefill": 2048,
-                     "source": "sgl-project/sglang#40877 (8x RTX PRO 6000, TP8/EP8)"},
-    "gb10": {"block_sizes": (3,), "max_chunked_prefill": None,
-             "source": "0xSero/local-ai-registry#55 (4x DGX Spark, TP4)"},
+    "rtx-pro-6000": {
+        "block_sizes": (6,),
+        "max_chunked_prefill": 2048,
+        "source": "sgl-project/sglang#40877 (8x RTX PRO 6000, TP8/EP8)",
+    },
+    "gb10": {
+        "block_sizes": (3,),
+        "max_chunked_prefill": None,
+        "source": "0xSero/local-ai-registry#55 (4x DGX Spark, TP4)",
+    },
 }
 
 
@@ -685,13 +728,17 @@ def _v41_field(recipe: Recipe) -> Iterator[Finding]:
 
 @lint("model-fit")
 def _model_fit(recipe: Recipe) -> Iterator[Finding]:
-    verdict = fit.judge(recipe.model.model_line, recipe.hardware,
-                        engram_on_gpu=fit.engram_on_gpu(recipe))
+    verdict = fit.judge(
+        recipe.model.model_line, recipe.hardware, engram_on_gpu=fit.engram_on_gpu(recipe)
+    )
     if not verdict.fits:
-        yield Finding("model-fit", "error",
-                      f"{recipe.model.model_line.title} does not fit {verdict.rig}: "
-                      f"{verdict.arithmetic} (weights: "
-                      f"{fit.WEIGHTS[recipe.model.line].source}): pick a rig with more memory")
+        yield Finding(
+            "model-fit",
+            "error",
+            f"{recipe.model.model_line.title} does not fit {verdict.rig}: "
+            f"{verdict.arithmetic} (weights: "
+            f"{fit.WEIGHTS[recipe.model.line].source}): pick a rig with more memory",
+        )
 
 
 def lint_recipe(recipe: Recipe) -> list[Finding]:

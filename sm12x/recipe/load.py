@@ -129,13 +129,17 @@ def _check_shape(text: str, source: str) -> None:
     depth = 0
     for event in yaml.parse(text, Loader=_UniqueKeyLoader):  # noqa: S506 (a SafeLoader)
         if isinstance(event, yaml.AliasEvent):
-            raise RecipeError(f"{source}:{event.start_mark.line + 1}: a YAML alias (*name): "
-                              "write the value out, recipes use no anchors")
+            raise RecipeError(
+                f"{source}:{event.start_mark.line + 1}: a YAML alias (*name): "
+                "write the value out, recipes use no anchors"
+            )
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > MAX_DEPTH:
-                raise RecipeError(f"{source}:{event.start_mark.line + 1}: nested more than "
-                                  f"{MAX_DEPTH} levels deep: not a recipe")
+                raise RecipeError(
+                    f"{source}:{event.start_mark.line + 1}: nested more than "
+                    f"{MAX_DEPTH} levels deep: not a recipe"
+                )
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
 

@@ -85,15 +85,22 @@ def support_matrix(recipes: list[Recipe]) -> str:
     ]
     order = {"rtx-pro-6000": 0, "rtx-5090": 1, "gb10": 2}
     kinds = {"baseline": 0}
-    for recipe in sorted(recipes, key=lambda r: (order.get(r.hardware.gpu, 9),
-                                                 r.hardware.gpus_per_node, r.rig,
-                                                 kinds.get(r.configuration_kind, 1), r.name)):
+    for recipe in sorted(
+        recipes,
+        key=lambda r: (
+            order.get(r.hardware.gpu, 9),
+            r.hardware.gpus_per_node,
+            r.rig,
+            kinds.get(r.configuration_kind, 1),
+            r.name,
+        ),
+    ):
         rows.append(
             f"| `{recipe.rig}` | {configuration_cell(recipe)} | `{recipe.name}`{_line(recipe)} | "
             f"{status_cell(recipe)} | {figures_cell(recipe)} |"
         )
     note = (
-        "\n\"context\": the source ran another configuration (DSPARK depth, parallelism or "
+        '\n"context": the source ran another configuration (DSPARK depth, parallelism or '
         "engine), so the figure is a neighbourhood, not a target; `sm12x bench` prints it "
         "beside yours as a ratio marked `~`. Each recipe's `references` say exactly what "
         "the source ran. A rig's plain compose profile runs its baseline until its "
@@ -105,13 +112,20 @@ def support_matrix(recipes: list[Recipe]) -> str:
 
 # Rigs the field ran a line on that no recipe here covers; shown in the fit table.
 FIELD_RIGS = [
-    Hardware(gpu="gb10", compute_capability="12.1", gpus_per_node=1, nodes=4,
-             memory_gib_per_gpu=128, unified_memory=True, cpu_arch="aarch64",
-             interconnect="RoCE"),
+    Hardware(
+        gpu="gb10",
+        compute_capability="12.1",
+        gpus_per_node=1,
+        nodes=4,
+        memory_gib_per_gpu=128,
+        unified_memory=True,
+        cpu_arch="aarch64",
+        interconnect="RoCE",
+    ),
 ]
 FIELD_NOTES = {
     ("gb10", 1, 4): "the field's 4x DGX Spark profile (0xSero/local-ai-registry#55) kept the "
-                    "engram tables on NVMe with two local patches that sglang 0.5.23 does not have",
+    "engram tables on NVMe with two local patches that sglang 0.5.23 does not have",
 }
 
 
@@ -129,15 +143,26 @@ def lines_table(recipes: list[Recipe]) -> str:
     for line in LINES.values():
         if line.name == DEFAULT_LINE:
             continue
-        out += [f"{line.title} (`model.line: {line.name}`; sglang >= {line.min_sglang}, so "
-                f"the `current` track), per rig; weights: {fit.WEIGHTS[line.name].source} "
-                "(`sm12x/recipe/fit.py`):", "",
-                "| rig | recipe | memory arithmetic |", "|---|---|---|"]
+        out += [
+            f"{line.title} (`model.line: {line.name}`; sglang >= {line.min_sglang}, so "
+            f"the `current` track), per rig; weights: {fit.WEIGHTS[line.name].source} "
+            "(`sm12x/recipe/fit.py`):",
+            "",
+            "| rig | recipe | memory arithmetic |",
+            "|---|---|---|",
+        ]
         for key, hw in sorted(rigs.items(), key=lambda kv: (order.get(kv[0][0], 9), kv[0][1:])):
             verdict = fit.judge(line, hw)
-            served = [r for r in recipes if r.model.line == line.name and _rig_key(r.hardware) == key]
-            cell = (", ".join(f"`{r.name}`" for r in served) if served
-                    else "fits; no recipe yet" if verdict.fits else "**does not fit**")
+            served = [
+                r for r in recipes if r.model.line == line.name and _rig_key(r.hardware) == key
+            ]
+            cell = (
+                ", ".join(f"`{r.name}`" for r in served)
+                if served
+                else "fits; no recipe yet"
+                if verdict.fits
+                else "**does not fit**"
+            )
             note = f"; {FIELD_NOTES[key]}" if key in FIELD_NOTES else ""
             out.append(f"| {verdict.rig} | {cell} | {verdict.arithmetic}{note} |")
         out.append("")
@@ -152,7 +177,7 @@ def replace_block(text: str, recipes: list[Recipe]) -> str:
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
         raise ValueError(f"README.md has no {BEGIN!r} ... {END!r} block")
-    return text[:start] + block(recipes) + text[end + len(END):]
+    return text[:start] + block(recipes) + text[end + len(END) :]
 
 
 def main(argv: list[str]) -> int:
@@ -163,8 +188,9 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(support_matrix(recipes))
         return 0
     if argv == ["--write"]:
-        README.write_text(replace_block(README.read_text(encoding="utf-8"), recipes),
-                          encoding="utf-8")
+        README.write_text(
+            replace_block(README.read_text(encoding="utf-8"), recipes), encoding="utf-8"
+        )
         print(f"wrote the support matrix in {README}")
         return 0
     print("usage: python -m sm12x.recipe.matrix [--write]", file=sys.stderr)

@@ -26,10 +26,10 @@ import dataclasses
 import functools
 import math
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Iterable, Iterator
 
 import torch
 
@@ -65,9 +65,11 @@ def source_attribute(relative: str, name: str) -> int:
     """An `self.NAME = <literal>` assignment in an sglang source file, without importing it."""
     tree = ast.parse((_sglang_dir() / relative).read_text(encoding="utf-8"))
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Attribute) and t.attr == name for t in node.targets
-        ) and isinstance(node.value, ast.Constant):
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Attribute) and t.attr == name for t in node.targets)
+            and isinstance(node.value, ast.Constant)
+        ):
             return node.value.value
     raise LookupError(f"self.{name} = <literal> not found in sglang/{relative}")
 
@@ -102,12 +104,18 @@ def swa_page_size() -> int:
     tree = ast.parse((_sglang_dir() / relative).read_text(encoding="utf-8"))
     for node in ast.walk(tree):
         test = node.test if isinstance(node, ast.Assert) else None
-        if (isinstance(test, ast.Compare) and isinstance(test.left, ast.Attribute)
-                and test.left.attr == "page_size" and isinstance(test.ops[0], ast.Eq)
-                and isinstance(test.comparators[0], ast.Constant)):
+        if (
+            isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Attribute)
+            and test.left.attr == "page_size"
+            and isinstance(test.ops[0], ast.Eq)
+            and isinstance(test.comparators[0], ast.Constant)
+        ):
             return test.comparators[0].value
-    raise LookupError(f"sglang/{relative}: neither self.swa_page_size = <literal> nor "
-                      "assert self.page_size == <literal>")
+    raise LookupError(
+        f"sglang/{relative}: neither self.swa_page_size = <literal> nor "
+        "assert self.page_size == <literal>"
+    )
 
 
 def index_alignment() -> int:
@@ -175,16 +183,23 @@ def draft_indices(gamma: int, batch: int, prefix: int) -> tuple[torch.Tensor, to
     seq_lens = (prefix + 1 + torch.arange(gamma, dtype=torch.int32)).repeat(batch)
     req_pool = torch.arange(batch, dtype=torch.int64).repeat_interleave(gamma)
     gather = md.ComputeDsparkWindowGather.torch(
-        seq_lens_casual=seq_lens, req_pool_indices_repeated=req_pool,
-        block_size=gamma, swa_window=window,
+        seq_lens_casual=seq_lens,
+        req_pool_indices_repeated=req_pool,
+        block_size=gamma,
+        swa_window=window,
     )
-    out_loc = (req_to_token[:, prefix:prefix + gamma]).reshape(-1).to(torch.int64)
+    out_loc = (req_to_token[:, prefix : prefix + gamma]).reshape(-1).to(torch.int64)
     full_to_swa = torch.arange(batch * max_len, dtype=torch.int64)
     return md.BuildDsparkSwaPageIndices.torch(
-        req_to_token=req_to_token, full_to_swa_mapping=full_to_swa,
+        req_to_token=req_to_token,
+        full_to_swa_mapping=full_to_swa,
         req_pool_indices_per_request=gather.req_pool_indices_per_request,
-        offsets=gather.offsets, invalid=gather.invalid, out_loc=out_loc,
-        context_lens=gather.context_lens, block_size=gamma, swa_window=window,
+        offsets=gather.offsets,
+        invalid=gather.invalid,
+        out_loc=out_loc,
+        context_lens=gather.context_lens,
+        block_size=gamma,
+        swa_window=window,
         page_index_aligned_size=index_alignment(),
     )
 
@@ -232,9 +247,13 @@ def _target_layers(context: int) -> Iterator[tuple[str, int, int]]:
     yield "c128", _align(2 * max_pages), KV_PAGE_SIZE // 128
 
 
-def shapes(gammas: Iterable[int] = DEFAULT_GAMMAS, batches: Iterable[int] = DEFAULT_BATCHES,
-           tps: Iterable[int] = DEFAULT_TPS, contexts: Iterable[int] = DEFAULT_CONTEXTS,
-           chunks: Iterable[int] = DEFAULT_CHUNKS) -> dict[Shape, list[Producer]]:
+def shapes(
+    gammas: Iterable[int] = DEFAULT_GAMMAS,
+    batches: Iterable[int] = DEFAULT_BATCHES,
+    tps: Iterable[int] = DEFAULT_TPS,
+    contexts: Iterable[int] = DEFAULT_CONTEXTS,
+    chunks: Iterable[int] = DEFAULT_CHUNKS,
+) -> dict[Shape, list[Producer]]:
     """Every distinct call shape, with the configurations that produce it."""
     found: dict[Shape, list[Producer]] = {}
     swa_topk = _align(swa_window())
@@ -250,21 +269,41 @@ def shapes(gammas: Iterable[int] = DEFAULT_GAMMAS, batches: Iterable[int] = DEFA
         for batch in batches:
             for tp in tps:
                 producer = Producer(gamma, batch, tp, 0)
-                add(Shape("draft", "swa", batch * gamma, draft_heads(tp), draft_width[gamma], 0, 0),
-                    producer)
+                add(
+                    Shape("draft", "swa", batch * gamma, draft_heads(tp), draft_width[gamma], 0, 0),
+                    producer,
+                )
                 tokens = batch * (gamma + 1)
                 for context in contexts:
                     for layer, extra_topk, extra_pbs in _target_layers(context):
-                        add(Shape("verify", layer, tokens, target_heads(tp, tokens), swa_topk,
-                                  extra_topk, extra_pbs),
-                            Producer(gamma, batch, tp, context))
+                        add(
+                            Shape(
+                                "verify",
+                                layer,
+                                tokens,
+                                target_heads(tp, tokens),
+                                swa_topk,
+                                extra_topk,
+                                extra_pbs,
+                            ),
+                            Producer(gamma, batch, tp, context),
+                        )
     for chunk in chunks:
         for tp in tps:
             for context in contexts:
                 for layer, extra_topk, extra_pbs in _target_layers(context):
-                    add(Shape("extend", layer, chunk, target_heads(tp, chunk), swa_topk,
-                              extra_topk, extra_pbs),
-                        Producer(0, 1, tp, context))
+                    add(
+                        Shape(
+                            "extend",
+                            layer,
+                            chunk,
+                            target_heads(tp, chunk),
+                            swa_topk,
+                            extra_topk,
+                            extra_pbs,
+                        ),
+                        Producer(0, 1, tp, context),
+                    )
     return found
 
 
@@ -297,16 +336,19 @@ def _tensors(shape: Shape, producer: Producer) -> dict:
         pages = math.ceil((int(indices.max()) + 1) / page)
     else:
         pages = 4
-        indices = torch.randint(0, pages * page, (shape.num_tokens, 1, shape.topk),
-                                dtype=torch.int32)
+        indices = torch.randint(
+            0, pages * page, (shape.num_tokens, 1, shape.topk), dtype=torch.int32
+        )
         topk_length = torch.full((shape.num_tokens,), shape.topk, dtype=torch.int32)
     extra = {}
     if shape.extra_topk:
         extra = dict(
-            extra_k_cache=torch.zeros(pages * 64 // shape.extra_pbs, shape.extra_pbs, 1, 584,
-                                      dtype=torch.uint8),
-            extra_indices_in_kvcache=torch.full((shape.num_tokens, 1, shape.extra_topk), -1,
-                                                dtype=torch.int32),
+            extra_k_cache=torch.zeros(
+                pages * 64 // shape.extra_pbs, shape.extra_pbs, 1, 584, dtype=torch.uint8
+            ),
+            extra_indices_in_kvcache=torch.full(
+                (shape.num_tokens, 1, shape.extra_topk), -1, dtype=torch.int32
+            ),
             extra_topk_length=torch.ones(shape.num_tokens, dtype=torch.int32),
         )
     return dict(
@@ -316,13 +358,14 @@ def _tensors(shape: Shape, producer: Producer) -> dict:
         topk_length=topk_length if shape.with_topk_length else None,
         attn_sink=torch.zeros(shape.num_heads, dtype=torch.float32),
         head_dim_v=D_V,
-        softmax_scale=D_QK ** -0.5,
+        softmax_scale=D_QK**-0.5,
         **extra,
     )
 
 
-def _split_kept_every_referenced_token(source: torch.Tensor, split: torch.Tensor,
-                                       indices: torch.Tensor) -> bool:
+def _split_kept_every_referenced_token(
+    source: torch.Tensor, split: torch.Tensor, indices: torch.Tensor
+) -> bool:
     """Every 64-token page the indices reference holds the bytes of its half of the
     128-token source page: the 64 tokens' data (576 bytes each), then their scales
     (8 bytes each). Token addressing is unchanged by the split: token t is slot
@@ -338,9 +381,12 @@ def _split_kept_every_referenced_token(source: torch.Tensor, split: torch.Tensor
     for page in touched.nonzero().flatten().tolist():
         whole, sub = divmod(page, ratio)
         scale_at = source.shape[1] * DATA_BYTES + sub * scales
-        if not (torch.equal(dst[page, :data], src[whole, sub * data:(sub + 1) * data])
-                and torch.equal(dst[page, data:data + scales],
-                                src[whole, scale_at:scale_at + scales])):
+        if not (
+            torch.equal(dst[page, :data], src[whole, sub * data : (sub + 1) * data])
+            and torch.equal(
+                dst[page, data : data + scales], src[whole, scale_at : scale_at + scales]
+            )
+        ):
             return False
     return True
 
@@ -358,12 +404,13 @@ def _check_arguments(call, args: dict, width: int, check_split: bool = True) -> 
     else:
         if not torch.equal(seen[:, : original.shape[-1]], original):
             return "padding changed the original indices"
-        if not bool((seen[:, original.shape[-1]:] == -1).all()):
+        if not bool((seen[:, original.shape[-1] :] == -1).all()):
             return "padding is not -1"
         if args["topk_length"] is not None and call.topk_length is not args["topk_length"]:
             return "topk_length given but not passed through"
         if args["topk_length"] is None and (
-            call.topk_length is None or call.topk_length.dtype != torch.int32
+            call.topk_length is None
+            or call.topk_length.dtype != torch.int32
             or tuple(call.topk_length.shape) != (original.shape[0],)
             or not bool((call.topk_length == original.shape[-1]).all())
         ):
@@ -387,8 +434,9 @@ def _poison_split_output() -> None:
         buffer.fill_(0xA5)
 
 
-def run_shape(module, emulator: Emulator, shape: Shape, producer: Producer,
-              scenario: str) -> Outcome:
+def run_shape(
+    module, emulator: Emulator, shape: Shape, producer: Producer, scenario: str
+) -> Outcome:
     args = _tensors(shape, producer)
     # The split's bytes are part of the patch's contract (it pads the indices
     # the split reads); upstream's own split is not what this census judges.
@@ -398,9 +446,13 @@ def run_shape(module, emulator: Emulator, shape: Shape, producer: Producer,
     emulator.calls.clear()
     try:
         module.flash_mla_with_kvcache_sm120(
-            q=args["q"], k_cache=args["k_cache"], indices=args["indices"],
-            topk_length=args["topk_length"], attn_sink=args["attn_sink"],
-            head_dim_v=args["head_dim_v"], softmax_scale=args["softmax_scale"],
+            q=args["q"],
+            k_cache=args["k_cache"],
+            indices=args["indices"],
+            topk_length=args["topk_length"],
+            attn_sink=args["attn_sink"],
+            head_dim_v=args["head_dim_v"],
+            softmax_scale=args["softmax_scale"],
             extra_k_cache=args.get("extra_k_cache"),
             extra_indices_in_kvcache=args.get("extra_indices_in_kvcache"),
             extra_topk_length=args.get("extra_topk_length"),
@@ -414,8 +466,7 @@ def run_shape(module, emulator: Emulator, shape: Shape, producer: Producer,
         route = "triton"
     else:
         route = "cutlass" if call.topk == shape.topk else "cutlass-padded"
-    return Outcome(scenario, route, call.topk,
-                   _check_arguments(call, args, call.topk, check_split))
+    return Outcome(scenario, route, call.topk, _check_arguments(call, args, call.topk, check_split))
 
 
 class Configure:
@@ -443,8 +494,9 @@ class Configure:
             m._SM12X_TOPK_PAD = self.saved[1]
 
 
-def run(emulator: Emulator, found: dict[Shape, list[Producer]],
-        scenarios: Iterable[str] = SCENARIOS) -> list[tuple[Shape, Outcome]]:
+def run(
+    emulator: Emulator, found: dict[Shape, list[Producer]], scenarios: Iterable[str] = SCENARIOS
+) -> list[tuple[Shape, Outcome]]:
     from sglang.kernels.ops.attention import flash_mla_sm120 as module
 
     results = []

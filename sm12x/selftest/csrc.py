@@ -87,9 +87,10 @@ def parse_prefill(path: Path) -> PrefillTable:
     # `extra_page_block_size == P` branches that call it.
     dual_topk = _ints(r"if\s*\(\s*topk\s*!=\s*(\d+)\s*\)\s*return\s+false", dual, "dual topk")
     dual_heads = _ints(r"case\s+(\d+):", _macro(dual, "DISPATCH_BY_NH_PBSX"), "dual heads")
-    generic = dual[dual.index("if (topk != "):]
+    generic = dual[dual.index("if (topk != ") :]
     dual_pbs = _ints(
-        r"extra_page_block_size\s*==\s*(\d+)\s*\)\s*\{\s*DISPATCH_BY_NH_PBSX", generic,
+        r"extra_page_block_size\s*==\s*(\d+)\s*\)\s*\{\s*DISPATCH_BY_NH_PBSX",
+        generic,
         "dual extra page blocks",
     )
     return PrefillTable(single_heads, single_topk, dual_heads, dual_topk, dual_pbs)

@@ -27,9 +27,10 @@ here it raises KernelAbort carrying the same message.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -70,7 +71,7 @@ class Rules:
     prefill_min_tokens: int  # the orchestrator requires num_tokens > this
 
     @classmethod
-    def from_flashinfer(cls, package_dir: Path) -> "Rules":
+    def from_flashinfer(cls, package_dir: Path) -> Rules:
         src = csrc.csrc_dir(package_dir)
         decode_cu = src / "sparse_mla_sm120_decode_dsv4.cu"
         return cls(
@@ -115,26 +116,45 @@ def _dense_indices(idx: torch.Tensor, name: str, num_tokens: int) -> int:
 
 
 def _common_inputs(q, indices, output, out_lse, topk_length, attn_sink) -> tuple[int, int, int]:
-    _check(q.dtype == torch.bfloat16 and q.ndim == 3, "q must be [num_tokens, num_heads, d_qk] bf16")
+    _check(
+        q.dtype == torch.bfloat16 and q.ndim == 3, "q must be [num_tokens, num_heads, d_qk] bf16"
+    )
     num_tokens, num_heads, d_qk = q.shape
     _check(d_qk == D_QK_DSV4, f"Unsupported d_qk={d_qk} for DSV4")
     topk = _dense_indices(indices, "indices", num_tokens)
     _check(0 < num_heads <= 128, "num_heads must be in (0, 128]")
-    _check(tuple(output.shape) == (num_tokens, num_heads, 512) and output.dtype == torch.bfloat16,
-           "output must be [num_tokens, num_heads, 512] bf16")
-    _check(tuple(out_lse.shape) == (num_tokens, num_heads) and out_lse.dtype == torch.float32,
-           "out_lse must be [num_tokens, num_heads] f32")
+    _check(
+        tuple(output.shape) == (num_tokens, num_heads, 512) and output.dtype == torch.bfloat16,
+        "output must be [num_tokens, num_heads, 512] bf16",
+    )
+    _check(
+        tuple(out_lse.shape) == (num_tokens, num_heads) and out_lse.dtype == torch.float32,
+        "out_lse must be [num_tokens, num_heads] f32",
+    )
     if topk_length is not None:
-        _check(topk_length.dtype == torch.int32 and tuple(topk_length.shape) == (num_tokens,),
-               "topk_length must be [num_tokens] int32")
+        _check(
+            topk_length.dtype == torch.int32 and tuple(topk_length.shape) == (num_tokens,),
+            "topk_length must be [num_tokens] int32",
+        )
     if attn_sink is not None:
-        _check(attn_sink.dtype == torch.float32 and tuple(attn_sink.shape) == (num_heads,),
-               "attn_sink must be [num_heads] f32")
+        _check(
+            attn_sink.dtype == torch.float32 and tuple(attn_sink.shape) == (num_heads,),
+            "attn_sink must be [num_heads] f32",
+        )
     return num_tokens, num_heads, topk
 
 
-def reference_attention(q, kv, indices, topk_length, attn_sink, scale, extra_kv=None,
-                        extra_indices=None, extra_topk_length=None):
+def reference_attention(
+    q,
+    kv,
+    indices,
+    topk_length,
+    attn_sink,
+    scale,
+    extra_kv=None,
+    extra_indices=None,
+    extra_topk_length=None,
+):
     """sglang's own PyTorch sparse-MLA reference (`_sm120_sparse_decode_fwd`).
 
     Stands in for the CUTLASS kernels' arithmetic: output [T, H, 512] bf16 and
@@ -146,8 +166,16 @@ def reference_attention(q, kv, indices, topk_length, attn_sink, scale, extra_kv=
         return None if x is None else (x if x.ndim == 3 else x.unsqueeze(1))
 
     out, lse = _sm120_sparse_decode_fwd(
-        q.unsqueeze(1), kv, as_3d(indices), topk_length, attn_sink, 512, scale,
-        extra_kv, as_3d(extra_indices), extra_topk_length,
+        q.unsqueeze(1),
+        kv,
+        as_3d(indices),
+        topk_length,
+        attn_sink,
+        512,
+        scale,
+        extra_kv,
+        as_3d(extra_indices),
+        extra_topk_length,
     )
     lse = lse.reshape(q.shape[0], q.shape[1])
     if attn_sink is not None:
@@ -182,14 +210,30 @@ class Emulator:
     _mark_blocked: bool = False
 
     # --- the compiled prefill orchestrator ---------------------------------
-    def _orchestrator(self, q, kv_cache, indices, output, out_lse, sm_scale, model_type,
-                      topk_length, attn_sink, extra_kv_cache, extra_indices, extra_topk_length):
-        num_tokens, num_heads, topk = _common_inputs(q, indices, output, out_lse, topk_length,
-                                                     attn_sink)
+    def _orchestrator(
+        self,
+        q,
+        kv_cache,
+        indices,
+        output,
+        out_lse,
+        sm_scale,
+        model_type,
+        topk_length,
+        attn_sink,
+        extra_kv_cache,
+        extra_indices,
+        extra_topk_length,
+    ):
+        num_tokens, num_heads, topk = _common_inputs(
+            q, indices, output, out_lse, topk_length, attn_sink
+        )
         _check(kv_cache.dtype == torch.uint8, "kv_cache must be uint8")
         pbs = page_block_size(kv_cache, "kv_cache")
-        _check(extra_indices is None or extra_kv_cache is not None,
-               "extra_indices requires extra_kv_cache")
+        _check(
+            extra_indices is None or extra_kv_cache is not None,
+            "extra_indices requires extra_kv_cache",
+        )
         extra_topk, extra_pbs = 0, 0
         if extra_kv_cache is not None:
             _check(extra_indices is not None, "extra_kv_cache requires extra_indices")
@@ -205,52 +249,154 @@ class Emulator:
         )
         # The DSV4 prefill kernels are instantiated for a main page block of 64.
         accepted = pbs == 64 and self.rules.prefill.accepts(
-            num_heads, topk, extra_pbs if extra_kv_cache is not None else None)
-        _check(accepted, "Unsupported sparse-MLA prefill configuration: model=DSV4 "
-               f"num_heads={num_heads} topk={topk} page_block_size={pbs} "
-               f"topk_extra={extra_topk} extra_page_block_size={extra_pbs}")
-        self.calls.append(Call("cutlass-prefill", num_tokens, num_heads, topk, extra_topk,
-                               extra_pbs, indices, topk_length, kv_cache=kv_cache))
-        self._stand_in(q, kv_cache, indices, output, out_lse, sm_scale, topk_length, attn_sink,
-                       extra_kv_cache, extra_indices, extra_topk_length)
+            num_heads, topk, extra_pbs if extra_kv_cache is not None else None
+        )
+        _check(
+            accepted,
+            "Unsupported sparse-MLA prefill configuration: model=DSV4 "
+            f"num_heads={num_heads} topk={topk} page_block_size={pbs} "
+            f"topk_extra={extra_topk} extra_page_block_size={extra_pbs}",
+        )
+        self.calls.append(
+            Call(
+                "cutlass-prefill",
+                num_tokens,
+                num_heads,
+                topk,
+                extra_topk,
+                extra_pbs,
+                indices,
+                topk_length,
+                kv_cache=kv_cache,
+            )
+        )
+        self._stand_in(
+            q,
+            kv_cache,
+            indices,
+            output,
+            out_lse,
+            sm_scale,
+            topk_length,
+            attn_sink,
+            extra_kv_cache,
+            extra_indices,
+            extra_topk_length,
+        )
 
     # --- the DSV4 decode launcher -------------------------------------------
-    def _decode(self, q, kv_cache, indices, mid_out, mid_lse, output, out_lse, sm_scale, *,
-                topk_length=None, attn_sink=None, extra_kv_cache=None, extra_indices=None,
-                extra_topk_length=None, chunks_per_block=None):
-        num_tokens, num_heads, topk = _common_inputs(q, indices, output, out_lse, topk_length,
-                                                     attn_sink)
+    def _decode(
+        self,
+        q,
+        kv_cache,
+        indices,
+        mid_out,
+        mid_lse,
+        output,
+        out_lse,
+        sm_scale,
+        *,
+        topk_length=None,
+        attn_sink=None,
+        extra_kv_cache=None,
+        extra_indices=None,
+        extra_topk_length=None,
+        chunks_per_block=None,
+    ):
+        num_tokens, num_heads, topk = _common_inputs(
+            q, indices, output, out_lse, topk_length, attn_sink
+        )
         pbs = page_block_size(kv_cache, "kv_cache")
-        _check(pbs == self.rules.decode_page_block,
-               f"decode-dsv4 needs page_block_size {self.rules.decode_page_block}, got {pbs}")
-        _check((num_heads, topk) in self.rules.decode_pairs,
-               f"decode-dsv4 has no instance for num_heads={num_heads} topk={topk}")
+        _check(
+            pbs == self.rules.decode_page_block,
+            f"decode-dsv4 needs page_block_size {self.rules.decode_page_block}, got {pbs}",
+        )
+        _check(
+            (num_heads, topk) in self.rules.decode_pairs,
+            f"decode-dsv4 has no instance for num_heads={num_heads} topk={topk}",
+        )
         extra_topk, extra_pbs = 0, 0
         if extra_kv_cache is not None:
             extra_pbs = page_block_size(extra_kv_cache, "extra_kv_cache")
             extra_topk = _dense_indices(extra_indices, "extra_indices", num_tokens)
         splits = math.ceil(topk / BI) + math.ceil(extra_topk / BI)
-        _check(tuple(mid_out.shape) == (num_tokens, num_heads, splits, 512),
-               f"mid_out {tuple(mid_out.shape)} != [T, H, {splits}, 512]")
-        _check(tuple(mid_lse.shape) == (num_tokens, num_heads, splits),
-               f"mid_lse {tuple(mid_lse.shape)} != [T, H, {splits}]")
-        self.calls.append(Call("cutlass-decode", num_tokens, num_heads, topk, extra_topk,
-                               extra_pbs, indices, topk_length, splits, kv_cache=kv_cache))
-        self._stand_in(q, kv_cache, indices, output, out_lse, sm_scale, topk_length, attn_sink,
-                       extra_kv_cache, extra_indices, extra_topk_length)
+        _check(
+            tuple(mid_out.shape) == (num_tokens, num_heads, splits, 512),
+            f"mid_out {tuple(mid_out.shape)} != [T, H, {splits}, 512]",
+        )
+        _check(
+            tuple(mid_lse.shape) == (num_tokens, num_heads, splits),
+            f"mid_lse {tuple(mid_lse.shape)} != [T, H, {splits}]",
+        )
+        self.calls.append(
+            Call(
+                "cutlass-decode",
+                num_tokens,
+                num_heads,
+                topk,
+                extra_topk,
+                extra_pbs,
+                indices,
+                topk_length,
+                splits,
+                kv_cache=kv_cache,
+            )
+        )
+        self._stand_in(
+            q,
+            kv_cache,
+            indices,
+            output,
+            out_lse,
+            sm_scale,
+            topk_length,
+            attn_sink,
+            extra_kv_cache,
+            extra_indices,
+            extra_topk_length,
+        )
         return output
 
-    def _stand_in(self, q, kv_cache, indices, output, out_lse, sm_scale, topk_length, attn_sink,
-                  extra_kv_cache, extra_indices, extra_topk_length):
+    def _stand_in(
+        self,
+        q,
+        kv_cache,
+        indices,
+        output,
+        out_lse,
+        sm_scale,
+        topk_length,
+        attn_sink,
+        extra_kv_cache,
+        extra_indices,
+        extra_topk_length,
+    ):
         """The CUTLASS kernel's arithmetic, by the configured stand-in."""
         if self.compute == "reference":
-            out, lse = reference_attention(q, kv_cache, indices, topk_length, attn_sink,
-                                           sm_scale, extra_kv_cache, extra_indices,
-                                           extra_topk_length)
+            out, lse = reference_attention(
+                q,
+                kv_cache,
+                indices,
+                topk_length,
+                attn_sink,
+                sm_scale,
+                extra_kv_cache,
+                extra_indices,
+                extra_topk_length,
+            )
         elif self.compute == "triton":
-            out, lse = self._real_triton(q.unsqueeze(1), kv_cache, indices, topk_length,
-                                         attn_sink, 512, sm_scale, extra_kv_cache, extra_indices,
-                                         extra_topk_length)
+            out, lse = self._real_triton(
+                q.unsqueeze(1),
+                kv_cache,
+                indices,
+                topk_length,
+                attn_sink,
+                512,
+                sm_scale,
+                extra_kv_cache,
+                extra_indices,
+                extra_topk_length,
+            )
             out, lse = out.squeeze(1), lse.reshape(output.shape[0], output.shape[1])
         else:
             return
@@ -261,69 +407,129 @@ class Emulator:
     def _triton(self, real: Callable):
         self._real_triton = real
 
-        def triton(q, k_cache, indices, topk_length, attn_sink, head_dim_v, softmax_scale,
-                   extra_k_cache=None, extra_indices=None, extra_topk_length=None):
+        def triton(
+            q,
+            k_cache,
+            indices,
+            topk_length,
+            attn_sink,
+            head_dim_v,
+            softmax_scale,
+            extra_k_cache=None,
+            extra_indices=None,
+            extra_topk_length=None,
+        ):
             # What _run_triton_sparse_decode assumes: q [B, 1, H, 512] bf16, a
             # paged cache of 584-byte tokens [pages, page, 1, 584], int32 indices.
             _check(q.ndim == 4 and q.shape[-1] == D_QK_DSV4, "Triton decode needs q [B,1,H,512]")
-            _check(k_cache.ndim == 4 and k_cache.shape[-1] == BYTES_PER_TOKEN_DSV4,
-                   "Triton decode needs k_cache [pages, page, 1, 584]")
+            _check(
+                k_cache.ndim == 4 and k_cache.shape[-1] == BYTES_PER_TOKEN_DSV4,
+                "Triton decode needs k_cache [pages, page, 1, 584]",
+            )
             _check(indices.dtype == torch.int32, "Triton decode needs int32 indices")
             batch, _, heads, _ = q.shape
             extra_topk = extra_indices.shape[-1] if extra_indices is not None else 0
             extra_pbs = extra_k_cache.shape[1] if extra_k_cache is not None else 0
-            self.calls.append(Call("triton", batch, heads, indices.shape[-1], extra_topk,
-                                   extra_pbs, indices, topk_length, kv_cache=k_cache))
+            self.calls.append(
+                Call(
+                    "triton",
+                    batch,
+                    heads,
+                    indices.shape[-1],
+                    extra_topk,
+                    extra_pbs,
+                    indices,
+                    topk_length,
+                    kv_cache=k_cache,
+                )
+            )
             if self.compute:
-                return real(q, k_cache, indices, topk_length, attn_sink, head_dim_v,
-                            softmax_scale, extra_k_cache, extra_indices, extra_topk_length)
+                return real(
+                    q,
+                    k_cache,
+                    indices,
+                    topk_length,
+                    attn_sink,
+                    head_dim_v,
+                    softmax_scale,
+                    extra_k_cache,
+                    extra_indices,
+                    extra_topk_length,
+                )
             # Record mode: shapes matter, values do not (empty: no 512 MB memset
             # for an 8192-token prefill chunk).
             out = torch.empty(batch, 1, heads, head_dim_v, dtype=torch.bfloat16, device=q.device)
             return out, torch.empty(batch, heads, 1, device=q.device)
+
         return triton
 
     # --- sglang's 128 -> 64 page split (record mode) -------------------------
     # Launched as kernel[grid](*args); the argument lists are those of
     # _split_kv_pages_to_64 (0.5.16: no mask; >= 0.5.17: mask and HAS_MASK).
     def _page_mark(self, grid, indices, mask, n_idx, src_pbs, block):
-        _check(indices.dtype == torch.int32 and indices.ndim == 1 and indices.is_contiguous(),
-               "page mark needs flat contiguous int32 indices")
+        _check(
+            indices.dtype == torch.int32 and indices.ndim == 1 and indices.is_contiguous(),
+            "page mark needs flat contiguous int32 indices",
+        )
         _check(n_idx == indices.numel(), f"page mark N_idx {n_idx} != {indices.numel()}")
         # Programs cover the indices one each (0.5.17) or BLOCK each (0.5.23,
         # `offs = pid * BLOCK + tl.arange(0, BLOCK)`): a short grid leaves pages unmarked.
         span = block if self._mark_blocked else 1
-        _check(len(grid) == 1 and grid[0] == -(-n_idx // span),
-               f"page mark grid {tuple(grid)} != ({-(-n_idx // span)},) for {n_idx} indices "
-               f"and {span} per program")
+        _check(
+            len(grid) == 1 and grid[0] == -(-n_idx // span),
+            f"page mark grid {tuple(grid)} != ({-(-n_idx // span)},) for {n_idx} indices "
+            f"and {span} per program",
+        )
         valid = indices[indices >= 0].long()
         # The real kernel stores mask[idx // SRC_PBS] unchecked: an index past
         # the pool would be an out-of-bounds write on the GPU.
-        _check(bool((valid < mask.numel() * src_pbs).all()),
-               "page mark: an index points past the SWA pool")
+        _check(
+            bool((valid < mask.numel() * src_pbs).all()),
+            "page mark: an index points past the SWA pool",
+        )
         mask[valid // src_pbs] = 1
 
     @staticmethod
-    def _page_split(grid, src, dst, n_pages, src_stride0, dst_stride0, data_per_sub,
-                    scale_per_sub, src_scale_off, dst_scale_off, ratio, block, mask=None,
-                    has_mask=False):
+    def _page_split(
+        grid,
+        src,
+        dst,
+        n_pages,
+        src_stride0,
+        dst_stride0,
+        data_per_sub,
+        scale_per_sub,
+        src_scale_off,
+        dst_scale_off,
+        ratio,
+        block,
+        mask=None,
+        has_mask=False,
+    ):
         _check(src.dtype == dst.dtype == torch.uint8, "page split copies bytes")
-        _check(tuple(grid) == (n_pages * ratio,), f"page split grid {tuple(grid)} != "
-               f"({n_pages * ratio},)")
-        _check(src.shape[0] == n_pages and src.stride(0) == src_stride0,
-               "page split source is not [pages, stride0]")
-        _check(dst.shape[0] >= n_pages * ratio and dst.stride(0) == dst_stride0,
-               "page split output is not [pages * ratio, dst_stride0]")
+        _check(
+            tuple(grid) == (n_pages * ratio,),
+            f"page split grid {tuple(grid)} != ({n_pages * ratio},)",
+        )
+        _check(
+            src.shape[0] == n_pages and src.stride(0) == src_stride0,
+            "page split source is not [pages, stride0]",
+        )
+        _check(
+            dst.shape[0] >= n_pages * ratio and dst.stride(0) == dst_stride0,
+            "page split output is not [pages * ratio, dst_stride0]",
+        )
         pages = range(n_pages)
         if has_mask:
             pages = mask[:n_pages].nonzero().flatten().tolist()
         for page in pages:
             for sub in range(ratio):
                 row = dst[page * ratio + sub]
-                row[:data_per_sub] = src[page, sub * data_per_sub:(sub + 1) * data_per_sub]
+                row[:data_per_sub] = src[page, sub * data_per_sub : (sub + 1) * data_per_sub]
                 start = src_scale_off + sub * scale_per_sub
-                row[dst_scale_off:dst_scale_off + scale_per_sub] = \
-                    src[page, start:start + scale_per_sub]
+                row[dst_scale_off : dst_scale_off + scale_per_sub] = src[
+                    page, start : start + scale_per_sub
+                ]
 
     # --- installation -------------------------------------------------------
     def _swap_split_kernels(self, sg: Any) -> None:
@@ -338,7 +544,7 @@ class Emulator:
         self._saved.append((owner, name, getattr(owner, name)))
         setattr(owner, name, value)
 
-    def install(self) -> "Emulator":
+    def install(self) -> Emulator:
         from flashinfer.mla import _sparse_mla_sm120 as fi
         from sglang.kernels.ops.attention import flash_mla_sm120_triton as tri
 
@@ -354,7 +560,9 @@ class Emulator:
 
         self._swap(fi, "gen_sparse_mla_sm120_module", lambda: _Spec())
         self._swap(fi, "sparse_mla_sm120_decode_dsv4", self._decode)
-        self._swap(tri, "flash_mla_sparse_decode_triton", self._triton(tri.flash_mla_sparse_decode_triton))
+        self._swap(
+            tri, "flash_mla_sparse_decode_triton", self._triton(tri.flash_mla_sparse_decode_triton)
+        )
         if not self.compute:
             from sglang.kernels.ops.attention import flash_mla_sm120 as sg
 
@@ -370,7 +578,7 @@ class Emulator:
             setattr(owner, name, value)
         fi.get_sparse_mla_sm120_module.cache_clear()
 
-    def __enter__(self) -> "Emulator":
+    def __enter__(self) -> Emulator:
         return self.install()
 
     def __exit__(self, *exc) -> None:

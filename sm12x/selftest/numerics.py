@@ -37,25 +37,41 @@ def make_kv_cache(pages: int, page: int, device, seed: int = 0) -> torch.Tensor:
     data[:, :, NOPE:] = rope.view(torch.uint8).view(pages, page, 2 * ROPE)
     scales = buf[:, page * DATA_BYTES : page * (DATA_BYTES + SCALE_BYTES)].view(pages, page, 8)
     # UE8M0 exponents around 2^0, as a quantizer of unit-scale activations writes.
-    scales[:, :, :SCALES] = torch.randint(124, 130, (pages, page, SCALES), generator=gen,
-                                          dtype=torch.uint8)
+    scales[:, :, :SCALES] = torch.randint(
+        124, 130, (pages, page, SCALES), generator=gen, dtype=torch.uint8
+    )
     buf = buf.to(device)
-    return buf.as_strided((pages, page, 1, DATA_BYTES + SCALE_BYTES), (row, DATA_BYTES + SCALE_BYTES,
-                                                                      DATA_BYTES + SCALE_BYTES, 1))
+    return buf.as_strided(
+        (pages, page, 1, DATA_BYTES + SCALE_BYTES),
+        (row, DATA_BYTES + SCALE_BYTES, DATA_BYTES + SCALE_BYTES, 1),
+    )
 
 
 def _indices(gen, tokens: int, width: int, valid: int, slots: int):
     """`valid` or fewer distinct real slots a token, then -1 up to `width`."""
     indices = torch.full((tokens, 1, width), -1, dtype=torch.int32)
-    lengths = torch.randint(max(1, valid // 2), valid + 1, (tokens,), generator=gen, dtype=torch.int32)
+    lengths = torch.randint(
+        max(1, valid // 2), valid + 1, (tokens,), generator=gen, dtype=torch.int32
+    )
     for t in range(tokens):
-        indices[t, 0, : lengths[t]] = torch.randperm(slots, generator=gen)[: lengths[t]].to(torch.int32)
+        indices[t, 0, : lengths[t]] = torch.randperm(slots, generator=gen)[: lengths[t]].to(
+            torch.int32
+        )
     return indices, lengths
 
 
-def make_call(tokens: int, heads: int, width: int, valid: int, pages: int, page: int, device,
-              seed: int = 1, with_topk_length: bool = True,
-              extra: tuple[int, int, int] | None = None) -> dict:
+def make_call(
+    tokens: int,
+    heads: int,
+    width: int,
+    valid: int,
+    pages: int,
+    page: int,
+    device,
+    seed: int = 1,
+    with_topk_length: bool = True,
+    extra: tuple[int, int, int] | None = None,
+) -> dict:
     """A DSpark-draft-like call: `valid` real slots then -1 up to `width`.
 
     extra=(width, valid, page) adds a compressed (C4/C128-like) extra cache.
@@ -67,8 +83,11 @@ def make_call(tokens: int, heads: int, width: int, valid: int, pages: int, page:
         e_width, e_valid, e_page = extra
         e_pages = max(2, -(-e_valid // e_page) * 2)
         e_indices, e_lengths = _indices(gen, tokens, e_width, e_valid, e_pages * e_page)
-        extra_args = dict(extra_k_cache=make_kv_cache(e_pages, e_page, device, seed + 100),
-                          extra_indices=e_indices.to(device), extra_topk_length=e_lengths.to(device))
+        extra_args = dict(
+            extra_k_cache=make_kv_cache(e_pages, e_page, device, seed + 100),
+            extra_indices=e_indices.to(device),
+            extra_topk_length=e_lengths.to(device),
+        )
     return dict(
         q=(torch.randn(tokens, 1, heads, 512, generator=gen) * 0.5).to(torch.bfloat16).to(device),
         k_cache=make_kv_cache(pages, page, device, seed),
@@ -76,7 +95,7 @@ def make_call(tokens: int, heads: int, width: int, valid: int, pages: int, page:
         topk_length=lengths.to(device) if with_topk_length else None,
         attn_sink=torch.randn(heads, generator=gen).to(device),
         head_dim_v=512,
-        softmax_scale=512 ** -0.5,
+        softmax_scale=512**-0.5,
         **extra_args,
     )
 
@@ -85,19 +104,34 @@ def reference(call: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """Unpadded reference output [T, H, 512] and sink-folded LSE [T, H]."""
     from sm12x.selftest.kernels import reference_attention
 
-    return reference_attention(call["q"].squeeze(1), call["k_cache"], call["indices"],
-                               call["topk_length"], call["attn_sink"], call["softmax_scale"],
-                               call["extra_k_cache"], call["extra_indices"],
-                               call["extra_topk_length"])
+    return reference_attention(
+        call["q"].squeeze(1),
+        call["k_cache"],
+        call["indices"],
+        call["topk_length"],
+        call["attn_sink"],
+        call["softmax_scale"],
+        call["extra_k_cache"],
+        call["extra_indices"],
+        call["extra_topk_length"],
+    )
 
 
 def triton_direct(call: dict) -> tuple[torch.Tensor, torch.Tensor]:
     from sglang.kernels.ops.attention.flash_mla_sm120_triton import flash_mla_sparse_decode_triton
 
     out, lse = flash_mla_sparse_decode_triton(
-        call["q"], call["k_cache"], call["indices"], call["topk_length"], call["attn_sink"],
-        call["head_dim_v"], call["softmax_scale"], call["extra_k_cache"], call["extra_indices"],
-        call["extra_topk_length"])
+        call["q"],
+        call["k_cache"],
+        call["indices"],
+        call["topk_length"],
+        call["attn_sink"],
+        call["head_dim_v"],
+        call["softmax_scale"],
+        call["extra_k_cache"],
+        call["extra_indices"],
+        call["extra_topk_length"],
+    )
     return out.squeeze(1), lse.reshape(out.shape[0], out.shape[2])
 
 
@@ -105,9 +139,17 @@ def patched(call: dict) -> torch.Tensor:
     from sglang.kernels.ops.attention.flash_mla_sm120 import _flash_mla_flashinfer
 
     out, _ = _flash_mla_flashinfer(
-        call["q"], call["k_cache"], call["indices"], call["topk_length"], call["attn_sink"],
-        call["head_dim_v"], call["softmax_scale"], call["extra_k_cache"], call["extra_indices"],
-        call["extra_topk_length"])
+        call["q"],
+        call["k_cache"],
+        call["indices"],
+        call["topk_length"],
+        call["attn_sink"],
+        call["head_dim_v"],
+        call["softmax_scale"],
+        call["extra_k_cache"],
+        call["extra_indices"],
+        call["extra_topk_length"],
+    )
     return out.squeeze(1)
 
 
@@ -168,7 +210,7 @@ class Diff:
     nonfinite: int = 0  # places where either is NaN, or the infinities differ
 
     @classmethod
-    def of(cls, name: str, a: torch.Tensor, b: torch.Tensor) -> "Diff":
+    def of(cls, name: str, a: torch.Tensor, b: torch.Tensor) -> Diff:
         a, b = a.float().cpu(), b.float().cpu()
         if a.shape != b.shape:
             raise ValueError(f"{name}: shapes differ, {tuple(a.shape)} vs {tuple(b.shape)}")

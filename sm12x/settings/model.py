@@ -27,7 +27,15 @@ from sm12x.versions import default_track, load_versions, tracks
 PREFIX = "SM12X_"
 # Every command registered in sm12x.cli that reads settings.
 COMMANDS = (
-    "launch", "render", "healthcheck", "router", "gate", "verify", "bench", "doctor", "tune"
+    "launch",
+    "render",
+    "healthcheck",
+    "router",
+    "gate",
+    "verify",
+    "bench",
+    "doctor",
+    "tune",
 )
 SERVERS = ("launch", "render")
 # Clients may take the key as a flag (they are run by hand); servers never do:

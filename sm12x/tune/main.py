@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -36,6 +36,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sm12x import __version__, settings
+from sm12x import sps_tables as store
 from sm12x.bench import provenance, runner
 from sm12x.cli import Command
 from sm12x.errors import UserError
@@ -44,7 +45,6 @@ from sm12x.launch import configuration, gpus
 from sm12x.launch.main import AUTO, select_recipe
 from sm12x.recipe import Recipe
 from sm12x.settings import Loaded
-from sm12x import sps_tables as store
 from sm12x.tune import probe
 from sm12x.tune.profiler import (
     DEFAULTS,
@@ -70,49 +70,96 @@ WORK = ".work"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     server = parser.add_argument_group("server")
-    server.add_argument("--url", help="profile the server there (it must run in profiling mode: "
-                        "`sm12x launch --sps-profile`) instead of booting one")
-    server.add_argument("--attach", action="store_true",
-                        help="profile the server at http://SM12X_BIND:SM12X_PORT, already "
-                        "running in profiling mode (what boot mode runs inside the container)")
-    server.add_argument("--boot-command", help="boot with any command that starts the server "
-                        "in profiling mode (its output is the log), then profile from here; "
-                        "default: a one-off container of the rig's compose service")
+    server.add_argument(
+        "--url",
+        help="profile the server there (it must run in profiling mode: "
+        "`sm12x launch --sps-profile`) instead of booting one",
+    )
+    server.add_argument(
+        "--attach",
+        action="store_true",
+        help="profile the server at http://SM12X_BIND:SM12X_PORT, already "
+        "running in profiling mode (what boot mode runs inside the container)",
+    )
+    server.add_argument(
+        "--boot-command",
+        help="boot with any command that starts the server "
+        "in profiling mode (its output is the log), then profile from here; "
+        "default: a one-off container of the rig's compose service",
+    )
     server.add_argument("--compose-file")
-    server.add_argument("--boot-timeout", type=option_type(PositiveFloat), default=5400.0,
-                        help="seconds the boot may take (default 5400; within --deadline)")
+    server.add_argument(
+        "--boot-timeout",
+        type=option_type(PositiveFloat),
+        default=5400.0,
+        help="seconds the boot may take (default 5400; within --deadline)",
+    )
     bound = parser.add_argument_group("time and resumption")
-    bound.add_argument("--deadline", type=option_type(PositiveFloat), default=DEFAULT_DEADLINE_S,
-                       help="seconds the whole tune may take, boot included (default 3600): "
-                       "then it stops, keeps the rounds measured so far and writes no table; "
-                       "run it again to resume")
-    bound.add_argument("--fresh", action="store_true",
-                       help="discard the rounds an earlier, unfinished run measured")
+    bound.add_argument(
+        "--deadline",
+        type=option_type(PositiveFloat),
+        default=DEFAULT_DEADLINE_S,
+        help="seconds the whole tune may take, boot included (default 3600): "
+        "then it stops, keeps the rounds measured so far and writes no table; "
+        "run it again to resume",
+    )
+    bound.add_argument(
+        "--fresh",
+        action="store_true",
+        help="discard the rounds an earlier, unfinished run measured",
+    )
     sweep = parser.add_argument_group("the profiler's sweep (its own flags)")
-    sweep.add_argument("--batch-size", type=argtypes.count, nargs="+", metavar="N",
-                       help="running requests per DP rank to measure (default: the profiler's "
-                       "sweep up to the server's largest decode CUDA graph)")
-    sweep.add_argument("--max-batch-size", type=argtypes.count, metavar="N",
-                       help="the top of the profiler's sweep, per DP rank")
+    sweep.add_argument(
+        "--batch-size",
+        type=argtypes.count,
+        nargs="+",
+        metavar="N",
+        help="running requests per DP rank to measure (default: the profiler's "
+        "sweep up to the server's largest decode CUDA graph)",
+    )
+    sweep.add_argument(
+        "--max-batch-size",
+        type=argtypes.count,
+        metavar="N",
+        help="the top of the profiler's sweep, per DP rank",
+    )
     sweep.add_argument("--input-len", type=argtypes.count, default=DEFAULTS["input_len"])
-    sweep.add_argument("--min-steady-steps", type=argtypes.count,
-                       default=DEFAULTS["min_steady_steps"])
-    sweep.add_argument("--min-steady-seconds", type=option_type(NonNegativeFloat),
-                       default=DEFAULTS["min_steady_seconds"])
-    sweep.add_argument("--round-timeout", type=option_type(PositiveFloat),
-                       default=DEFAULTS["round_timeout"])
+    sweep.add_argument(
+        "--min-steady-steps", type=argtypes.count, default=DEFAULTS["min_steady_steps"]
+    )
+    sweep.add_argument(
+        "--min-steady-seconds",
+        type=option_type(NonNegativeFloat),
+        default=DEFAULTS["min_steady_seconds"],
+    )
+    sweep.add_argument(
+        "--round-timeout", type=option_type(PositiveFloat), default=DEFAULTS["round_timeout"]
+    )
     where = parser.add_argument_group("process")
-    where.add_argument("--python", help="the Python whose sglang runs the profiler (default: this "
-                       "one; without sglang, the image SM12X_IMAGE)")
-    where.add_argument("--tokenizer", help="the tokenizer folder for the profiler (default: the "
-                       "server's, else SM12X_MODEL_DIR)")
+    where.add_argument(
+        "--python",
+        help="the Python whose sglang runs the profiler (default: this "
+        "one; without sglang, the image SM12X_IMAGE)",
+    )
+    where.add_argument(
+        "--tokenizer",
+        help="the tokenizer folder for the profiler (default: the server's, else SM12X_MODEL_DIR)",
+    )
     # --recipe, --cache-dir, --track, --image, --docker, --bind/--port, --model-dir,
     # --env-file, --explain: the settings every command shares.
     settings.add_arguments(parser, "tune")
 
 
-PASSED_ON = ("fresh", "batch_size", "max_batch_size", "input_len", "min_steady_steps",
-             "min_steady_seconds", "round_timeout", "tokenizer")
+PASSED_ON = (
+    "fresh",
+    "batch_size",
+    "max_batch_size",
+    "input_len",
+    "min_steady_steps",
+    "min_steady_seconds",
+    "round_timeout",
+    "tokenizer",
+)
 
 
 def _say(err: Console, text: str) -> None:
@@ -132,11 +179,16 @@ def tuned_recipe(loaded: Loaded, err: Console) -> Recipe:
     if configuration.reads_tuned_table(named):
         recipe = named
     else:
-        found = [r for r in configuration.configurations(named.rig).values()
-                 if configuration.reads_tuned_table(r)]
+        found = [
+            r
+            for r in configuration.configurations(named.rig).values()
+            if configuration.reads_tuned_table(r)
+        ]
         if not found:
-            raise UserError(f"no configuration of rig {named.rig} reads a tuned SPS table "
-                            "(dspark.sps_table: tuned): there is nothing to tune for it")
+            raise UserError(
+                f"no configuration of rig {named.rig} reads a tuned SPS table "
+                "(dspark.sps_table: tuned): there is nothing to tune for it"
+            )
         recipe = found[0]
     problem = configuration.track_problem(recipe, loaded.settings.track_name)
     if problem:
@@ -152,13 +204,16 @@ def machine_gpu(recipe: Recipe) -> str:
     try:
         found = gpus.query_gpus()
     except gpus.GpuQueryError as exc:
-        raise UserError(f"tune keys the table by the GPUs that measured it, and {exc.message}; "
-                        "run tune on the server's machine (boot mode runs it in the container)"
-                        ) from None
+        raise UserError(
+            f"tune keys the table by the GPUs that measured it, and {exc.message}; "
+            "run tune on the server's machine (boot mode runs it in the container)"
+        ) from None
     models = {g.model for g in found}
     if models != {recipe.hardware.gpu}:
-        raise UserError(f"{recipe.name} is for {recipe.hardware.gpu} GPUs but this machine has "
-                        f"{gpus.describe_gpus(found)}: tune on the rig the recipe is for")
+        raise UserError(
+            f"{recipe.name} is for {recipe.hardware.gpu} GPUs but this machine has "
+            f"{gpus.describe_gpus(found)}: tune on the rig the recipe is for"
+        )
     return found[0].name
 
 
@@ -169,22 +224,26 @@ def where_to_run(args: argparse.Namespace, loaded: Loaded, reads: tuple[str, ...
     if missing is None:
         return Python(python, None, env)
     if args.python:
-        raise UserError(f"{missing}: pass --python with one that has sglang, or leave it out to "
-                        "run the profiler in the image")
+        raise UserError(
+            f"{missing}: pass --python with one that has sglang, or leave it out to "
+            "run the profiler in the image"
+        )
     s = loaded.settings
     docker = shutil.which(s.docker)
     image = s.image_ref()
     problem = runner.image_problem(docker, image) if docker else f"no docker ({s.docker})"
     if problem:
-        raise UserError(f"{missing}, and the image {image} cannot run it here ({problem}): run "
-                        "tune in the service (docker compose exec SERVICE sm12x tune --attach), "
-                        "or pass --python with one that has sglang")
-    return Python(python, runner.InImage(docker, image, f"{os.getuid()}:{os.getgid()}", reads),
-                  env)
+        raise UserError(
+            f"{missing}, and the image {image} cannot run it here ({problem}): run "
+            "tune in the service (docker compose exec SERVICE sm12x tune --attach), "
+            "or pass --python with one that has sglang"
+        )
+    return Python(python, runner.InImage(docker, image, f"{os.getuid()}:{os.getgid()}", reads), env)
 
 
-def tokenizer_args(args: argparse.Namespace, loaded: Loaded, server: probe.ServerFacts,
-                   in_image: bool) -> tuple[list[str], tuple[str, ...]]:
+def tokenizer_args(
+    args: argparse.Namespace, loaded: Loaded, server: probe.ServerFacts, in_image: bool
+) -> tuple[list[str], tuple[str, ...]]:
     """--local-tokenizer-path when the server's own path is not readable here."""
     if args.tokenizer:
         path = args.tokenizer
@@ -193,95 +252,163 @@ def tokenizer_args(args: argparse.Namespace, loaded: Loaded, server: probe.Serve
     elif loaded.settings.model_dir and Path(loaded.settings.model_dir).is_dir():
         path = loaded.settings.model_dir
     else:
-        raise UserError(f"the server's tokenizer ({server.tokenizer_path}) is not on this "
-                        "machine: pass --tokenizer DIR or set SM12X_MODEL_DIR")
+        raise UserError(
+            f"the server's tokenizer ({server.tokenizer_path}) is not on this "
+            "machine: pass --tokenizer DIR or set SM12X_MODEL_DIR"
+        )
     path = str(Path(path).resolve())
     return ["--local-tokenizer-path", path], (path,)
 
 
-def attach(args: argparse.Namespace, loaded: Loaded, recipe: Recipe, base_url: str,
-           deadline_at: float, err: Console) -> int:
+def attach(
+    args: argparse.Namespace,
+    loaded: Loaded,
+    recipe: Recipe,
+    base_url: str,
+    deadline_at: float,
+    err: Console,
+) -> int:
     s = loaded.settings
     if not s.cache_dir:
-        raise UserError("SM12X_CACHE_DIR is not set: tune writes the table where the launcher "
-                        "reads it (compose: the cache volume, /cache in the container); set it, "
-                        "or run tune without --url/--attach (it boots the rig in compose)")
+        raise UserError(
+            "SM12X_CACHE_DIR is not set: tune writes the table where the launcher "
+            "reads it (compose: the cache volume, /cache in the container); set it, "
+            "or run tune without --url/--attach (it boots the rig in compose)"
+        )
     info = probe.fetch(base_url, REQUEST_TIMEOUT_S)
     server = probe.facts(info, base_url)
     problems = probe.recipe_problems(server, recipe)
     if problems:
-        raise UserError(f"{base_url} does not run {recipe.name}: it runs "
-                        f"{'; '.join(problems)}; its table would be filed under the wrong key: "
-                        f"boot the recipe with `sm12x tune` (without --url)")
+        raise UserError(
+            f"{base_url} does not run {recipe.name}: it runs "
+            f"{'; '.join(problems)}; its table would be filed under the wrong key: "
+            f"boot the recipe with `sm12x tune` (without --url)"
+        )
     want = load_versions(s.track_name)["SGLANG_VERSION"]
     if server.sglang != want:
-        raise UserError(f"the server runs sglang {server.sglang}, but SM12X_TRACK={s.track_name} "
-                        f"is sglang {want}: set SM12X_TRACK to the server's track")
-    key = store.key_for(recipe, track=s.track_name, sglang=server.sglang, sm12x=__version__,
-                        gpu=machine_gpu(recipe))
+        raise UserError(
+            f"the server runs sglang {server.sglang}, but SM12X_TRACK={s.track_name} "
+            f"is sglang {want}: set SM12X_TRACK to the server's track"
+        )
+    key = store.key_for(
+        recipe, track=s.track_name, sglang=server.sglang, sm12x=__version__, gpu=machine_gpu(recipe)
+    )
     top = args.max_batch_size or server.cuda_graph_max_bs
     if top > server.cuda_graph_max_bs:
-        raise UserError(f"--max-batch-size {top} is past the server's largest decode CUDA graph "
-                        f"({server.cuda_graph_max_bs} per DP rank): the profiler refuses to "
-                        "measure eager steps")
+        raise UserError(
+            f"--max-batch-size {top} is past the server's largest decode CUDA graph "
+            f"({server.cuda_graph_max_bs} per DP rank): the profiler refuses to "
+            "measure eager steps"
+        )
     if server.max_running_per_dp:
         top = min(top, server.max_running_per_dp)
     python = where_to_run(args, loaded, ())
     token_argv, reads = tokenizer_args(args, loaded, server, python.in_image is not None)
     if python.in_image is not None and reads:
-        python.in_image = runner.InImage(python.in_image.docker, python.in_image.image,
-                                         python.in_image.user, reads)
-    rounds = Rounds(args.input_len, args.min_steady_steps, args.min_steady_seconds,
-                    args.round_timeout)
+        python.in_image = runner.InImage(
+            python.in_image.docker, python.in_image.image, python.in_image.user, reads
+        )
+    rounds = Rounds(
+        args.input_len, args.min_steady_steps, args.min_steady_seconds, args.round_timeout
+    )
     folder = Path(s.cache_dir) / store.FOLDER / recipe.name / WORK / key.slug
     folder.mkdir(parents=True, exist_ok=True)
     sweep = sorted(set(args.batch_size)) if args.batch_size else python.sweep(top, folder)
-    work = Work.open(folder, session_identity(key, rounds, sweep), args.fresh,
-                     lambda text: _say(err, text))
-    _say(err, f"profiling {key.describe()} at {base_url}: {len(sweep)} round(s), running "
-              f"requests per DP rank {', '.join(map(str, sweep))}")
+    work = Work.open(
+        folder, session_identity(key, rounds, sweep), args.fresh, lambda text: _say(err, text)
+    )
+    _say(
+        err,
+        f"profiling {key.describe()} at {base_url}: {len(sweep)} round(s), running "
+        f"requests per DP rank {', '.join(map(str, sweep))}",
+    )
     log_path = work.folder / "profiler.log"
-    measured = measure(python, work, sweep, base_url, [*rounds.argv(), *token_argv], log_path,
-                       deadline_at, args.deadline, err)
+    measured = measure(
+        python,
+        work,
+        sweep,
+        base_url,
+        [*rounds.argv(), *token_argv],
+        log_path,
+        deadline_at,
+        args.deadline,
+        err,
+    )
     remaining = deadline_at - time.monotonic()
     if remaining <= 1:
         raise DeadlineReached(deadline_message(args.deadline, measured, sweep, work))
     text = fit(python, work, measured, log_path, min(FIT_TIMEOUT_S, remaining))
-    path = store.write(s.cache_dir, key, text, extra={
-        "profiler": {"module": MODULE, "rounds": asdict(rounds), "sweep": sweep,
-                     "measured": sorted(measured), "skipped": work.skipped},
-        "server": {"url": base_url, "dp_ranks": server.dp_ranks,
-                   "cuda_graph_max_bs": server.cuda_graph_max_bs},
-    })
+    path = store.write(
+        s.cache_dir,
+        key,
+        text,
+        extra={
+            "profiler": {
+                "module": MODULE,
+                "rounds": asdict(rounds),
+                "sweep": sweep,
+                "measured": sorted(measured),
+                "skipped": work.skipped,
+            },
+            "server": {
+                "url": base_url,
+                "dp_ranks": server.dp_ranks,
+                "cuda_graph_max_bs": server.cuda_graph_max_bs,
+            },
+        },
+    )
     shutil.rmtree(work.folder, ignore_errors=True)
-    _say(err, f"wrote {path} and {store.meta_path(path).name} ({len(measured)} round(s)"
-              + (f"; skipped by the profiler's capacity guards: {work.skipped}" if work.skipped
-                 else "") + ")")
+    _say(
+        err,
+        f"wrote {path} and {store.meta_path(path).name} ({len(measured)} round(s)"
+        + (f"; skipped by the profiler's capacity guards: {work.skipped}" if work.skipped else "")
+        + ")",
+    )
     _say(err, f"`sm12x launch` now runs {recipe.name} (SM12X_CONFIGURATION=auto or throughput)")
     return 0
 
 
 def deadline_message(deadline: float, measured: dict, sweep: list[int], work: Work) -> str:
     done = sorted(measured)
-    return (f"--deadline {deadline:g} s reached after {len(done)} of {len(sweep)} round(s)"
-            + (f" (measured: {', '.join(map(str, done))} per DP rank)" if done else "")
-            + f"; no table was written. What was measured is kept in {work.folder}: run "
-            "`sm12x tune` again (with a longer --deadline) to resume")
+    return (
+        f"--deadline {deadline:g} s reached after {len(done)} of {len(sweep)} round(s)"
+        + (f" (measured: {', '.join(map(str, done))} per DP rank)" if done else "")
+        + f"; no table was written. What was measured is kept in {work.folder}: run "
+        "`sm12x tune` again (with a longer --deadline) to resume"
+    )
 
 
-def measure(python: Python, work: Work, sweep: list[int], base_url: str, extra: list[str],
-            log_path: Path, deadline_at: float, deadline: float, err: Console) -> dict:
+def measure(
+    python: Python,
+    work: Work,
+    sweep: list[int],
+    base_url: str,
+    extra: list[str],
+    log_path: Path,
+    deadline_at: float,
+    deadline: float,
+    err: Console,
+) -> dict:
     """Run the profiler until every round of the sweep is measured or skipped."""
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), console=err, transient=False)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    )
     with progress:
         task = progress.add_task("SPS rounds", total=len(sweep))
 
         def tick() -> None:
             done = work.finished()
             last = max(done) if done else None
-            progress.update(task, completed=len(set(done) | set(work.skipped)),
-                            description="SPS rounds" + (f" (last: {last}/rank)" if last else ""))
+            progress.update(
+                task,
+                completed=len(set(done) | set(work.skipped)),
+                description="SPS rounds" + (f" (last: {last}/rank)" if last else ""),
+            )
 
         while True:
             done = work.finished()
@@ -291,12 +418,23 @@ def measure(python: Python, work: Work, sweep: list[int], base_url: str, extra: 
             if time.monotonic() >= deadline_at:
                 raise DeadlineReached(deadline_message(deadline, done, sweep, work))
             segment = work.new_segment()
-            argv = ["-m", MODULE, "run", "--base-url", base_url, "--out",
-                    str(segment / "table.json"), "--batch-size", *map(str, remaining), *extra]
+            argv = [
+                "-m",
+                MODULE,
+                "run",
+                "--base-url",
+                base_url,
+                "--out",
+                str(segment / "table.json"),
+                "--batch-size",
+                *map(str, remaining),
+                *extra,
+            ]
             # The fit needs a little time too: the profiler stops a bit before.
             reserve = min(60.0, deadline * 0.1)
-            outcome = run_profiler(python, argv, work.folder, log_path,
-                                   deadline_at=deadline_at - reserve, on_tick=tick)
+            outcome = run_profiler(
+                python, argv, work.folder, log_path, deadline_at=deadline_at - reserve, on_tick=tick
+            )
             after = work.finished()
             if outcome.killed:
                 abort_all(base_url)
@@ -309,14 +447,18 @@ def measure(python: Python, work: Work, sweep: list[int], base_url: str, extra: 
                 continue
             abort_all(base_url)
             said = runner.summarise(outcome.tail)
-            raise UserError(f"sglang's SPS profiler failed (exit {outcome.exit_code}): {said}; "
-                            f"{len(after)} finished round(s) are kept in {work.folder}: run "
-                            f"`sm12x tune` again to resume (log: {log_path})")
+            raise UserError(
+                f"sglang's SPS profiler failed (exit {outcome.exit_code}): {said}; "
+                f"{len(after)} finished round(s) are kept in {work.folder}: run "
+                f"`sm12x tune` again to resume (log: {log_path})"
+            )
     measured = work.finished()
     if not measured:
-        raise UserError(f"the profiler skipped every round on its capacity guards (running "
-                        f"requests or KV capacity): nothing to fit; lower --max-batch-size "
-                        f"(log: {log_path})")
+        raise UserError(
+            f"the profiler skipped every round on its capacity guards (running "
+            f"requests or KV capacity): nothing to fit; lower --max-batch-size "
+            f"(log: {log_path})"
+        )
     return measured
 
 
@@ -329,15 +471,18 @@ def answers(base_url: str) -> bool:
     return problem is None or "not JSON" in problem or "HTTP " in problem
 
 
-def boot_and_tune(args: argparse.Namespace, loaded: Loaded, recipe: Recipe, deadline_at: float,
-                  err: Console) -> int:
+def boot_and_tune(
+    args: argparse.Namespace, loaded: Loaded, recipe: Recipe, deadline_at: float, err: Console
+) -> int:
     from verify.boot import BootFailure, Server, boot
 
     base_url = loaded.settings.base_url()
     if answers(base_url):
-        raise UserError(f"a server already answers at {base_url}: tune boots its own profiling "
-                        "server there; stop that one (docker compose down), or profile it with "
-                        "--url if it runs in profiling mode (sm12x launch --sps-profile)")
+        raise UserError(
+            f"a server already answers at {base_url}: tune boots its own profiling "
+            "server there; stop that one (docker compose down), or profile it with "
+            "--url if it runs in profiling mode (sm12x launch --sps-profile)"
+        )
     if args.boot_command:
         server = Server.command(args.boot_command)
     else:
@@ -354,8 +499,10 @@ def boot_and_tune(args: argparse.Namespace, loaded: Loaded, recipe: Recipe, dead
                 _say(err, f"boot: {line}")
         except BootFailure as exc:
             tail = "; ".join(exc.log_tail[-3:])
-            raise UserError(f"the profiling server did not boot: {exc.problem} ({exc.cause}); "
-                            f"{exc.fix}" + (f"; log tail: {tail}" if tail else "")) from None
+            raise UserError(
+                f"the profiling server did not boot: {exc.problem} ({exc.cause}); "
+                f"{exc.fix}" + (f"; log tail: {tail}" if tail else "")
+            ) from None
         if args.boot_command:
             return attach(args, loaded, recipe, base_url, deadline_at, err)
         return tune_inside(args, server, recipe, deadline_at, loaded)
@@ -365,14 +512,26 @@ def boot_and_tune(args: argparse.Namespace, loaded: Loaded, recipe: Recipe, dead
         _say(err, "the profiling server is stopped; start serving with `docker compose up -d`")
 
 
-def tune_inside(args: argparse.Namespace, server, recipe: Recipe, deadline_at: float,
-                loaded: Loaded) -> int:
+def tune_inside(
+    args: argparse.Namespace, server, recipe: Recipe, deadline_at: float, loaded: Loaded
+) -> int:
     """This command again, in the profiling container (sglang and the cache volume are
     there), its output here."""
     container = server.down[-1]
     remaining = max(1, int(deadline_at - time.monotonic()))
-    inner = [loaded.settings.docker, "exec", *(["-t"] if sys.stdout.isatty() else []), container,
-             "sm12x", "tune", "--attach", "--recipe", recipe.name, "--deadline", str(remaining)]
+    inner = [
+        loaded.settings.docker,
+        "exec",
+        *(["-t"] if sys.stdout.isatty() else []),
+        container,
+        "sm12x",
+        "tune",
+        "--attach",
+        "--recipe",
+        recipe.name,
+        "--deadline",
+        str(remaining),
+    ]
     for name in PASSED_ON:
         value = getattr(args, name)
         flag = "--" + name.replace("_", "-")
@@ -385,8 +544,10 @@ def tune_inside(args: argparse.Namespace, server, recipe: Recipe, deadline_at: f
     try:
         return subprocess.run(inner, timeout=remaining + 120, check=False).returncode
     except subprocess.TimeoutExpired:
-        raise DeadlineReached(f"--deadline {args.deadline:g} s reached inside the container; "
-                              "run `sm12x tune` again to resume") from None
+        raise DeadlineReached(
+            f"--deadline {args.deadline:g} s reached inside the container; "
+            "run `sm12x tune` again to resume"
+        ) from None
 
 
 def run(args: argparse.Namespace) -> int:

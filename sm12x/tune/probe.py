@@ -29,8 +29,9 @@ from sm12x.sps_tables import Layout, layout
 RECORD_KEY = "dspark_info_record"
 REQUIRED_COMPONENTS = ("core", "step_cpu_time")
 REQUIRED_SIMULATE_ACC_LEN = 1.0
-HOW_TO_BOOT = ("boot it with `sm12x tune` (without --url), or start it with "
-               "`sm12x launch --sps-profile`")
+HOW_TO_BOOT = (
+    "boot it with `sm12x tune` (without --url), or start it with `sm12x launch --sps-profile`"
+)
 
 
 class NotProfiling(UserError):
@@ -56,14 +57,20 @@ def fetch(base_url: str, timeout: float) -> dict[str, Any]:
     info, problem = provenance.get_json(f"{base_url}/server_info", None, timeout)
     if info is None:
         if problem and ("401" in problem or "authentication" in problem or "403" in problem):
-            raise UserError(f"{base_url} wants an API key ({problem}), and sglang's SPS profiler "
-                            f"sends none: profile a server without SM12X_API_KEY on 127.0.0.1; "
-                            f"{HOW_TO_BOOT}")
-        raise UserError(f"no sglang server answers at {base_url} ({problem}): start it in "
-                        f"profiling mode ({HOW_TO_BOOT}), or check --url")
+            raise UserError(
+                f"{base_url} wants an API key ({problem}), and sglang's SPS profiler "
+                f"sends none: profile a server without SM12X_API_KEY on 127.0.0.1; "
+                f"{HOW_TO_BOOT}"
+            )
+        raise UserError(
+            f"no sglang server answers at {base_url} ({problem}): start it in "
+            f"profiling mode ({HOW_TO_BOOT}), or check --url"
+        )
     if not isinstance(info, dict):
-        raise UserError(f"{base_url}/server_info is not sglang's server info (a router?): "
-                        "profile one sglang server directly")
+        raise UserError(
+            f"{base_url}/server_info is not sglang's server info (a router?): "
+            "profile one sglang server directly"
+        )
     return info
 
 
@@ -71,8 +78,10 @@ def profiling_problem(info: dict[str, Any]) -> str | None:
     """Why the profiler would refuse this server, or None."""
     algorithm = info.get("speculative_algorithm")
     if algorithm != "DSPARK":
-        return (f"the server runs speculative_algorithm={algorithm!r}, not DSPARK: the table is "
-                "measured from DSPARK verify steps")
+        return (
+            f"the server runs speculative_algorithm={algorithm!r}, not DSPARK: the table is "
+            "measured from DSPARK verify steps"
+        )
     if info.get("disable_cuda_graph"):
         return "the server runs with CUDA graphs disabled: a table measured so is useless"
     states = info.get("internal_states") or []
@@ -81,18 +90,26 @@ def profiling_problem(info: dict[str, Any]) -> str | None:
     for rank, state in enumerate(states):
         record = state.get(RECORD_KEY) if isinstance(state, dict) else None
         if record is None:
-            return (f"DP rank {rank} keeps no per-step DSPARK records ({RECORD_KEY} is missing: "
-                    "the server was started without SGLANG_DSPARK_ENABLE_SPS_RECORD=1)")
+            return (
+                f"DP rank {rank} keeps no per-step DSPARK records ({RECORD_KEY} is missing: "
+                "the server was started without SGLANG_DSPARK_ENABLE_SPS_RECORD=1)"
+            )
         missing = sorted(set(REQUIRED_COMPONENTS) - set(record.get("components") or []))
         if missing:
-            return (f"DP rank {rank} records no {', '.join(missing)} (needs "
-                    "SGLANG_DSPARK_ENABLE_SPS_RECORD=1)")
+            return (
+                f"DP rank {rank} records no {', '.join(missing)} (needs "
+                "SGLANG_DSPARK_ENABLE_SPS_RECORD=1)"
+            )
         if record.get("mode") != "static":
-            return (f"DP rank {rank} verifies in {record.get('mode')!r} mode: the profiler's sweep "
-                    "measures static verify (SGLANG_RAGGED_VERIFY_MODE=static)")
+            return (
+                f"DP rank {rank} verifies in {record.get('mode')!r} mode: the profiler's sweep "
+                "measures static verify (SGLANG_RAGGED_VERIFY_MODE=static)"
+            )
         if record.get("simulate_acc_len") != REQUIRED_SIMULATE_ACC_LEN:
-            return (f"DP rank {rank} runs simulate_acc_len={record.get('simulate_acc_len')!r}: the "
-                    "profiler needs exactly SGLANG_SIMULATE_ACC_LEN=1.0")
+            return (
+                f"DP rank {rank} runs simulate_acc_len={record.get('simulate_acc_len')!r}: the "
+                "profiler needs exactly SGLANG_SIMULATE_ACC_LEN=1.0"
+            )
     if cuda_graph_max_bs(states[0]) is None:
         return "the server reports no decode CUDA-graph batch sizes (cuda_graph_config)"
     return None
@@ -122,11 +139,15 @@ def facts(info: dict[str, Any], base_url: str) -> ServerFacts:
     return ServerFacts(
         sglang=str(info.get("version") or ""),
         gamma=int(record.get("gamma") or int(record["verify_num_draft_tokens"]) - 1),
-        parallel=Layout(int(info.get("tp_size") or 1), int(info.get("dp_size") or 1),
-                        int(info.get("ep_size") or 1)),
+        parallel=Layout(
+            int(info.get("tp_size") or 1),
+            int(info.get("dp_size") or 1),
+            int(info.get("ep_size") or 1),
+        ),
         dp_ranks=len(states),
         cuda_graph_max_bs=int(cuda_graph_max_bs(state) or 0),
-        max_running_per_dp=int(max_running) if isinstance(max_running, int) and max_running > 0
+        max_running_per_dp=int(max_running)
+        if isinstance(max_running, int) and max_running > 0
         else None,
         tokenizer_path=info.get("tokenizer_path"),
     )
@@ -137,8 +158,7 @@ def recipe_problems(server: ServerFacts, recipe: Recipe) -> list[str]:
     by the recipe yet measured for something else."""
     problems = []
     if server.gamma != recipe.dspark.block_size:
-        problems.append(f"gamma {server.gamma} (recipe {recipe.name}: "
-                        f"{recipe.dspark.block_size})")
+        problems.append(f"gamma {server.gamma} (recipe {recipe.name}: {recipe.dspark.block_size})")
     if server.parallel != layout(recipe):
         problems.append(f"{server.parallel} (recipe {recipe.name}: {layout(recipe)})")
     return problems

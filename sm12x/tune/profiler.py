@@ -45,8 +45,12 @@ MODULE = "sglang.benchmark.dspark_sps_profiler"
 SESSION = "session.json"
 NO_USABLE_ROUNDS = "No usable rounds"
 # The profiler's own default for --input-len etc. (dspark_sps_profiler.py).
-DEFAULTS = {"input_len": 16, "min_steady_steps": 32, "min_steady_seconds": 10.0,
-            "round_timeout": 300.0}
+DEFAULTS = {
+    "input_len": 16,
+    "min_steady_steps": 32,
+    "min_steady_seconds": 10.0,
+    "round_timeout": 300.0,
+}
 FIT_TIMEOUT_S = 300.0
 ABORT_TIMEOUT_S = 10.0
 
@@ -65,10 +69,16 @@ class Rounds:
     round_timeout: float = DEFAULTS["round_timeout"]
 
     def argv(self) -> list[str]:
-        return ["--input-len", str(self.input_len),
-                "--min-steady-steps", str(self.min_steady_steps),
-                "--min-steady-seconds", f"{self.min_steady_seconds:g}",
-                "--round-timeout", f"{self.round_timeout:g}"]
+        return [
+            "--input-len",
+            str(self.input_len),
+            "--min-steady-steps",
+            str(self.min_steady_steps),
+            "--min-steady-seconds",
+            f"{self.min_steady_seconds:g}",
+            "--round-timeout",
+            f"{self.round_timeout:g}",
+        ]
 
 
 @dataclass
@@ -86,10 +96,13 @@ class Python:
 
     def sweep(self, max_per_rank: int, workdir: Path) -> list[int]:
         """The profiler's own batch-size sweep up to max_per_rank (its function)."""
-        code = ("import json; from sglang.benchmark.dspark_sps_profiler import "
-                f"build_request_count_sweep as s; print(json.dumps(s({max_per_rank})))")
-        done = bounded.run(self.command(["-c", code], workdir, "sm12x-tune-sweep"), timeout=300,
-                           env=self.env)
+        code = (
+            "import json; from sglang.benchmark.dspark_sps_profiler import "
+            f"build_request_count_sweep as s; print(json.dumps(s({max_per_rank})))"
+        )
+        done = bounded.run(
+            self.command(["-c", code], workdir, "sm12x-tune-sweep"), timeout=300, env=self.env
+        )
         lines = (done.stdout or "").strip().splitlines()
         try:
             values = json.loads(lines[-1]) if done.returncode == 0 and lines else None
@@ -109,8 +122,9 @@ class Work:
     session: dict[str, Any]
 
     @classmethod
-    def open(cls, folder: Path, identity: dict[str, Any], fresh: bool,
-             say: Callable[[str], None]) -> Work:
+    def open(
+        cls, folder: Path, identity: dict[str, Any], fresh: bool, say: Callable[[str], None]
+    ) -> Work:
         """Resume the work for the same measurement, or start anew (saying why)."""
         path = folder / SESSION
         if path.is_file() and not fresh:
@@ -121,8 +135,10 @@ class Work:
             if isinstance(old, dict) and old.get("identity") == identity:
                 work = cls(folder, old)
                 if work.finished():
-                    say(f"resuming: {len(work.finished())} round(s) already measured are kept "
-                        f"({folder})")
+                    say(
+                        f"resuming: {len(work.finished())} round(s) already measured are kept "
+                        f"({folder})"
+                    )
                 return work
             say(f"earlier work in {folder} was for another measurement: starting anew")
         elif path.is_file():
@@ -170,8 +186,15 @@ class Outcome:
     killed: bool
 
 
-def run_profiler(python: Python, args: Sequence[str], workdir: Path, log_path: Path, *,
-                 deadline_at: float, on_tick: Callable[[], None]) -> Outcome:
+def run_profiler(
+    python: Python,
+    args: Sequence[str],
+    workdir: Path,
+    log_path: Path,
+    *,
+    deadline_at: float,
+    on_tick: Callable[[], None],
+) -> Outcome:
     """One profiler process, its output to log_path; killed (with its process
     group) at deadline_at. on_tick runs about twice a second (the progress)."""
     name = f"sm12x-tune-{workdir.name}"
@@ -181,13 +204,20 @@ def run_profiler(python: Python, args: Sequence[str], workdir: Path, log_path: P
         log.write("$ " + " ".join(argv) + "\n")
         log.flush()
         try:
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=dict(python.env), cwd=workdir,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(python.env),
+                cwd=workdir,
+                start_new_session=True,
+            )
         except OSError as exc:
             raise UserError(f"could not start {argv[0]}: {exc.strerror or exc}") from None
-        reader = threading.Thread(target=pump, args=(proc, log, tail, None, lambda t: t),
-                                  daemon=True)
+        reader = threading.Thread(
+            target=pump, args=(proc, log, tail, None, lambda t: t), daemon=True
+        )
         reader.start()
         killed = False
         try:
@@ -214,20 +244,25 @@ def run_profiler(python: Python, args: Sequence[str], workdir: Path, log_path: P
 
 def abort_all(base_url: str) -> None:
     """Drop the load a killed profiler left running (sglang's /abort_request)."""
-    provenance.request_json("POST", f"{base_url}/abort_request", None, ABORT_TIMEOUT_S,
-                            {"abort_all": True})
+    provenance.request_json(
+        "POST", f"{base_url}/abort_request", None, ABORT_TIMEOUT_S, {"abort_all": True}
+    )
 
 
-def fit(python: Python, work: Work, rounds: dict[int, dict[str, Any]], log_path: Path,
-        timeout: float) -> str:
+def fit(
+    python: Python, work: Work, rounds: dict[int, dict[str, Any]], log_path: Path, timeout: float
+) -> str:
     """The profiler's `fit` over every finished round; the table's JSON text."""
     folder = work.folder / "fit"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     lines = [json.dumps(rounds[bs]) for bs in sorted(rounds)]
     (folder / "table.rounds.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    argv = python.command(["-m", MODULE, "fit", "--out", str(folder / "table.json"), "--no-plot"],
-                          work.folder, "sm12x-tune-fit")
+    argv = python.command(
+        ["-m", MODULE, "fit", "--out", str(folder / "table.json"), "--no-plot"],
+        work.folder,
+        "sm12x-tune-fit",
+    )
     done = bounded.run(argv, timeout=timeout, env=python.env, cwd=str(work.folder))
     with log_path.open("a", encoding="utf-8") as log:
         log.write("$ " + " ".join(argv) + "\n" + (done.stdout or "") + (done.stderr or ""))

@@ -14,7 +14,6 @@ the device machine as docs/benchmarks.md shows.
 
 from __future__ import annotations
 
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -42,13 +41,30 @@ def rules():
     return Rules.from_flashinfer(flashinfer_package())
 
 
-@pytest.mark.parametrize("tokens, with_topk_length", [
-    (5, True), (20, True), (64, True), (80, True), (320, True),
-    (5, False), (80, False),  # no topk_length: the patch fills the original width
-])
+@pytest.mark.parametrize(
+    "tokens, with_topk_length",
+    [
+        (5, True),
+        (20, True),
+        (64, True),
+        (80, True),
+        (320, True),
+        (5, False),
+        (80, False),  # no topk_length: the patch fills the original width
+    ],
+)
 def test_padded_draft_call_equals_unpadded_reference(rules, tokens, with_topk_length):
-    call = n.make_call(tokens, 64, 192, 192 if not with_topk_length else 133, PAGES, PAGE, DEV,
-                       seed=tokens, with_topk_length=with_topk_length)
+    call = n.make_call(
+        tokens,
+        64,
+        192,
+        192 if not with_topk_length else 133,
+        PAGES,
+        PAGE,
+        DEV,
+        seed=tokens,
+        with_topk_length=with_topk_length,
+    )
     expected, _ = n.reference(call)
     with Emulator(rules, compute="reference") as emulator:
         got = n.patched(call)
@@ -111,8 +127,16 @@ def _capture_and_replay(rules, make, enabled=True):
         with torch.cuda.graph(graph):
             captured = n.patched(static)
         fresh = make(12)
-        for key in ("q", "k_cache", "indices", "topk_length", "attn_sink", "extra_k_cache",
-                    "extra_indices", "extra_topk_length"):
+        for key in (
+            "q",
+            "k_cache",
+            "indices",
+            "topk_length",
+            "attn_sink",
+            "extra_k_cache",
+            "extra_indices",
+            "extra_topk_length",
+        ):
             if static[key] is not None:
                 static[key].copy_(fresh[key])
         graph.replay()

@@ -46,8 +46,11 @@ def verify(tmp_path):
 def verdicts(report: dict) -> dict[str, str]:
     """Each check's verdict; checks that run only when asked for (--compare-url,
     --accuracy) and were not are left out."""
-    return {c["name"]: c["verdict"] for c in report["checks"]
-            if not (c["verdict"] == "skip" and (c["problem"] or "").startswith("not asked for"))}
+    return {
+        c["name"]: c["verdict"]
+        for c in report["checks"]
+        if not (c["verdict"] == "skip" and (c["problem"] or "").startswith("not asked for"))
+    }
 
 
 def check(report: dict, name: str) -> dict:

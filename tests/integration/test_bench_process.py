@@ -16,11 +16,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from support import bench_cli
-from support.cli import ROOT
 
 from sm12x.bench import provenance, runner
 from sm12x.versions import load_versions
+from support import bench_cli
+from support.cli import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "bench"
 FAKE_BENCH = ROOT / "tests" / "support" / "fake_bench"
@@ -93,9 +93,16 @@ def healthy_scenario() -> dict:
     return {"runs": {str(c): {"line": fixture(f"c{c}.json")} for c in (16, 32, 64)}}
 
 
-def bench(tmp_path: Path, url: str, *args: str, scenario: dict | None = None,
-          env: dict | None = None, stand_in: bool = True, path: str = "/usr/bin:/bin",
-          timeout: float = 180):
+def bench(
+    tmp_path: Path,
+    url: str,
+    *args: str,
+    scenario: dict | None = None,
+    env: dict | None = None,
+    stand_in: bool = True,
+    path: str = "/usr/bin:/bin",
+    timeout: float = 180,
+):
     tmp_path.mkdir(parents=True, exist_ok=True)
     scenario_file = tmp_path / "scenario.json"
     scenario_file.write_text(json.dumps(scenario or healthy_scenario()))
@@ -117,18 +124,25 @@ def bench(tmp_path: Path, url: str, *args: str, scenario: dict | None = None,
     out = tmp_path / "out"
     done = subprocess.run(
         [sys.executable, "-m", "sm12x.cli", "bench", "--url", url, "--out", str(out), *args],
-        cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=timeout,
+        cwd=tmp_path,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
-    calls = [json.loads(line) for line in record.read_text().splitlines()] if record.exists() \
-        else []
-    result = json.loads((out / "result.json").read_text()) if (out / "result.json").exists() \
-        else None
+    calls = (
+        [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+    )
+    result = (
+        json.loads((out / "result.json").read_text()) if (out / "result.json").exists() else None
+    )
     return done, result, calls, out
 
 
 def test_default_workload_through_sglangs_real_cli(tmp_path, server):
-    done, result, calls, out = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4",
-                                     "--container", "none")
+    done, result, calls, out = bench(
+        tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4", "--container", "none"
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     parser = bench_cli.real_parser(load_versions()["SGLANG_VERSION"])
     assert len(calls) == 3
@@ -138,7 +152,10 @@ def test_default_workload_through_sglangs_real_cli(tmp_path, server):
         assert args.num_prompts == 10 * concurrency
         assert args.dataset_name == "random-ids" and args.dataset_path == ""
         assert (args.random_input_len, args.random_output_len, args.random_range_ratio) == (
-            1024, 512, 1.0)
+            1024,
+            512,
+            1.0,
+        )
         assert args.backend == "sglang" and args.base_url == server.url
         assert args.output_file == str(out / "runs" / f"c{concurrency}.jsonl")
         assert args.tag == f"sm12x:c{concurrency}:n{10 * concurrency}"
@@ -160,9 +177,20 @@ def test_default_workload_through_sglangs_real_cli(tmp_path, server):
 def test_a_dataset_path_runs_the_seeds_random_dataset(tmp_path, server):
     sharegpt = tmp_path / "ShareGPT_V3_unfiltered_cleaned_split.json"
     sharegpt.write_text("[]")
-    done, result, calls, _ = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4",
-                                   "--container", "none", "--concurrency", "16",
-                                   "--num-prompts", "48", "--dataset-path", str(sharegpt))
+    done, result, calls, _ = bench(
+        tmp_path,
+        server.url,
+        "--recipe",
+        "rtx-pro-6000-tp4",
+        "--container",
+        "none",
+        "--concurrency",
+        "16",
+        "--num-prompts",
+        "48",
+        "--dataset-path",
+        str(sharegpt),
+    )
     assert done.returncode == 0, done.stderr
     args = bench_cli.real_parser(load_versions()["SGLANG_VERSION"]).parse_args(calls[0]["argv"])
     assert args.dataset_name == "random" and args.dataset_path == str(sharegpt)
@@ -171,9 +199,17 @@ def test_a_dataset_path_runs_the_seeds_random_dataset(tmp_path, server):
 
 
 def test_a_misspelt_flag_is_refused_by_sglangs_parser(tmp_path, server):
-    done, result, calls, _ = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4",
-                                   "--container", "none", "--concurrency", "16",
-                                   "--extra=--max-concurency=8")
+    done, result, calls, _ = bench(
+        tmp_path,
+        server.url,
+        "--recipe",
+        "rtx-pro-6000-tp4",
+        "--container",
+        "none",
+        "--concurrency",
+        "16",
+        "--extra=--max-concurency=8",
+    )
     assert done.returncode == 1
     assert calls == []  # argparse refused it before the stand-in recorded anything
     run = result["runs"][0]
@@ -182,16 +218,30 @@ def test_a_misspelt_flag_is_refused_by_sglangs_parser(tmp_path, server):
 
 
 def test_failures_are_reported_and_a_hung_run_is_killed(tmp_path, server):
-    scenario = {"runs": {
-        "16": {"line": None, "exit": 1, "output": "ValueError: Warmup failed - Please make sure "
-               "benchmark arguments are correctly specified. Error: Bad Request"},
-        "32": {"line": None, "sleep": 120},
-        "64": {"line": fixture("c64.json"), "exit": 1, "output": "Traceback: late crash"},
-    }}
+    scenario = {
+        "runs": {
+            "16": {
+                "line": None,
+                "exit": 1,
+                "output": "ValueError: Warmup failed - Please make sure "
+                "benchmark arguments are correctly specified. Error: Bad Request",
+            },
+            "32": {"line": None, "sleep": 120},
+            "64": {"line": fixture("c64.json"), "exit": 1, "output": "Traceback: late crash"},
+        }
+    }
     started = time.monotonic()
-    done, result, calls, out = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4",
-                                     "--container", "none", "--run-timeout", "4",
-                                     scenario=scenario)
+    done, result, calls, out = bench(
+        tmp_path,
+        server.url,
+        "--recipe",
+        "rtx-pro-6000-tp4",
+        "--container",
+        "none",
+        "--run-timeout",
+        "4",
+        scenario=scenario,
+    )
     assert time.monotonic() - started < 90
     assert done.returncode == 1
     runs = {r["concurrency"]: r for r in result["runs"]}
@@ -214,8 +264,17 @@ def test_failures_are_reported_and_a_hung_run_is_killed(tmp_path, server):
 
 def test_all_requests_failed_line(tmp_path, server):
     scenario = {"default": {"line": fixture("all-failed-c16.jsonl")}}
-    done, result, _, _ = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4",
-                               "--container", "none", "--concurrency", "16", scenario=scenario)
+    done, result, _, _ = bench(
+        tmp_path,
+        server.url,
+        "--recipe",
+        "rtx-pro-6000-tp4",
+        "--container",
+        "none",
+        "--concurrency",
+        "16",
+        scenario=scenario,
+    )
     assert done.returncode == 1
     assert result["runs"][0]["status"] == "failed"
     assert "no request completed" in result["runs"][0]["problems"][0]
@@ -224,8 +283,16 @@ def test_all_requests_failed_line(tmp_path, server):
 def test_no_acceptance_reset_on_a_server_without_it(tmp_path):
     server = Server(reset=False)
     try:
-        done, result, _, _ = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4",
-                                   "--container", "none", "--concurrency", "16")
+        done, result, _, _ = bench(
+            tmp_path,
+            server.url,
+            "--recipe",
+            "rtx-pro-6000-tp4",
+            "--container",
+            "none",
+            "--concurrency",
+            "16",
+        )
     finally:
         server.close()
     assert done.returncode == 0
@@ -236,13 +303,22 @@ def test_no_acceptance_reset_on_a_server_without_it(tmp_path):
 def test_api_key_reaches_the_server_and_the_benchmark(tmp_path):
     server = Server(api_key="s3cret")
     try:
-        done, result, _, _ = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4",
-                                   "--container", "none", "--concurrency", "16",
-                                   env={"SM12X_API_KEY": "s3cret"})
+        done, result, _, _ = bench(
+            tmp_path,
+            server.url,
+            "--recipe",
+            "rtx-pro-6000-tp4",
+            "--container",
+            "none",
+            "--concurrency",
+            "16",
+            env={"SM12X_API_KEY": "s3cret"},
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         assert result["runs"][0]["status"] == "ok"
-        done, _, _, _ = bench(tmp_path / "nokey", server.url, "--recipe", "rtx-pro-6000-tp4",
-                              "--container", "none")
+        done, _, _, _ = bench(
+            tmp_path / "nokey", server.url, "--recipe", "rtx-pro-6000-tp4", "--container", "none"
+        )
         assert done.returncode == 1
         # Said as authentication, naming the setting: not "cannot reach".
         assert "HTTP 401" in done.stderr and "authentication" in done.stderr
@@ -254,8 +330,9 @@ def test_api_key_reaches_the_server_and_the_benchmark(tmp_path):
 def test_no_server(tmp_path):
     from tests.support.fake_sglang.server import free_port
 
-    done, result, calls, _ = bench(tmp_path, f"http://127.0.0.1:{free_port()}", "--recipe",
-                                   "rtx-pro-6000-tp4")
+    done, result, calls, _ = bench(
+        tmp_path, f"http://127.0.0.1:{free_port()}", "--recipe", "rtx-pro-6000-tp4"
+    )
     assert done.returncode == 1 and result is None and calls == []
     errors = [line for line in done.stderr.splitlines() if ": error: " in line]
     assert len(errors) == 1 and "cannot reach the server" in errors[0]
@@ -263,8 +340,14 @@ def test_no_server(tmp_path):
 
 
 def test_python_without_sglang_and_no_docker(tmp_path, server):
-    done, _, _, _ = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4", stand_in=False,
-                          env={"SM12X_DOCKER": str(tmp_path / "no-docker")})
+    done, _, _, _ = bench(
+        tmp_path,
+        server.url,
+        "--recipe",
+        "rtx-pro-6000-tp4",
+        stand_in=False,
+        env={"SM12X_DOCKER": str(tmp_path / "no-docker")},
+    )
     assert done.returncode == 1
     errors = [line for line in done.stderr.splitlines() if ": error: " in line]
     assert len(errors) == 1, done.stderr
@@ -273,8 +356,15 @@ def test_python_without_sglang_and_no_docker(tmp_path, server):
 
 
 def test_an_explicit_python_without_sglang_is_not_swapped_for_the_image(tmp_path, server):
-    done, _, _, _ = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4", "--python",
-                          sys.executable, stand_in=False)
+    done, _, _, _ = bench(
+        tmp_path,
+        server.url,
+        "--recipe",
+        "rtx-pro-6000-tp4",
+        "--python",
+        sys.executable,
+        stand_in=False,
+    )
     assert done.returncode == 1
     assert "pass --python with one that has sglang" in done.stderr
 
@@ -341,11 +431,21 @@ def test_a_host_without_sglang_runs_the_benchmark_in_the_image(tmp_path):
     server = Server(api_key="sk-image")
     try:
         docker, record = image_docker(tmp_path)
-        (tmp_path / ".env").write_text(f"SM12X_API_KEY=sk-image\nSM12X_IMAGE={IMAGE}\n"
-                                       f"SM12X_DOCKER={docker}\n")
+        (tmp_path / ".env").write_text(
+            f"SM12X_API_KEY=sk-image\nSM12X_IMAGE={IMAGE}\nSM12X_DOCKER={docker}\n"
+        )
         done, result, calls, out = bench(
-            tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4", "--container", "none",
-            "--concurrency", "16", stand_in=False, env={"SM12X_ENV_FILE": ""})
+            tmp_path,
+            server.url,
+            "--recipe",
+            "rtx-pro-6000-tp4",
+            "--container",
+            "none",
+            "--concurrency",
+            "16",
+            stand_in=False,
+            env={"SM12X_ENV_FILE": ""},
+        )
     finally:
         server.close()
     assert done.returncode == 0, done.stdout + done.stderr
@@ -353,18 +453,36 @@ def test_a_host_without_sglang_runs_the_benchmark_in_the_image(tmp_path):
     runs = [json.loads(line) for line in record.read_text().splitlines()]
     argv = next(a for a in runs if a[0] == "run" and "sglang.benchmark.serving" in a)
     at = argv.index(IMAGE)
-    assert argv[:at + 1] == [
-        "run", "--rm", "--name", argv[3], "--network", "host", "--init",
-        "--user", f"{os.getuid()}:{os.getgid()}",
-        "--env", "OPENAI_API_KEY", "--env", "PYTHONUNBUFFERED=1", "--env", "HOME=/tmp",
-        "--volume", f"{out}:{out}", "--workdir", str(out), "--entrypoint", "python3", IMAGE,
+    assert argv[: at + 1] == [
+        "run",
+        "--rm",
+        "--name",
+        argv[3],
+        "--network",
+        "host",
+        "--init",
+        "--user",
+        f"{os.getuid()}:{os.getgid()}",
+        "--env",
+        "OPENAI_API_KEY",
+        "--env",
+        "PYTHONUNBUFFERED=1",
+        "--env",
+        "HOME=/tmp",
+        "--volume",
+        f"{out}:{out}",
+        "--workdir",
+        str(out),
+        "--entrypoint",
+        "python3",
+        IMAGE,
     ]
     assert argv[3].startswith("sm12x-bench-") and argv[3].endswith("-c16")
     # What follows the image is the host command's module part, unchanged, and
     # sglang's own parser takes it (the stand-in in the "image" recorded it).
-    assert argv[at + 1:at + 3] == ["-m", "sglang.benchmark.serving"]
+    assert argv[at + 1 : at + 3] == ["-m", "sglang.benchmark.serving"]
     (call,) = calls
-    assert call["argv"] == argv[at + 3:]
+    assert call["argv"] == argv[at + 3 :]
     parsed = bench_cli.real_parser(load_versions()["SGLANG_VERSION"]).parse_args(call["argv"])
     assert parsed.output_file == str(out / "runs" / "c16.jsonl")
     # The key went by name through docker's environment: never on a command line.
@@ -376,8 +494,15 @@ def test_a_host_without_sglang_runs_the_benchmark_in_the_image(tmp_path):
 def test_the_image_must_be_on_this_machine(tmp_path, server):
     docker, _ = image_docker(tmp_path, present=False)
     done, result, calls, _ = bench(
-        tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4", "--container", "none",
-        stand_in=False, env={"SM12X_DOCKER": str(docker), "SM12X_IMAGE": IMAGE})
+        tmp_path,
+        server.url,
+        "--recipe",
+        "rtx-pro-6000-tp4",
+        "--container",
+        "none",
+        stand_in=False,
+        env={"SM12X_DOCKER": str(docker), "SM12X_IMAGE": IMAGE},
+    )
     assert done.returncode == 1 and result is None and calls == []
     errors = [line for line in done.stderr.splitlines() if ": error: " in line]
     assert len(errors) == 1 and "No such image" in errors[0]
@@ -395,8 +520,11 @@ def test_recipe_auto_needs_gpus(tmp_path, server):
 # --- provenance: the container on this machine ------------------------------------------------
 
 PROBE_ANSWER = {
-    "sglang": "0.5.16", "flashinfer": "0.6.15.post1", "torch": "2.11.0",
-    "nvidia_smi": (NVIDIA_SMI / "rtx-pro-6000-x4.csv").read_text(), "nvidia_smi_error": None,
+    "sglang": "0.5.16",
+    "flashinfer": "0.6.15.post1",
+    "torch": "2.11.0",
+    "nvidia_smi": (NVIDIA_SMI / "rtx-pro-6000-x4.csv").read_text(),
+    "nvidia_smi_error": None,
 }
 IMAGE_ID = "sha256:" + "1f" * 32
 DIGEST = "ghcr.io/sm12x/sm12x@sha256:" + "2e" * 32
@@ -405,8 +533,13 @@ DIGEST = "ghcr.io/sm12x/sm12x@sha256:" + "2e" * 32
 def fake_docker(tmp_path: Path) -> str:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    inspect = {"Image": IMAGE_ID, "Config": {"Image": "ghcr.io/sm12x/sm12x:0.1.0", "Labels": {
-        "org.opencontainers.image.version": "0.1.0"}}}
+    inspect = {
+        "Image": IMAGE_ID,
+        "Config": {
+            "Image": "ghcr.io/sm12x/sm12x:0.1.0",
+            "Labels": {"org.opencontainers.image.version": "0.1.0"},
+        },
+    }
     script = bin_dir / "docker"
     script.write_text(f"""#!/bin/sh
 case "$1" in
@@ -424,12 +557,17 @@ esac
 
 
 def test_versions_image_and_gpus_come_from_the_container(tmp_path, server):
-    done, result, _, _ = bench(tmp_path, server.url, "--concurrency", "16",
-                               path=fake_docker(tmp_path))
+    done, result, _, _ = bench(
+        tmp_path, server.url, "--concurrency", "16", path=fake_docker(tmp_path)
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     env = result["environment"]
-    assert env["image"] == {"ref": "ghcr.io/sm12x/sm12x:0.1.0", "id": IMAGE_ID,
-                            "digest": DIGEST, "version": "0.1.0"}
+    assert env["image"] == {
+        "ref": "ghcr.io/sm12x/sm12x:0.1.0",
+        "id": IMAGE_ID,
+        "digest": DIGEST,
+        "version": "0.1.0",
+    }
     assert env["flashinfer_version"] == "0.6.15.post1" and env["torch_version"] == "2.11.0"
     assert env["gpus"] == ["NVIDIA RTX PRO 6000 Blackwell Workstation Edition"] * 4
     assert env["compute_capability"] == "12.0" and env["gpu_driver"] == "580.95.05"
@@ -441,10 +579,21 @@ def test_versions_image_and_gpus_come_from_the_container(tmp_path, server):
 
 
 def test_flags_override_what_cannot_be_seen(tmp_path, server):
-    done, result, _, _ = bench(tmp_path, server.url, "--concurrency", "16", "--container",
-                               "none", "--recipe", "rtx-5090-tp8", "--image",
-                               "ghcr.io/sm12x/sm12x:0.1.0", "--image-digest", "sha256:" + "9" * 64,
-                               *sum((["--gpu", "NVIDIA GeForce RTX 5090"] for _ in range(8)), []))
+    done, result, _, _ = bench(
+        tmp_path,
+        server.url,
+        "--concurrency",
+        "16",
+        "--container",
+        "none",
+        "--recipe",
+        "rtx-5090-tp8",
+        "--image",
+        "ghcr.io/sm12x/sm12x:0.1.0",
+        "--image-digest",
+        "sha256:" + "9" * 64,
+        *sum((["--gpu", "NVIDIA GeForce RTX 5090"] for _ in range(8)), []),
+    )
     env = result["environment"]
     assert env["image"]["version"] == "0.1.0" and env["image"]["digest"] == "sha256:" + "9" * 64
     assert len(env["gpus"]) == 8 and env["sources"]["gpus"] == "--gpu"
@@ -460,9 +609,13 @@ def test_probe_script_runs_on_its_own(tmp_path):
     smi = bin_dir / "nvidia-smi"
     smi.write_text(f"#!/bin/sh\ncat {shlex.quote(str(NVIDIA_SMI / 'dgx-spark.csv'))}\n")
     smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
-    done = subprocess.run([sys.executable, "-c", provenance.PROBE], capture_output=True,
-                          text=True, timeout=60,
-                          env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-c", provenance.PROBE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+    )
     data = json.loads(done.stdout)
     assert data["nvidia_smi"].startswith("NVIDIA GB10")
     assert data["torch"]  # the test venv has torch
@@ -470,8 +623,14 @@ def test_probe_script_runs_on_its_own(tmp_path):
 
 
 def test_runner_spec_only_uses_flags_of_every_patched_release():
-    spec = runner.Spec(base_url="http://x:1", concurrency=8, num_prompts=80,
-                       dataset_path="/d.json", tokenizer="/m", model="m")
+    spec = runner.Spec(
+        base_url="http://x:1",
+        concurrency=8,
+        num_prompts=80,
+        dataset_path="/d.json",
+        tokenizer="/m",
+        model="m",
+    )
     argv = spec.argv("python", Path("/o.jsonl"))
     ours = {a for a in argv if a.startswith("--")}
     for version in ("0.5.16", "0.5.17", "0.5.18"):
@@ -482,10 +641,24 @@ def test_runner_spec_only_uses_flags_of_every_patched_release():
 def test_bench_deadline_reports_the_runs_it_left_out(tmp_path, server):
     """--deadline bounds all runs together (issue 21): the run going when it
     fires is killed, the rest are reported as not run, the result is written."""
-    scenario = {"runs": {"16": {"line": None, "sleep": 120}, "32": {"line": fixture("c32.json")},
-                         "64": {"line": fixture("c64.json")}}}
-    done, result, calls, _ = bench(tmp_path, server.url, "--recipe", "rtx-pro-6000-tp4",
-                                   "--container", "none", "--deadline", "4", scenario=scenario)
+    scenario = {
+        "runs": {
+            "16": {"line": None, "sleep": 120},
+            "32": {"line": fixture("c32.json")},
+            "64": {"line": fixture("c64.json")},
+        }
+    }
+    done, result, calls, _ = bench(
+        tmp_path,
+        server.url,
+        "--recipe",
+        "rtx-pro-6000-tp4",
+        "--container",
+        "none",
+        "--deadline",
+        "4",
+        scenario=scenario,
+    )
     assert done.returncode == 1, done.stderr
     runs = {r["concurrency"]: r for r in result["runs"]}
     assert "did not finish within" in runs[16]["problems"][0]
@@ -496,18 +669,19 @@ def test_bench_deadline_reports_the_runs_it_left_out(tmp_path, server):
 
 
 def test_compare_configurations_benchmarks_each_and_marks_comparable_figures(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     """`--compare-configurations`: the rig's baseline and throughput configuration, the
     same workload against each one's server, one comparison table and chart."""
-    from support import throughput
-
     from sm12x.bench import main as bench_main
     from sm12x.recipe import load
+    from support import throughput
 
     folder = throughput.recipes_with_it(tmp_path / "recipes")
     monkeypatch.setattr(load, "recipes_dir", lambda: folder)
     baseline, fast = Server(), Server()
     try:
+
         def scaled(factor: float) -> dict:
             runs = {}
             for c in (16, 64):
@@ -517,19 +691,34 @@ def test_compare_configurations_benchmarks_each_and_marks_comparable_figures(
             return {"runs": runs}
 
         scenario = tmp_path / "scenario.json"
-        scenario.write_text(json.dumps({"servers": {baseline.url: scaled(1.0),
-                                                    fast.url: scaled(1.9)}}))
-        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FAKE_BENCH), str(ROOT),
-                                                          str(ROOT / "tests")]))
+        scenario.write_text(
+            json.dumps({"servers": {baseline.url: scaled(1.0), fast.url: scaled(1.9)}})
+        )
+        monkeypatch.setenv(
+            "PYTHONPATH", os.pathsep.join([str(FAKE_BENCH), str(ROOT), str(ROOT / "tests")])
+        )
         monkeypatch.setenv("SM12X_FAKE_BENCH_SCENARIO", str(scenario))
         monkeypatch.setenv("PATH", "/usr/bin:/bin")
         parser = __import__("argparse").ArgumentParser()
         bench_main.add_arguments(parser)
         out = tmp_path / "out"
-        args = parser.parse_args([
-            "--compare-configurations", "--recipe", throughput.RIG, "--url-baseline",
-            baseline.url, "--url-throughput", fast.url, "--concurrency", "16,64",
-            "--container", "none", "--out", str(out)])
+        args = parser.parse_args(
+            [
+                "--compare-configurations",
+                "--recipe",
+                throughput.RIG,
+                "--url-baseline",
+                baseline.url,
+                "--url-throughput",
+                fast.url,
+                "--concurrency",
+                "16,64",
+                "--container",
+                "none",
+                "--out",
+                str(out),
+            ]
+        )
         assert bench_main.run(args) == 0, capsys.readouterr()
     finally:
         baseline.close()

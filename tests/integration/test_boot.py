@@ -29,8 +29,15 @@ def verify(*args, timeout=120):
     # boot uses must come from the flags or the .env a test names, and the
     # environment outranks .env, so it is dropped.
     env = {k: v for k, v in os.environ.items() if k != "SM12X_DOCKER"}
-    return subprocess.run([PY, "-m", "verify", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=env, check=False)
+    return subprocess.run(
+        [PY, "-m", "verify", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
 
 
 @pytest.mark.parametrize("log", sorted(CRASHES))
@@ -40,35 +47,65 @@ def test_known_failure_in_the_log_stops_the_boot_early(log, tmp_path):
     marker = tmp_path / "still-running"
     command = f"cat {LOGS / log}; sleep 60; touch {marker}"
     start = time.monotonic()
-    done = verify("--boot", "--boot-command", command, "--boot-timeout", "60", "--down",
-                  "--base-url", f"http://127.0.0.1:{free_port()}", "--no-files")
+    done = verify(
+        "--boot",
+        "--boot-command",
+        command,
+        "--boot-timeout",
+        "60",
+        "--down",
+        "--base-url",
+        f"http://127.0.0.1:{free_port()}",
+        "--no-files",
+    )
     assert time.monotonic() - start < 30
     out = done.stdout + done.stderr
     assert done.returncode == 3, out
     assert "boot failed" in out and CRASHES[log] in out
     assert "Traceback (most recent call last)" not in out.replace(
-        "Scheduler hit an exception: Traceback (most recent call last)", "")
+        "Scheduler hit an exception: Traceback (most recent call last)", ""
+    )
     time.sleep(0.5)
     assert not marker.exists()
 
 
 def test_crashing_process_is_reported(tmp_path):
     port = free_port()
-    command = (f"{PY} -m tests.support.fake_sglang --port {port} "
-               f"--boot-log {LOGS / 'healthy.log'} --crash")
-    done = verify("--boot", "--boot-command", command, "--boot-timeout", "60",
-                  "--base-url", f"http://127.0.0.1:{port}", "--no-files")
+    command = (
+        f"{PY} -m tests.support.fake_sglang --port {port} --boot-log {LOGS / 'healthy.log'} --crash"
+    )
+    done = verify(
+        "--boot",
+        "--boot-command",
+        command,
+        "--boot-timeout",
+        "60",
+        "--base-url",
+        f"http://127.0.0.1:{port}",
+        "--no-files",
+    )
     assert done.returncode == 3
     assert "exited (code 1) before it was healthy" in done.stdout
 
 
 def test_healthy_boot_runs_the_checks_and_tears_down(tmp_path):
     port = free_port()
-    command = (f"{PY} -m tests.support.fake_sglang --port {port} "
-               f"--boot-log {LOGS / 'healthy.log'}")
-    done = verify("--boot", "--boot-command", command, "--boot-timeout", "60", "--down",
-                  "--base-url", f"http://127.0.0.1:{port}", "--only", "health,models,one-token,spec",
-                  "--boot-log", str(tmp_path / "boot.log"), "--no-files")
+    command = f"{PY} -m tests.support.fake_sglang --port {port} --boot-log {LOGS / 'healthy.log'}"
+    done = verify(
+        "--boot",
+        "--boot-command",
+        command,
+        "--boot-timeout",
+        "60",
+        "--down",
+        "--base-url",
+        f"http://127.0.0.1:{port}",
+        "--only",
+        "health,models,one-token,spec",
+        "--boot-log",
+        str(tmp_path / "boot.log"),
+        "--no-files",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "healthy after" in done.stdout
     assert "fired up" in (tmp_path / "boot.log").read_text()
@@ -77,8 +114,17 @@ def test_healthy_boot_runs_the_checks_and_tears_down(tmp_path):
 
 
 def test_boot_deadline():
-    done = verify("--boot", "--boot-command", "sleep 30", "--boot-timeout", "2", "--down",
-                  "--base-url", f"http://127.0.0.1:{free_port()}", "--no-files")
+    done = verify(
+        "--boot",
+        "--boot-command",
+        "sleep 30",
+        "--boot-timeout",
+        "2",
+        "--down",
+        "--base-url",
+        f"http://127.0.0.1:{free_port()}",
+        "--no-files",
+    )
     assert done.returncode == 3 and "not healthy within 2 s" in done.stdout
 
 
@@ -109,9 +155,19 @@ def test_boot_starts_the_recipes_compose_service_through_the_launcher(tmp_path):
     docker, calls = fake_docker(tmp_path, "nccl.log")
     env_file = tmp_path / "site.env"
     env_file.write_text(f"SM12X_DOCKER={docker}\n")
-    done = verify("--boot", "--recipe", "dgx-spark-tp2", "--env-file", str(env_file),
-                  "--boot-timeout", "30", "--down", "--base-url",
-                  f"http://127.0.0.1:{free_port()}", "--no-files")
+    done = verify(
+        "--boot",
+        "--recipe",
+        "dgx-spark-tp2",
+        "--env-file",
+        str(env_file),
+        "--boot-timeout",
+        "30",
+        "--down",
+        "--base-url",
+        f"http://127.0.0.1:{free_port()}",
+        "--no-files",
+    )
     out = done.stdout + done.stderr
     assert done.returncode == 3, out
     ran = [json.loads(line) for line in calls.read_text().splitlines()]
@@ -128,8 +184,16 @@ def test_boot_without_a_recipe_starts_the_auto_service(tmp_path):
     import json
 
     docker, calls = fake_docker(tmp_path, "cuda-oom.log")
-    done = verify("--boot", "--docker", str(docker), "--boot-timeout", "30",
-                  "--base-url", f"http://127.0.0.1:{free_port()}", "--no-files")
+    done = verify(
+        "--boot",
+        "--docker",
+        str(docker),
+        "--boot-timeout",
+        "30",
+        "--base-url",
+        f"http://127.0.0.1:{free_port()}",
+        "--no-files",
+    )
     assert done.returncode == 3, done.stdout + done.stderr
     first = json.loads(calls.read_text().splitlines()[0])
     assert first[0] == "compose" and first[-4:] == ["--profile", "auto", "up", "-d"]

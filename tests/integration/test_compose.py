@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.compose import ROOT, compose, config, image_default, with_values
 
 from sm12x.launch.compose import profiles as compose_profiles
 from sm12x.recipe import load_all
 from sm12x.settings import Settings, env_name, load, meta
 from sm12x.settings.model import DEFAULT_PORT
 from sm12x.versions import default_track, load_versions, read_versions, tracks
+from support.compose import ROOT, compose, config, image_default, with_values
 
 RECIPES = load_all()
 COMPOSE_TEXT = (ROOT / "compose.yaml").read_text()
@@ -306,7 +306,7 @@ def interpolated() -> dict[str, set[str]]:
             break
         name, default = match.groups()
         found.setdefault(name, set()).update({default} if default else set())
-        text = text[:match.start()] + (default or "") + text[match.end():]
+        text = text[: match.start()] + (default or "") + text[match.end() :]
     return found
 
 
@@ -338,8 +338,11 @@ def test_compose_defaults_are_the_settings_defaults():
             continue
         default = Settings.model_fields[field].default
         if default is None:  # derived: the recipe's port, the default track and its image
-            want = {"port": str(DEFAULT_PORT), "image": load_versions()["SM12X_IMAGE"],
-                    "track": default_track()}[field]
+            want = {
+                "port": str(DEFAULT_PORT),
+                "image": load_versions()["SM12X_IMAGE"],
+                "track": default_track(),
+            }[field]
         else:
             want = str(default)
         assert defaults == {want}, f"compose's default for {name}: {defaults}, settings' {want}"
@@ -356,8 +359,14 @@ def test_env_example_values_are_the_settings_defaults():
 
 def test_the_host_reads_the_same_dotenv_as_the_containers(env_file, tmp_path):
     # `sm12x <command>` on the host and the service in its container see one value.
-    custom = with_values(env_file, tmp_path, SM12X_BIND="192.168.1.20", SM12X_PORT="31000",
-                         SM12X_API_KEY="sk-one", SM12X_HEAD_ADDR="192.168.100.1")
+    custom = with_values(
+        env_file,
+        tmp_path,
+        SM12X_BIND="192.168.1.20",
+        SM12X_PORT="31000",
+        SM12X_API_KEY="sk-one",
+        SM12X_HEAD_ADDR="192.168.100.1",
+    )
     on_host = load(env_file=custom, environ={}).settings
     for profile in ("auto", "dgx-spark-tp2-node1"):
         env = config(profile, env_file=custom)["services"][profile]["environment"]

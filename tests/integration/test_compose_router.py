@@ -16,12 +16,12 @@ import re
 from pathlib import Path
 
 import pytest
-from support.cli import assert_one_clear_error, run_sm12x
-from support.compose import compose, config, with_values
 
 from sm12x.router import RouterSettings, command, router_argv, shell
 from sm12x.settings import load
 from sm12x.versions import load_versions
+from support.cli import assert_one_clear_error, run_sm12x
+from support.compose import compose, config, with_values
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_EXAMPLE = ROOT / ".env.example"
@@ -177,9 +177,12 @@ def test_the_router_on_the_host_reads_the_same_dotenv_as_the_container(env_file,
     # One .env: compose renders the container's environment from it; `sm12x
     # router` run by hand on the host reads it directly. Same router.
     custom = with_values(
-        env_file, tmp_path,
+        env_file,
+        tmp_path,
         SM12X_ROUTER_WORKERS='"http://192.168.1.10:30000 http://192.168.1.11:30000"',
-        SM12X_ROUTER_PORT="8080", SM12X_ROUTER_METRICS_BIND="0.0.0.0", SM12X_API_KEY="sk-both",
+        SM12X_ROUTER_PORT="8080",
+        SM12X_ROUTER_METRICS_BIND="0.0.0.0",
+        SM12X_API_KEY="sk-both",
         SM12X_ROUTER_POLICY="round_robin",
     )
     in_container = from_environ(router_service(custom)["environment"])

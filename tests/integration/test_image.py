@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support import containers, flashinfer_index, golden, standin, trees, wheels
 
 from sm12x import patch_series
 from sm12x.recipe import load_all
 from sm12x.versions import default_track, load_versions, tracks
+from support import containers, flashinfer_index, golden, standin, trees, wheels
 
 # The stand-in base (debootstrap, the track's closure: about 15 minutes cold on
 # two loaded cores) and the image build happen in the first test that needs
@@ -62,9 +62,19 @@ TIMINGS: dict[str, float] = {}
 
 def image_args(track: str | None = None, **overrides: str) -> dict[str, str]:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "image-args"), "--format", "json",
-         *(["--track", track] if track else []), *(f"{k}={v}" for k, v in overrides.items())],
-        capture_output=True, text=True, timeout=60, check=True)
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "image-args"),
+            "--format",
+            "json",
+            *(["--track", track] if track else []),
+            *(f"{k}={v}" for k, v in overrides.items()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     values = json.loads(proc.stdout)
     return {k: v for k, v in values.items() if k not in ("IMAGE_REPO", "TAGS", "COMMIT_TAGS")}
 
@@ -72,8 +82,11 @@ def image_args(track: str | None = None, **overrides: str) -> dict[str, str]:
 def ca_bundle() -> dict[str, Path]:
     """The host's CA bundle as the build's `pip-ca` secret (a TLS-inspecting proxy
     on the way to PyPI is trusted only through it)."""
-    for candidate in (os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE"),
-                      "/etc/ssl/certs/ca-certificates.crt"):
+    for candidate in (
+        os.environ.get("PIP_CERT"),
+        os.environ.get("SSL_CERT_FILE"),
+        "/etc/ssl/certs/ca-certificates.crt",
+    ):
         if candidate and Path(candidate).is_file():
             return {"pip-ca": Path(candidate)}
     return {}
@@ -150,8 +163,7 @@ def _make_base(track: str) -> str:
 @pytest.fixture(scope="session")
 def bases(daemon):
     """bases(track) -> that track's stand-in base (built once)."""
-    return Once("stand-in base", "test_the_stand_in_base_is_shaped_like_the_real_one",
-                _make_base)
+    return Once("stand-in base", "test_the_stand_in_base_is_shaped_like_the_real_one", _make_base)
 
 
 @pytest.fixture(scope="session")
@@ -233,12 +245,14 @@ def test_the_stand_in_base_is_shaped_like_the_real_one(bases, track):
         assert found["purelib"].endswith("/dist-packages")
     # The track's closure, not a hand-picked 30 packages.
     assert found["packages"] >= len(standin.contents(track)["installed"])
-    tools = containers.run(base, "-c", "command -v patch || echo no-patch; command -v cuobjdump",
-                           entrypoint="sh")
+    tools = containers.run(
+        base, "-c", "command -v patch || echo no-patch; command -v cuobjdump", entrypoint="sh"
+    )
     assert tools.stdout.split() == ["no-patch", "/usr/local/cuda/bin/cuobjdump"], tools.explain()
 
 
 # --- what the build did --------------------------------------------------------------
+
 
 def test_the_image_has_the_pinned_flashinfer_which_is_sglang_s_own(image, bases):
     # The stand-in carries sglang's own pin, as the real base does; for both
@@ -258,8 +272,9 @@ def test_the_build_ran_the_full_self_test_and_kept_its_report(image):
     # on a CUTLASS kernel.
     text = python_in(image.tag, "print(open('/opt/sm12x/selftest/report.txt').read())")
     assert "sm12x dispatch self-test passed" in text
-    report = json.loads(python_in(image.tag,
-                                  "print(open('/opt/sm12x/selftest/report.json').read())"))
+    report = json.loads(
+        python_in(image.tag, "print(open('/opt/sm12x/selftest/report.json').read())")
+    )
     assert report["versions"]["sglang"] == image.pins["SGLANG_VERSION"]
     assert report["versions"]["flashinfer-python"] == image.pins["FLASHINFER_VERSION"]
     judged = report["summary"][image.verdict]
@@ -272,13 +287,19 @@ def test_the_build_ran_the_full_self_test_and_kept_its_report(image):
 
 def test_installed_versions_are_the_pins(image):
     PINS = image.pins  # noqa: N806 (the track's)
-    versions = json.loads(python_in(image.tag, (
-        "import importlib.metadata as m, json\n"
-        "def v(d):\n"
-        "    try: return m.version(d)\n"
-        "    except m.PackageNotFoundError: return None\n"
-        "print(json.dumps({d: v(d) for d in ('sglang', 'flashinfer-python', 'flashinfer-cubin',"
-        " 'flashinfer-jit-cache', 'sm12x', 'sglang-router', 'torch')}))")))
+    versions = json.loads(
+        python_in(
+            image.tag,
+            (
+                "import importlib.metadata as m, json\n"
+                "def v(d):\n"
+                "    try: return m.version(d)\n"
+                "    except m.PackageNotFoundError: return None\n"
+                "print(json.dumps({d: v(d) for d in ('sglang', 'flashinfer-python', 'flashinfer-cubin',"
+                " 'flashinfer-jit-cache', 'sm12x', 'sglang-router', 'torch')}))"
+            ),
+        )
+    )
     assert versions["sglang"] == PINS["SGLANG_VERSION"]
     assert versions["flashinfer-python"] == PINS["FLASHINFER_VERSION"]
     # FLASHINFER_PREBUILT=0 here; the real build installs both at FLASHINFER_VERSION.
@@ -302,7 +323,8 @@ def test_labels_say_what_is_inside(image):
     assert labels["sm12x.flashinfer.version"] == PINS["FLASHINFER_VERSION"]
     assert labels["sm12x.flashinfer.prebuilt"] == "0"
     assert labels["sm12x.patches"] == ",".join(
-        p["file"] for p in patch_series.series(PINS["SGLANG_VERSION"]))
+        p["file"] for p in patch_series.series(PINS["SGLANG_VERSION"])
+    )
     assert labels["sm12x.track"] == image.track
 
 
@@ -314,16 +336,23 @@ def test_entrypoint_healthcheck_user_and_cache_environment(image):
     env = dict(item.split("=", 1) for item in config["Env"])
     assert env["SM12X_TRACK"] == image.track  # sm12x launch's default in this image
     assert env["SM12X_CACHE_DIR"] == "/cache"
-    for name in ("HF_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME",
-                 "FLASHINFER_WORKSPACE_BASE"):
+    for name in (
+        "HF_HOME",
+        "TRITON_CACHE_DIR",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "XDG_CACHE_HOME",
+        "FLASHINFER_WORKSPACE_BASE",
+    ):
         assert env[name].startswith("/cache"), name
 
 
 # --- running it ------------------------------------------------------------------------
 
+
 def test_runs_as_a_non_root_user_in_group_0(image):
-    result = containers.run(image.tag, "-c", "id -u; id -g; stat -c '%u %g %a' /cache",
-                            entrypoint="sh")
+    result = containers.run(
+        image.tag, "-c", "id -u; id -g; stat -c '%u %g %a' /cache", entrypoint="sh"
+    )
     assert result.code == 0, result.explain()
     uid, gid, cache = result.stdout.split("\n")[:3]
     assert uid == "10001" and gid == "0"
@@ -332,8 +361,9 @@ def test_runs_as_a_non_root_user_in_group_0(image):
 
 def test_self_test_passes_in_the_image_as_any_uid_in_group_0(image):
     # An arbitrary UID (OpenShift-style) writes its caches through group 0.
-    result = containers.run(image.tag, "-m", "sm12x.selftest", "--quick", entrypoint="python3",
-                            user="4242:0")
+    result = containers.run(
+        image.tag, "-m", "sm12x.selftest", "--quick", entrypoint="python3", user="4242:0"
+    )
     assert result.code == 0, result.explain()
     assert "sm12x dispatch self-test passed" in result.stdout
 
@@ -343,8 +373,12 @@ def test_cache_volume_is_writable_by_the_image_user(image):
     containers.docker("volume", "create", volume, check=True)
     try:
         result = containers.run(
-            image.tag, "-c", "touch /cache/triton/probe && stat -c '%u %g %a' /cache",
-            entrypoint="sh", volumes=[f"{volume}:/cache"])
+            image.tag,
+            "-c",
+            "touch /cache/triton/probe && stat -c '%u %g %a' /cache",
+            entrypoint="sh",
+            volumes=[f"{volume}:/cache"],
+        )
         assert result.code == 0, result.explain()
         assert result.stdout.strip() == "10001 0 2775"
     finally:
@@ -362,8 +396,14 @@ def dry_run_cases():
 @pytest.mark.parametrize("recipe, rank, path", list(dry_run_cases()))
 def test_launch_dry_run_in_the_image_is_the_golden_command(image, recipe, rank, path):
     ctx = golden.context(recipe, rank)
-    environ = {"SM12X_RECIPE": recipe.name, "SM12X_MODEL_DIR": ctx.model_path, "SM12X_HOST": ctx.host,
-               "SM12X_API_KEY": "a-key", "SM12X_CACHE_DIR": ctx.cache_dir, **ctx.host_env}
+    environ = {
+        "SM12X_RECIPE": recipe.name,
+        "SM12X_MODEL_DIR": ctx.model_path,
+        "SM12X_HOST": ctx.host,
+        "SM12X_API_KEY": "a-key",
+        "SM12X_CACHE_DIR": ctx.cache_dir,
+        **ctx.host_env,
+    }
     if ctx.node_rank is not None:
         environ.update(SM12X_NODE_RANK=str(ctx.node_rank), SM12X_HEAD_ADDR=ctx.head_addr)
     result = containers.run(image.tag, "--dry-run", environ=environ)
@@ -374,14 +414,15 @@ def test_launch_dry_run_in_the_image_is_the_golden_command(image, recipe, rank, 
     launch = next(i for i, line in enumerate(lines) if " sglang.launch_server" in line)
     python = lines[launch].split(" ", 1)[0]
     assert python.startswith("/") and Path(python).name.startswith("python3"), python
-    lines[launch] = "python3" + lines[launch][len(python):]
+    lines[launch] = "python3" + lines[launch][len(python) :]
     expected = path.read_text().split("\n", 2)[2]  # without the two header lines
     assert "\n".join(lines) + "\n" == expected
 
 
 def test_router_runs_from_the_same_image(image):
-    result = containers.run(image.tag, "-m", "sglang_router.launch_router", "--help",
-                            entrypoint="python3")
+    result = containers.run(
+        image.tag, "-m", "sglang_router.launch_router", "--help", entrypoint="python3"
+    )
     assert result.code == 0, result.explain()
     assert "--worker-urls" in result.stdout
 
@@ -393,18 +434,28 @@ def test_patched_files_are_byte_identical_to_apply_patches_on_the_wheel(image, t
     record = json.loads((site / "sglang" / ".sm12x-patches.json").read_text())
     targets = sorted({p["target"] for p in record["patches"]} | {TARGET})
 
-    where = python_in(image.tag, "import importlib.util as u, pathlib; "
-                      "print(pathlib.Path(u.find_spec('sglang').origin).parent.parent)").strip()
-    inside = containers.run(image.tag, "-c", " ".join(f"sha256sum {where}/{t};" for t in targets)
-                            + f" cat {where}/sglang/.sm12x-patches.json", entrypoint="sh")
+    where = python_in(
+        image.tag,
+        "import importlib.util as u, pathlib; "
+        "print(pathlib.Path(u.find_spec('sglang').origin).parent.parent)",
+    ).strip()
+    inside = containers.run(
+        image.tag,
+        "-c",
+        " ".join(f"sha256sum {where}/{t};" for t in targets)
+        + f" cat {where}/sglang/.sm12x-patches.json",
+        entrypoint="sh",
+    )
     assert inside.code == 0, inside.explain()
     lines = inside.stdout.split("\n")
     for target, line in zip(targets, lines):
         assert line.split(" ", 1)[0] == hashlib.sha256((site / target).read_bytes()).hexdigest(), (
-            f"the image's {target} differs from scripts/apply-patches on the same wheel")
-    assert json.loads("\n".join(lines[len(targets):])) == record
-    check = containers.run(image.tag, "/opt/sm12x/scripts/apply-patches", "--check",
-                           entrypoint="python3")
+            f"the image's {target} differs from scripts/apply-patches on the same wheel"
+        )
+    assert json.loads("\n".join(lines[len(targets) :])) == record
+    check = containers.run(
+        image.tag, "/opt/sm12x/scripts/apply-patches", "--check", entrypoint="python3"
+    )
     assert check.code == 0, check.explain()
     if record["patches"]:
         assert "already applied" in check.stdout, check.explain()
@@ -429,22 +480,39 @@ def test_the_patched_files_are_the_ones_the_interpreter_imports(image):
     """The runtime user's python3 finds each patched module in the checkout the
     patches went into, with bytecode compiled at build time and still fresh: the
     checkout is root's, so it could neither recompile nor be shadowed."""
-    record = json.loads(python_in(image.tag, (
-        "import importlib.util as u, pathlib; print((pathlib.Path(u.find_spec('sglang').origin)"
-        ".parent / '.sm12x-patches.json').read_text())")))
+    record = json.loads(
+        python_in(
+            image.tag,
+            (
+                "import importlib.util as u, pathlib; print((pathlib.Path(u.find_spec('sglang').origin)"
+                ".parent / '.sm12x-patches.json').read_text())"
+            ),
+        )
+    )
     targets = sorted({p["target"] for p in record["patches"]} | {TARGET})
-    result = containers.run(image.tag, "-c", IMPORTED, json.dumps(targets),
-                            entrypoint="python3", user="10001:0")
+    result = containers.run(
+        image.tag, "-c", IMPORTED, json.dumps(targets), entrypoint="python3", user="10001:0"
+    )
     assert result.code == 0, result.explain()
     found = json.loads(result.stdout)
     for target in targets:
         assert found[target]["origin"] == f"{CHECKOUT}/{target}", found[target]
     # One sglang in the image: nothing else on sys.path could be imported instead.
-    copies = containers.run(image.tag, "-c", "find / -xdev -path '*/sglang/__init__.py' "
-                            "-not -path '/proc/*' 2>/dev/null", entrypoint="sh")
+    copies = containers.run(
+        image.tag,
+        "-c",
+        "find / -xdev -path '*/sglang/__init__.py' -not -path '/proc/*' 2>/dev/null",
+        entrypoint="sh",
+    )
     assert copies.stdout.split() == [f"{CHECKOUT}/sglang/__init__.py"], copies.explain()
-    fresh = containers.run(image.tag, "/opt/sm12x/scripts/image-build", "compile-bytecode",
-                           "--check-only", entrypoint="python3", user="10001:0")
+    fresh = containers.run(
+        image.tag,
+        "/opt/sm12x/scripts/image-build",
+        "compile-bytecode",
+        "--check-only",
+        entrypoint="python3",
+        user="10001:0",
+    )
     assert fresh.code == 0, fresh.explain()
     assert "compiled and fresh" in fresh.stdout
     for target in targets:
@@ -452,8 +520,9 @@ def test_the_patched_files_are_the_ones_the_interpreter_imports(image):
 
 
 def test_the_router_replaced_the_base_s_own_and_says_so(image, bases):
-    base_router = python_in(bases(image.track), "import importlib.metadata as m; "
-                            "print(m.version('sglang-router'))").strip()
+    base_router = python_in(
+        bases(image.track), "import importlib.metadata as m; print(m.version('sglang-router'))"
+    ).strip()
     said = python_in(image.tag, "print(open('/opt/sm12x/build/router.txt').read())")
     pinned = image.pins["SGLANG_ROUTER_VERSION"]
     assert f"the base's own {base_router} replaced by PyPI's {pinned}" in said
@@ -463,47 +532,77 @@ def test_the_router_replaced_the_base_s_own_and_says_so(image, bases):
 
 
 def test_what_the_base_prebaked_under_root_is_the_runtime_user_s(image):
-    result = containers.run(image.tag, "-c", f"cat /cache/{standin.PREBAKED}; "
-                            f"touch /cache/{standin.PREBAKED}", entrypoint="sh", user="10001:0")
+    result = containers.run(
+        image.tag,
+        "-c",
+        f"cat /cache/{standin.PREBAKED}; touch /cache/{standin.PREBAKED}",
+        entrypoint="sh",
+        user="10001:0",
+    )
     assert result.code == 0, result.explain()
     assert "prebaked by the stand-in base" in result.stdout
 
 
 def test_stale_bytecode_is_caught_by_the_build_s_check(image):
     # A file changed after the build compiled it (what a late edit would do).
-    result = containers.run(image.tag, "-c", f"touch -d 2001-01-01 {CHECKOUT}/{TARGET} && "
-                            "python3 /opt/sm12x/scripts/image-build compile-bytecode --check-only",
-                            entrypoint="sh", user="0:0")
+    result = containers.run(
+        image.tag,
+        "-c",
+        f"touch -d 2001-01-01 {CHECKOUT}/{TARGET} && "
+        "python3 /opt/sm12x/scripts/image-build compile-bytecode --check-only",
+        entrypoint="sh",
+        user="0:0",
+    )
     assert result.code == 1
     assert "of sglang's modules have no fresh bytecode" in result.stderr, result.explain()
     assert TARGET in result.stderr
 
 
 def test_a_cache_the_runtime_user_cannot_write_is_caught(image):
-    result = containers.run(image.tag, "-c", "chmod 0555 /cache/triton && python3 "
-                            "/opt/sm12x/scripts/image-build runtime-caches --uid 10001",
-                            entrypoint="sh", user="0:0")
+    result = containers.run(
+        image.tag,
+        "-c",
+        "chmod 0555 /cache/triton && python3 "
+        "/opt/sm12x/scripts/image-build runtime-caches --uid 10001",
+        entrypoint="sh",
+        user="0:0",
+    )
     assert result.code == 1
-    assert ("the runtime user (uid 10001, gid 0) cannot write TRITON_CACHE_DIR=/cache/triton "
-            "(Permission denied)") in result.stderr, result.explain()
+    assert (
+        "the runtime user (uid 10001, gid 0) cannot write TRITON_CACHE_DIR=/cache/triton "
+        "(Permission denied)"
+    ) in result.stderr, result.explain()
 
 
 STUB = Path(__file__).resolve().parents[1] / "support" / "stub_openai.py"
 # The image's HEALTHCHECK command with test-sized timings (failures inside the
 # start period do not count, so it is short).
-FAST_HEALTH = ["--health-interval=1s", "--health-timeout=10s", "--health-retries=3",
-               "--health-start-period=2s", "-v", f"{STUB}:/stub/stub_openai.py:ro"]
+FAST_HEALTH = [
+    "--health-interval=1s",
+    "--health-timeout=10s",
+    "--health-retries=3",
+    "--health-start-period=2s",
+    "-v",
+    f"{STUB}:/stub/stub_openai.py:ro",
+]
 
 
 def test_healthcheck_goes_healthy_when_a_token_comes_back(image):
-    with containers.serving(image.tag, "/stub/stub_openai.py", entrypoint="python3",
-                            extra=FAST_HEALTH, until="healthy") as name:
+    with containers.serving(
+        image.tag, "/stub/stub_openai.py", entrypoint="python3", extra=FAST_HEALTH, until="healthy"
+    ) as name:
         assert containers.state(name) == ("running", "healthy")
 
 
 def test_healthcheck_goes_unhealthy_when_generation_is_broken(image):
-    with containers.serving(image.tag, "/stub/stub_openai.py", "--no-tokens",
-                            entrypoint="python3", extra=FAST_HEALTH, until="unhealthy") as name:
+    with containers.serving(
+        image.tag,
+        "/stub/stub_openai.py",
+        "--no-tokens",
+        entrypoint="python3",
+        extra=FAST_HEALTH,
+        until="unhealthy",
+    ) as name:
         log = containers.docker("inspect", "--format", "{{json .State.Health.Log}}", name)
         assert "generated no token" in log.stdout
 
@@ -511,21 +610,25 @@ def test_healthcheck_goes_unhealthy_when_generation_is_broken(image):
 def test_a_container_that_dies_fails_at_once_with_its_logs(image):
     started = time.monotonic()
     with pytest.raises(pytest.fail.Exception, match="exited before it was healthy"):
-        with containers.serving(image.tag, "-c", "echo dying; exit 3", entrypoint="sh",
-                                timeout=120):
+        with containers.serving(
+            image.tag, "-c", "echo dying; exit 3", entrypoint="sh", timeout=120
+        ):
             pass
     assert time.monotonic() - started < 60
 
 
 # --- builds that must fail, with their reason --------------------------------------------
 
+
 def test_another_track_s_base_fails_the_build(base):
     """The current track's build on the pinned track's base: refused at the base stage."""
     other = next(t for t in tracks() if t != default_track())
     proc = build("sm12x-test:wrong-sglang", other, BASE_IMAGE=base, FLASHINFER_PREBUILT="0")
     assert proc.returncode != 0
-    assert (f"the base has sglang {PINS['SGLANG_VERSION']}, versions.env pins "
-            f"SGLANG_VERSION={load_versions(other)['SGLANG_VERSION']}") in proc.stderr
+    assert (
+        f"the base has sglang {PINS['SGLANG_VERSION']}, versions.env pins "
+        f"SGLANG_VERSION={load_versions(other)['SGLANG_VERSION']}"
+    ) in proc.stderr
 
 
 def test_a_patch_that_does_not_apply_fails_the_build(base, tmp_path):
@@ -533,17 +636,20 @@ def test_a_patch_that_does_not_apply_fails_the_build(base, tmp_path):
     broken = "sm12x-test:edited-base"
     (tmp_path / "Dockerfile").write_text(
         f"FROM {base}\n"
-        "RUN python3 -c \"import importlib.util as u, pathlib; "
+        'RUN python3 -c "import importlib.util as u, pathlib; '
         "p = pathlib.Path(u.find_spec('sglang').origin).parent / "
         "'kernels/ops/attention/flash_mla_sm120.py'; "
-        "p.write_text(p.read_text().replace('import math', 'import math  # edited', 1))\"\n")
+        "p.write_text(p.read_text().replace('import math', 'import math  # edited', 1))\"\n"
+    )
     made = containers.build(tmp_path, broken, {}, network="none")
     assert made.returncode == 0, containers.tail(made.stderr)
     try:
         proc = build("sm12x-test:edited", BASE_IMAGE=broken, FLASHINFER_PREBUILT="0")
         assert proc.returncode != 0
-        assert (f"sglang {PINS['SGLANG_VERSION']}: 0001-sm120-sparse-mla-topk-dispatch.patch "
-                "does not apply" in proc.stderr), containers.tail(proc.stderr)
+        assert (
+            f"sglang {PINS['SGLANG_VERSION']}: 0001-sm120-sparse-mla-topk-dispatch.patch "
+            "does not apply" in proc.stderr
+        ), containers.tail(proc.stderr)
     finally:
         containers.docker("rmi", "-f", broken)
 
@@ -552,31 +658,45 @@ def test_a_failing_self_test_fails_the_build(base):
     # flashinfer 0.7 moved its sm_120 sparse-MLA dispatch to a runtime envelope:
     # the dispatch patch still applies to sglang 0.5.17, but it cannot read that
     # flashinfer's tables, and the self-test will not vouch for a patch that is off.
-    proc = build("sm12x-test:flashinfer-0.7", BASE_IMAGE=base, FLASHINFER_PREBUILT="0",
-                 FLASHINFER_VERSION="0.7.2", FLASHINFER_CUBIN_VERSION="0.7.2",
-                 FLASHINFER_JIT_CACHE_VERSION="0.7.2")
+    proc = build(
+        "sm12x-test:flashinfer-0.7",
+        BASE_IMAGE=base,
+        FLASHINFER_PREBUILT="0",
+        FLASHINFER_VERSION="0.7.2",
+        FLASHINFER_CUBIN_VERSION="0.7.2",
+        FLASHINFER_JIT_CACHE_VERSION="0.7.2",
+    )
     assert proc.returncode != 0
     failed = [line for line in proc.stderr.splitlines() if "executor failed running" in line]
     assert failed and "sm12x.selftest" in failed[-1], containers.tail(proc.stderr)
     # The reason, in one line.
-    assert ("sm12x dispatch self-test FAILED: the dispatch patch's prefill mirror: the patch "
-            "found no usable flashinfer tables") in proc.stderr, containers.tail(proc.stderr)
+    assert (
+        "sm12x dispatch self-test FAILED: the dispatch patch's prefill mirror: the patch "
+        "found no usable flashinfer tables"
+    ) in proc.stderr, containers.tail(proc.stderr)
 
 
 # --- the prebuilt path, against a local stand-in for flashinfer's index ----------------------
 
-def build_prebuilt(tag: str, base: str, tmp_path: Path, name: str,
-                   machine: str | None = None, **index) -> subprocess.CompletedProcess[str]:
+
+def build_prebuilt(
+    tag: str, base: str, tmp_path: Path, name: str, machine: str | None = None, **index
+) -> subprocess.CompletedProcess[str]:
     """FLASHINFER_PREBUILT=1 against a stand-in index served under its own URL path
     (BuildKit keys a step by its arguments: another test's URL would hit that
     build's cached result)."""
     version, cuda = PINS["FLASHINFER_VERSION"], "cu" + PINS["CUDA_VERSION"].replace(".", "")
-    flashinfer_index.build_index(tmp_path / "index" / name, version, cuda,
-                                 machine or platform.machine(), **index)
+    flashinfer_index.build_index(
+        tmp_path / "index" / name, version, cuda, machine or platform.machine(), **index
+    )
     with flashinfer_index.serving(tmp_path / "index") as url:
-        return build(tag, BASE_IMAGE=base, FLASHINFER_PREBUILT="1",
-                     FLASHINFER_CUBIN_INDEX_URL=f"{url}/{name}",
-                     FLASHINFER_JIT_CACHE_INDEX_URL=f"{url}/{name}/{cuda}")
+        return build(
+            tag,
+            BASE_IMAGE=base,
+            FLASHINFER_PREBUILT="1",
+            FLASHINFER_CUBIN_INDEX_URL=f"{url}/{name}",
+            FLASHINFER_JIT_CACHE_INDEX_URL=f"{url}/{name}/{cuda}",
+        )
 
 
 def test_prebuilt_flashinfer_path_installs_all_three_at_one_version(base, tmp_path):
@@ -589,40 +709,67 @@ def test_prebuilt_flashinfer_path_installs_all_three_at_one_version(base, tmp_pa
     flashinfer_index.build_index(tmp_path / "index", version, cuda, platform.machine())
     tag = "sm12x-test:prebuilt"
     with flashinfer_index.serving(tmp_path / "index") as url:
-        proc = build(tag, BASE_IMAGE=base, FLASHINFER_PREBUILT="1",
-                     FLASHINFER_CUBIN_INDEX_URL=url, FLASHINFER_JIT_CACHE_INDEX_URL=f"{url}/{cuda}")
+        proc = build(
+            tag,
+            BASE_IMAGE=base,
+            FLASHINFER_PREBUILT="1",
+            FLASHINFER_CUBIN_INDEX_URL=url,
+            FLASHINFER_JIT_CACHE_INDEX_URL=f"{url}/{cuda}",
+        )
     try:
         assert proc.returncode == 0, containers.tail(proc.stderr, 80)
         labels = containers.inspect_image(tag)["Config"]["Labels"]
         assert labels["sm12x.flashinfer.prebuilt"] == "1"
-        found = json.loads(python_in(tag, (
-            "import importlib.metadata as m, json, os, flashinfer.jit.env as e\n"
-            "print(json.dumps({'cubin': m.version('flashinfer-cubin'),"
-            " 'jit': m.version('flashinfer-jit-cache'), 'cubin_dir': str(e.FLASHINFER_CUBIN_DIR),"
-            " 'aot_dir': str(e.FLASHINFER_AOT_DIR),"
-            " 'cubins_writable': os.access(e.FLASHINFER_CUBIN_DIR, os.W_OK)}))")))
+        found = json.loads(
+            python_in(
+                tag,
+                (
+                    "import importlib.metadata as m, json, os, flashinfer.jit.env as e\n"
+                    "print(json.dumps({'cubin': m.version('flashinfer-cubin'),"
+                    " 'jit': m.version('flashinfer-jit-cache'), 'cubin_dir': str(e.FLASHINFER_CUBIN_DIR),"
+                    " 'aot_dir': str(e.FLASHINFER_AOT_DIR),"
+                    " 'cubins_writable': os.access(e.FLASHINFER_CUBIN_DIR, os.W_OK)}))"
+                ),
+            )
+        )
         assert found["cubin"] == version and found["jit"] == f"{version}+{cuda}"
         assert found["cubin_dir"].endswith("flashinfer_cubin/cubins")
         assert found["aot_dir"].endswith("flashinfer_jit_cache/jit_cache")
         # flashinfer downloads missing cubins there at run time, as the image user.
         assert found["cubins_writable"]
         # The kernel check found the jit-cache's library and its sm_12x code.
-        check = containers.run(tag, "/opt/sm12x/scripts/image-build", "check-kernels",
-                               "--targetarch", "arm64", entrypoint="python3")
+        check = containers.run(
+            tag,
+            "/opt/sm12x/scripts/image-build",
+            "check-kernels",
+            "--targetarch",
+            "arm64",
+            entrypoint="python3",
+        )
         assert check.code == 0, check.explain()
         assert "sparse_mla_sm120.so: sm_121a runs on sm_121" in check.stdout
         # The same library built without sm_121 code: an arm64 image (DGX Spark) refuses it.
-        lacking = containers.run(tag, "-c", (
-            "so=$(python3 -c 'import flashinfer_jit_cache as j, os; print(os.path.join("
-            "j.get_jit_cache_dir(), \"sparse_mla_sm120/sparse_mla_sm120.so\"))') && "
-            "printf 'SM12X-FAKE-DEVICE-CODE elf=sm_90a,sm_120a ptx=\\n' > \"$so\" && "
-            "python3 /opt/sm12x/scripts/image-build check-kernels --targetarch arm64"),
-            entrypoint="sh", user="0:0")
+        lacking = containers.run(
+            tag,
+            "-c",
+            (
+                "so=$(python3 -c 'import flashinfer_jit_cache as j, os; print(os.path.join("
+                'j.get_jit_cache_dir(), "sparse_mla_sm120/sparse_mla_sm120.so"))\') && '
+                "printf 'SM12X-FAKE-DEVICE-CODE elf=sm_90a,sm_120a ptx=\\n' > \"$so\" && "
+                "python3 /opt/sm12x/scripts/image-build check-kernels --targetarch arm64"
+            ),
+            entrypoint="sh",
+            user="0:0",
+        )
         assert lacking.code == 1, lacking.explain()
-        assert (f"kernel libraries without sm_121 code (aarch64 images run on sm_121 GPUs"
-                in lacking.stderr), lacking.explain()
-        assert (f"flashinfer-jit-cache {version}+{cuda}: sparse_mla_sm120.so has sm_90a, "
-                "sm_120a, nothing that runs on sm_121") in lacking.stderr
+        assert (
+            "kernel libraries without sm_121 code (aarch64 images run on sm_121 GPUs"
+            in lacking.stderr
+        ), lacking.explain()
+        assert (
+            f"flashinfer-jit-cache {version}+{cuda}: sparse_mla_sm120.so has sm_90a, "
+            "sm_120a, nothing that runs on sm_121"
+        ) in lacking.stderr
     finally:
         containers.docker("rmi", "-f", tag)
 
@@ -631,13 +778,16 @@ def test_a_kernel_library_without_the_gpu_s_code_fails_the_build(base, tmp_path)
     """A jit-cache whose sparse_mla_sm120 was compiled for other GPUs only: the image
     (amd64: RTX PRO 6000 / RTX 5090, sm_120) would fail at the first call."""
     version, cuda = PINS["FLASHINFER_VERSION"], "cu" + PINS["CUDA_VERSION"].replace(".", "")
-    proc = build_prebuilt("sm12x-test:no-sm120", base, tmp_path, "no-sm120",
-                          code="elf=sm_90a,sm_100a ptx=")
+    proc = build_prebuilt(
+        "sm12x-test:no-sm120", base, tmp_path, "no-sm120", code="elf=sm_90a,sm_100a ptx="
+    )
     assert proc.returncode != 0
-    assert ("image-build: error: kernel libraries without sm_120 code (x86_64 images run on "
-            "sm_120 GPUs; the first call would fail with 'no kernel image is available'): "
-            f"flashinfer-jit-cache {version}+{cuda}: sparse_mla_sm120.so has sm_90a, sm_100a, "
-            "nothing that runs on sm_120") in proc.stderr, containers.tail(proc.stderr)
+    assert (
+        "image-build: error: kernel libraries without sm_120 code (x86_64 images run on "
+        "sm_120 GPUs; the first call would fail with 'no kernel image is available'): "
+        f"flashinfer-jit-cache {version}+{cuda}: sparse_mla_sm120.so has sm_90a, sm_100a, "
+        "nothing that runs on sm_120"
+    ) in proc.stderr, containers.tail(proc.stderr)
 
 
 PROVIDER = "flashinfer-jit-cache-sm120f"  # a name for the stand-in; the build reads the shim's
@@ -651,20 +801,26 @@ def test_a_jit_cache_shim_gets_its_providers_or_the_build_stops(base, tmp_path, 
     version, cuda = PINS["FLASHINFER_VERSION"], "cu" + PINS["CUDA_VERSION"].replace(".", "")
     name = "split" if served else "split-missing"
     tag = f"sm12x-test:{name}"
-    proc = build_prebuilt(tag, base, tmp_path, name, providers=(PROVIDER,),
-                          serve_providers=served)
+    proc = build_prebuilt(tag, base, tmp_path, name, providers=(PROVIDER,), serve_providers=served)
     try:
         if not served:
             assert proc.returncode != 0
-            assert ("image-build: error: pip install failed (see pip's output above): "
-                    f"{PROVIDER}=={version}+{cuda}") in proc.stderr, containers.tail(proc.stderr)
+            assert (
+                "image-build: error: pip install failed (see pip's output above): "
+                f"{PROVIDER}=={version}+{cuda}"
+            ) in proc.stderr, containers.tail(proc.stderr)
             return
         assert proc.returncode == 0, containers.tail(proc.stderr, 80)
-        found = python_in(tag, "import importlib.metadata as m; "
-                          f"print(m.version({PROVIDER!r}))")
+        found = python_in(tag, f"import importlib.metadata as m; print(m.version({PROVIDER!r}))")
         assert found.strip() == f"{version}+{cuda}"
-        check = containers.run(tag, "/opt/sm12x/scripts/image-build", "check-kernels",
-                               "--targetarch", "amd64", entrypoint="python3")
+        check = containers.run(
+            tag,
+            "/opt/sm12x/scripts/image-build",
+            "check-kernels",
+            "--targetarch",
+            "amd64",
+            entrypoint="python3",
+        )
         assert check.code == 0, check.explain()
         assert f"kernels: {PROVIDER}: sparse_mla_sm120.so: sm_120a runs on sm_120" in check.stdout
     finally:
@@ -677,7 +833,10 @@ def test_a_jit_cache_for_another_arch_fails_the_build(base, tmp_path):
     proc = build_prebuilt("sm12x-test:wrong-arch", base, tmp_path, "other-arch", machine=other)
     assert proc.returncode != 0
     # pip finds no wheel for this arch; the build stops naming the requirement.
-    assert f"No matching distribution found for flashinfer-jit-cache=={version}+{cuda}" \
-        in proc.stderr, containers.tail(proc.stderr)
-    assert (f"image-build: error: pip install failed (see pip's output above): "
-            f"flashinfer-jit-cache=={version}+{cuda}") in proc.stderr
+    assert (
+        f"No matching distribution found for flashinfer-jit-cache=={version}+{cuda}" in proc.stderr
+    ), containers.tail(proc.stderr)
+    assert (
+        f"image-build: error: pip install failed (see pip's output above): "
+        f"flashinfer-jit-cache=={version}+{cuda}"
+    ) in proc.stderr

@@ -25,8 +25,6 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from support.cli import assert_one_clear_error, run_sm12x
-from support.compose import config
 
 from sm12x import k8s
 from sm12x.keyed import with_key
@@ -34,6 +32,8 @@ from sm12x.launch.render import LaunchContext, build_launch
 from sm12x.recipe import load_all
 from sm12x.router import RouterSettings, command
 from sm12x.settings import Settings, env_name, load, meta
+from support.cli import assert_one_clear_error, run_sm12x
+from support.compose import config
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "k8s"
@@ -273,7 +273,9 @@ def test_rdma_resource_and_roce_network_can_be_named(recipe):
         template = lws["spec"]["leaderWorkerTemplate"][key]
         (container,) = template["spec"]["containers"]
         assert container["resources"]["limits"]["nvidia.com/hostdev"] == 1
-        assert template["metadata"]["annotations"] == {"k8s.v1.cni.cncf.io/networks": "infra/roce-a"}
+        assert template["metadata"]["annotations"] == {
+            "k8s.v1.cni.cncf.io/networks": "infra/roce-a"
+        }
         kubernetes_validate.validate(as_pod_template(template), k8s.K8S_VERSION, strict=True)
 
 
@@ -413,9 +415,13 @@ def test_pods_get_settings_under_their_one_name():
     old = {o for n in Settings.model_fields for o in meta(n).old}
     for doc in [d for text in TREE.values() for d in docs_of(text)]:
         spec = doc.get("spec", {})
-        templates = [spec["template"]] if "template" in spec else [
-            spec["leaderWorkerTemplate"][k] for k in ("leaderTemplate", "workerTemplate")
-        ] if "leaderWorkerTemplate" in spec else []
+        templates = (
+            [spec["template"]]
+            if "template" in spec
+            else [spec["leaderWorkerTemplate"][k] for k in ("leaderTemplate", "workerTemplate")]
+            if "leaderWorkerTemplate" in spec
+            else []
+        )
         for template in templates:
             for container in template["spec"]["containers"]:
                 for item in container.get("env", []):
@@ -576,7 +582,9 @@ def test_router_runs_sm12x_router_with_discovery():
     (container,) = router_docs()["Deployment"]["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["sm12x", "router"]
     env = router_env()
-    parsed = parse_router_args(command(RouterSettings.from_settings(settings_of(env)), environ=env)[3:])
+    parsed = parse_router_args(
+        command(RouterSettings.from_settings(settings_of(env)), environ=env)[3:]
+    )
     assert parsed.service_discovery is True
     assert parsed.service_discovery_namespace == "sm12x"
     assert parsed.service_discovery_port == RECIPES[0].serve.port
@@ -591,7 +599,9 @@ def test_router_selector_matches_serving_pods_only():
     from sglang_router.launch_router import parse_router_args
 
     env = router_env()
-    selector = parse_router_args(command(RouterSettings.from_settings(settings_of(env)))[3:]).selector
+    selector = parse_router_args(
+        command(RouterSettings.from_settings(settings_of(env)))[3:]
+    ).selector
 
     def matches(labels: dict) -> bool:  # the router matches every pair exactly
         return all(labels.get(k) == v for k, v in selector.items())

@@ -20,10 +20,10 @@ from collections.abc import Callable
 
 import pytest
 import yaml
-from support.policy import EXCEPTIONS, GLOBAL_SKIPS, excused, policy_objects, run_checkov
 
 from sm12x import k8s
 from sm12x.recipe import load_recipe
+from support.policy import EXCEPTIONS, GLOBAL_SKIPS, excused, policy_objects, run_checkov
 
 OPTS = k8s.K8sOptions()
 TREE = k8s.tree(OPTS)

@@ -26,9 +26,9 @@ import time
 
 import httpx
 import pytest
-from support.cli import assert_one_clear_error, run_sm12x
 
 from sm12x.router import HEALTH_FAILURE_THRESHOLD, HEALTH_SUCCESS_THRESHOLD
+from support.cli import assert_one_clear_error, run_sm12x
 from tests.integration.conftest import SMALL_SOAK, check, verdicts
 from tests.support.router import FAST_HEALTH, Backend, Router, load, wait_until
 
@@ -126,7 +126,8 @@ def test_stream_chunks_keep_their_fields_through_the_router(three):
 def test_the_compose_healthcheck_runs_through_the_router(three):
     _, router = three
     result = run_sm12x(
-        "healthcheck", "--router",
+        "healthcheck",
+        "--router",
         env={"SM12X_ROUTER_BIND": "127.0.0.1", "SM12X_ROUTER_PORT": str(router.port)},
     )
     assert result.returncode == 0, result.stderr
@@ -222,7 +223,8 @@ def test_a_dead_rig_is_routed_around_and_rejoins(three, verify, tmp_path, record
         rig.stop()
     wait_until(lambda: not any(router.workers_health().values()), 60, "all rigs to be out")
     result = run_sm12x(
-        "healthcheck", "--router",
+        "healthcheck",
+        "--router",
         env={"SM12X_ROUTER_BIND": "127.0.0.1", "SM12X_ROUTER_PORT": str(router.port)},
     )
     assert_one_clear_error(result, str(router.port))

@@ -18,17 +18,17 @@ import time
 from pathlib import Path
 
 import pytest
-from support import throughput as tp
 
 from sm12x import __version__
+from sm12x import sps_tables as store
 from sm12x.errors import UserError
 from sm12x.launch import gpus
 from sm12x.launch import main as launch_main
 from sm12x.launch.configuration import resolve
 from sm12x.recipe import load_recipe
 from sm12x.tune import main as tune_main
-from sm12x import sps_tables as store
 from sm12x.versions import default_track, load_versions
+from support import throughput as tp
 from tests.support import sglang_serving
 from tests.support.fake_sglang.server import FakeServer
 from tests.support.fake_sglang.sps import SpsConfig
@@ -52,8 +52,10 @@ def machine(tmp_path, monkeypatch, profiler_site):
     importable by this Python, a cache folder."""
     bin_dir = tp.fake_nvidia_smi(tmp_path / "bin")
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        [str(SITE_PATH), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    monkeypatch.setenv(
+        "PYTHONPATH",
+        os.pathsep.join([str(SITE_PATH), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    )
     monkeypatch.setenv("SM12X_SPS_SGLANG_SITE", str(profiler_site))
     return tmp_path
 
@@ -65,16 +67,18 @@ def config(**changes) -> SpsConfig:
     from sm12x.launch.render import LaunchContext, build_launch
 
     env = build_launch(recipe, LaunchContext(sps_profile=True)).env_dict()
-    booted = SpsConfig.from_env(env, gamma=recipe.dspark.block_size, tp=4, dp=DP, ep=4,
-                                cuda_graph_max_bs=16)
+    booted = SpsConfig.from_env(
+        env, gamma=recipe.dspark.block_size, tp=4, dp=DP, ep=4, cuda_graph_max_bs=16
+    )
     return dataclasses.replace(booted, **changes)
 
 
 def tune(cache: Path, url: str, *argv: str) -> int:
     parser = argparse.ArgumentParser()
     tune_main.add_arguments(parser)
-    args = parser.parse_args(["--url", url, "--recipe", str(tp.FIXTURE), "--cache-dir",
-                              str(cache), *QUICK, *argv])
+    args = parser.parse_args(
+        ["--url", url, "--recipe", str(tp.FIXTURE), "--cache-dir", str(cache), *QUICK, *argv]
+    )
     return tune_main.run(args)
 
 
@@ -94,8 +98,9 @@ def test_tune_makes_a_table_that_the_launch_then_runs(machine, capsys):
     # bs x DP requests, after its warmup round.
     assert sorted(set(batches)) == [DP * b for b in (1, 2, 4, 8)]
     recipe = load_recipe(tp.FIXTURE)
-    key = store.key_for(recipe, track=default_track(), sglang=SGLANG, sm12x=__version__,
-                        gpu=tp.gpu_name())
+    key = store.key_for(
+        recipe, track=default_track(), sglang=SGLANG, sm12x=__version__, gpu=tp.gpu_name()
+    )
     table = store.table_path(cache, key)
     meta = json.loads(store.meta_path(table).read_text())
     assert meta["key"] == key.__dict__
@@ -109,11 +114,18 @@ def test_tune_makes_a_table_that_the_launch_then_runs(machine, capsys):
     # The launcher finds it: the same key, seen from the launch's side.
     found = store.lookup(cache, key)
     assert found.table == table
-    picked = resolve(load_recipe(tp.RIG), "throughput", default_track(),
-                     lambda r: store.lookup(cache, store.key_for(
-                         r, track=default_track(), sglang=SGLANG, sm12x=__version__,
-                         gpu=tp.gpu_name())),
-                     recipes=[load_recipe(tp.RIG), recipe])
+    picked = resolve(
+        load_recipe(tp.RIG),
+        "throughput",
+        default_track(),
+        lambda r: store.lookup(
+            cache,
+            store.key_for(
+                r, track=default_track(), sglang=SGLANG, sm12x=__version__, gpu=tp.gpu_name()
+            ),
+        ),
+        recipes=[load_recipe(tp.RIG), recipe],
+    )
     assert picked.recipe.name == tp.THROUGHPUT
 
 
@@ -127,8 +139,17 @@ def test_the_deadline_stops_it_keeps_what_was_measured_and_writes_nothing(machin
     with FakeServer(sps=config(stall_batch=16 * DP)) as server:
         started = time.monotonic()
         with pytest.raises(UserError) as caught:
-            tune(cache, server.base_url, "--batch-size", "1", "2", "4", "16",
-                 "--deadline", f"{deadline:.0f}")
+            tune(
+                cache,
+                server.base_url,
+                "--batch-size",
+                "1",
+                "2",
+                "4",
+                "16",
+                "--deadline",
+                f"{deadline:.0f}",
+            )
         took = time.monotonic() - started
         assert not server.app.state.scheduler.busy()  # the wedged load was aborted
     message = caught.value.message
@@ -146,8 +167,12 @@ def test_a_resumed_tune_does_not_measure_finished_rounds_again(machine, capsys):
         pytest.skip("resumes the deadline test's work (run the module)")
     cache = Path(TIMES["deadline-cache"])  # type: ignore[arg-type]
     work = next((cache / "sps" / tp.THROUGHPUT / ".work").iterdir())
-    rounds = [json.loads(line) for path in work.glob("seg-*/table.rounds.jsonl")
-              for line in path.read_text().splitlines() if line.strip()]
+    rounds = [
+        json.loads(line)
+        for path in work.glob("seg-*/table.rounds.jsonl")
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
     finished = {r["batch_size_per_rank"] for r in rounds}
     assert finished and 16 not in finished
     with FakeServer(sps=config()) as server:
@@ -161,11 +186,15 @@ def test_a_resumed_tune_does_not_measure_finished_rounds_again(machine, capsys):
     assert meta["profiler"]["measured"] == [1, 2, 4, 16]
 
 
-@pytest.mark.parametrize("changes, says", [
-    ({"record": False}, "keeps no per-step DSPARK records"),
-    ({"simulate_acc_len": None}, "needs exactly SGLANG_SIMULATE_ACC_LEN=1.0"),
-    ({"mode": "compact"}, "verifies in 'compact' mode"),
-], ids=["no-records", "no-simulated-acceptance", "compact"])
+@pytest.mark.parametrize(
+    "changes, says",
+    [
+        ({"record": False}, "keeps no per-step DSPARK records"),
+        ({"simulate_acc_len": None}, "needs exactly SGLANG_SIMULATE_ACC_LEN=1.0"),
+        ({"mode": "compact"}, "verifies in 'compact' mode"),
+    ],
+    ids=["no-records", "no-simulated-acceptance", "compact"],
+)
 def test_a_server_not_in_profiling_mode_gets_one_clear_error(machine, changes, says):
     with FakeServer(sps=config(**changes)) as server:
         with pytest.raises(UserError) as caught:
@@ -183,9 +212,23 @@ def test_the_real_profiler_refuses_the_stand_in_outside_profiling_mode(machine):
 
     with FakeServer(sps=config(record=False)) as server:
         done = subprocess.run(
-            [sys.executable, "-m", "sglang.benchmark.dspark_sps_profiler", "run", "--base-url",
-             server.base_url, "--out", str(machine / "t.json"), "--batch-size", "1"],
-            capture_output=True, text=True, timeout=900, env=os.environ.copy())
+            [
+                sys.executable,
+                "-m",
+                "sglang.benchmark.dspark_sps_profiler",
+                "run",
+                "--base-url",
+                server.base_url,
+                "--out",
+                str(machine / "t.json"),
+                "--batch-size",
+                "1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=os.environ.copy(),
+        )
     assert done.returncode != 0
     assert "reports no dspark_info_record" in done.stderr
 
@@ -214,9 +257,18 @@ def test_boot_mode_refuses_when_a_server_already_answers(machine):
     parser = argparse.ArgumentParser()
     tune_main.add_arguments(parser)
     with FakeServer() as server:
-        args = parser.parse_args(["--recipe", str(tp.FIXTURE), "--cache-dir",
-                                  str(machine / "cache"), "--port", str(server.port),
-                                  "--boot-command", "sleep 60"])
+        args = parser.parse_args(
+            [
+                "--recipe",
+                str(tp.FIXTURE),
+                "--cache-dir",
+                str(machine / "cache"),
+                "--port",
+                str(server.port),
+                "--boot-command",
+                "sleep 60",
+            ]
+        )
         with pytest.raises(UserError, match="a server already answers at .*stop that one"):
             tune_main.run(args)
 
@@ -227,8 +279,17 @@ def test_boot_mode_starts_a_one_off_container_of_the_rigs_service_in_profiling_m
 
     recipe = load_recipe(tp.FIXTURE)
     service = compose.profiling_service(recipe, load(environ={}))
-    run = service.up[service.up.index("run"):]
-    assert run == ["run", "-d", "--name", f"sm12x-tune-{tp.THROUGHPUT}", "--service-ports",
-                   tp.RIG, "--sps-profile", "--recipe", tp.THROUGHPUT]
+    run = service.up[service.up.index("run") :]
+    assert run == [
+        "run",
+        "-d",
+        "--name",
+        f"sm12x-tune-{tp.THROUGHPUT}",
+        "--service-ports",
+        tp.RIG,
+        "--sps-profile",
+        "--recipe",
+        tp.THROUGHPUT,
+    ]
     assert service.up[service.up.index("--profile") + 1] == tp.RIG
     assert service.down == ["docker", "rm", "--force", f"sm12x-tune-{tp.THROUGHPUT}"]

@@ -12,8 +12,9 @@ ONLY = ["--only", "health,models,one-token,compare", "--soak-concurrency", "32"]
 
 
 def _compare(verify, target, reference, *extra):
-    code, report = verify("--base-url", target.base_url, "--compare-url", reference.base_url,
-                          *ONLY, *extra)
+    code, report = verify(
+        "--base-url", target.base_url, "--compare-url", reference.base_url, *ONLY, *extra
+    )
     return code, check(report, "compare")
 
 
@@ -60,10 +61,16 @@ def test_compare_is_off_unless_asked(fake, verify):
     assert check(report, "compare")["problem"] == "not asked for (--compare-url)"
 
 
-@pytest.mark.parametrize("args, text", [
-    (["--compare-url", "nonsense"], "--compare-url"),
-    (["--compare-min-agreement", "1.5", "--compare-url", "http://127.0.0.1:9"], "between 0 and 1"),
-])
+@pytest.mark.parametrize(
+    "args, text",
+    [
+        (["--compare-url", "nonsense"], "--compare-url"),
+        (
+            ["--compare-min-agreement", "1.5", "--compare-url", "http://127.0.0.1:9"],
+            "between 0 and 1",
+        ),
+    ],
+)
 def test_bad_compare_options(args, text, fake, verify, capsys):
     server = fake()
     code, _ = verify("--base-url", server.base_url, *args)

@@ -16,8 +16,8 @@ import sys
 import time
 
 import httpx
-from support.cli import ROOT
 
+from support.cli import ROOT
 from tests.support.fake_sglang.server import free_port
 
 README = (ROOT / "README.md").read_text()
@@ -28,7 +28,7 @@ def excerpt() -> tuple[str, str, str, int]:
     """(the server command, the verify command, the text block, the rows it says
     it cut) from README."""
     start = README.index("What a run looks like when the server has the depth-5 problem")
-    section = README[start:README.index("| check fails |", start)]
+    section = README[start : README.index("| check fails |", start)]
     spans = [" ".join(s.split()) for s in re.findall(r"`([^`]+)`", section)]
     server = next(s for s in spans if s.startswith("python -m tests.support.fake_sglang "))
     verify = next(s for s in spans if s.startswith("sm12x verify "))
@@ -65,8 +65,13 @@ def test_the_excerpt_is_what_its_commands_print(tmp_path):
     verify_words = [w.replace(":30001", f":{port}") for w in shlex.split(verify_cmd)]
     assert server_words[:3] == ["python", "-m", "tests.support.fake_sglang"]
     assert verify_words[:2] == ["sm12x", "verify"]
-    server = subprocess.Popen([sys.executable, *server_words[1:]], cwd=ROOT,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, *server_words[1:]],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -79,9 +84,15 @@ def test_the_excerpt_is_what_its_commands_print(tmp_path):
             assert time.monotonic() < deadline, "the stand-in did not come up in 60 s"
             time.sleep(0.2)
         env = {**os.environ, "COLUMNS": "100", "SM12X_ENV_FILE": os.devnull}
-        done = subprocess.run([sys.executable, "-m", "sm12x.cli", *verify_words[1:], "--no-files"],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-                              check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "sm12x.cli", *verify_words[1:], "--no-files"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
     finally:
         server.kill()
         server.wait(timeout=30)

@@ -32,8 +32,9 @@ CASES = {
 
 
 def _text(result: dict) -> str:
-    return " ".join([str(result.get(k) or "") for k in ("problem", "cause", "fix")]
-                    + result["evidence"])
+    return " ".join(
+        [str(result.get(k) or "") for k in ("problem", "cause", "fix")] + result["evidence"]
+    )
 
 
 def test_healthy_server_passes_every_check(fake, verify):
@@ -63,8 +64,9 @@ def test_wrong_tokens_are_named_as_such(fault, fake, verify):
     """The soak says what it saw: wrong tokens (not loops), the first
     difference with the text around it, the cause and the comparison fix."""
     server = fake(fault)
-    code, report = verify("--base-url", server.base_url, *SMALL_SOAK, "--only",
-                          "health,models,one-token,soak")
+    code, report = verify(
+        "--base-url", server.base_url, *SMALL_SOAK, "--only", "health,models,one-token,soak"
+    )
     soak = check(report, "soak")
     assert code == 1 and "wrong tokens in otherwise fluent output" in soak["cause"]
     assert "--no-spec" in soak["fix"]
@@ -75,8 +77,9 @@ def test_wrong_tokens_are_named_as_such(fault, fake, verify):
         assert "exact-copy" in wrong, soak["metrics"]["exact"]
         first = wrong["exact-copy"]["first"]
         assert first["expected"] != first["received"] and first["position"] >= 0
-        assert any(line.startswith("exact-copy: ") and "expected '" in line
-                   for line in soak["evidence"])
+        assert any(
+            line.startswith("exact-copy: ") and "expected '" in line for line in soak["evidence"]
+        )
 
 
 def test_stalled_stream_times_out_and_never_hangs(fake, verify):
@@ -117,15 +120,22 @@ def test_router_info_makes_spec_not_run_unless_metrics_url(fake, verify):
     assert spec["verdict"] == "not-run" and "--metrics-url" in spec["problem"]
     backend = fake()
     backend.state.generated = 1  # the backend has served traffic
-    code, report = verify("--base-url", router_like.base_url, *SMALL_SOAK,
-                          "--metrics-url", backend.base_url)
+    code, report = verify(
+        "--base-url", router_like.base_url, *SMALL_SOAK, "--metrics-url", backend.base_url
+    )
     assert code == 0 and check(report, "spec")["verdict"] == "pass"
 
 
 def test_floor_flag(fake, verify):
     server = fake()
-    code, report = verify("--base-url", server.base_url, "--only", "health,models,one-token,spec",
-                          "--min-accept-length", "3.5")
+    code, report = verify(
+        "--base-url",
+        server.base_url,
+        "--only",
+        "health,models,one-token,spec",
+        "--min-accept-length",
+        "3.5",
+    )
     assert code == 1 and "below the floor 3.50" in check(report, "spec")["problem"]
 
 

@@ -33,11 +33,21 @@ def v41():
     def start(*faults: str):
         port = free_port()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(wheels.pythonpath(CURRENT))}
-        args = ["--line", "v4.1-flash", "--sglang-version", CURRENT,
-                *(a for f in faults for a in ("--fault", f))]
-        proc = subprocess.Popen([sys.executable, "-m", "tests.support.fake_sglang", "--port",
-                                 str(port), *args], cwd=ROOT, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        args = [
+            "--line",
+            "v4.1-flash",
+            "--sglang-version",
+            CURRENT,
+            *(a for f in faults for a in ("--fault", f)),
+        ]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.fake_sglang", "--port", str(port), *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         procs.append(proc)
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 240

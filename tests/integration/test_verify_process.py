@@ -17,8 +17,12 @@ PY = sys.executable
 
 def start_fake(*args: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([PY, "-m", "tests.support.fake_sglang", "--port", str(port), *args],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [PY, "-m", "tests.support.fake_sglang", "--port", str(port), *args],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     # it imports sglang's serving code and DeepSeek-V4's tokenizer (and builds
     # the sglang tree on a fresh cache) before it listens
@@ -34,23 +38,35 @@ def start_fake(*args: str) -> tuple[subprocess.Popen, str]:
 
 
 def verify(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-m", "verify", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [PY, "-m", "verify", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_server_dies_mid_run(tmp_path):
     proc, url = start_fake("--die-after", "6")
     try:
-        done = verify("--base-url", url, "--soak-concurrency", "8", "--soak-rounds", "1",
-                      "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml"))
+        done = verify(
+            "--base-url",
+            url,
+            "--soak-concurrency",
+            "8",
+            "--soak-rounds",
+            "1",
+            "--json",
+            str(tmp_path / "r.json"),
+            "--junit",
+            str(tmp_path / "j.xml"),
+        )
     finally:
         proc.kill()
         proc.wait()
     assert done.returncode == 1, done.stdout
     report = json.loads((tmp_path / "r.json").read_text())
     failed = [c for c in report["checks"] if c["verdict"] == "fail"]
-    assert failed and any("cannot connect" in (c["problem"] or "") or "broke" in
-                          (c["problem"] or "") for c in failed)
+    assert failed and any(
+        "cannot connect" in (c["problem"] or "") or "broke" in (c["problem"] or "") for c in failed
+    )
     assert "Traceback" not in done.stdout + done.stderr
 
 
@@ -78,8 +94,18 @@ def test_bad_input_one_clear_error():
 def test_cli_writes_reports_and_exits_zero_when_healthy(tmp_path):
     proc, url = start_fake()
     try:
-        done = verify("--base-url", url + "/v1", "--soak-concurrency", "8", "--soak-rounds", "1",
-                      "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml"))
+        done = verify(
+            "--base-url",
+            url + "/v1",
+            "--soak-concurrency",
+            "8",
+            "--soak-rounds",
+            "1",
+            "--json",
+            str(tmp_path / "r.json"),
+            "--junit",
+            str(tmp_path / "j.xml"),
+        )
     finally:
         proc.kill()
         proc.wait()
@@ -94,9 +120,20 @@ def test_cli_writes_reports_and_exits_zero_when_healthy(tmp_path):
 def test_only_soak_runs_the_soak_and_what_it_needs(tmp_path):
     proc, url = start_fake()
     try:
-        done = verify("--base-url", url, "--only", "soak", "--soak-concurrency", "4",
-                      "--soak-rounds", "1", "--json", str(tmp_path / "r.json"),
-                      "--junit", str(tmp_path / "j.xml"))
+        done = verify(
+            "--base-url",
+            url,
+            "--only",
+            "soak",
+            "--soak-concurrency",
+            "4",
+            "--soak-rounds",
+            "1",
+            "--json",
+            str(tmp_path / "r.json"),
+            "--junit",
+            str(tmp_path / "j.xml"),
+        )
     finally:
         proc.kill()
         proc.wait()
@@ -104,7 +141,11 @@ def test_only_soak_runs_the_soak_and_what_it_needs(tmp_path):
     checks = {c["name"]: c for c in json.loads((tmp_path / "r.json").read_text())["checks"]}
     assert checks["soak"]["verdict"] == "pass" and checks["soak"]["metrics"]["requests"] == 4
     assert {n for n, c in checks.items() if c["verdict"] == "pass"} == {
-        "health", "models", "one-token", "soak"}
+        "health",
+        "models",
+        "one-token",
+        "soak",
+    }
     assert "run because --only soak needs it" in checks["health"]["evidence"][0]
 
 
@@ -112,8 +153,16 @@ def test_credentials_never_reach_the_reports(tmp_path):
     proc, url = start_fake()
     secret_url = url.replace("http://", "http://alice:hunter2-pass@")
     try:
-        done = verify("--base-url", secret_url, "--only", "health,models",
-                      "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml"))
+        done = verify(
+            "--base-url",
+            secret_url,
+            "--only",
+            "health,models",
+            "--json",
+            str(tmp_path / "r.json"),
+            "--junit",
+            str(tmp_path / "j.xml"),
+        )
     finally:
         proc.kill()
         proc.wait()
@@ -121,12 +170,20 @@ def test_credentials_never_reach_the_reports(tmp_path):
     for text in (written, done.stdout + done.stderr):
         assert "hunter2-pass" not in text and "alice" not in text
     assert json.loads((tmp_path / "r.json").read_text())["verify"]["base_url"].startswith(
-        "http://***@127.0.0.1:")
+        "http://***@127.0.0.1:"
+    )
 
 
 def test_no_server_still_writes_the_reports(tmp_path):
-    done = verify("--base-url", f"http://127.0.0.1:{free_port()}", "--json",
-                  str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml"), timeout=60)
+    done = verify(
+        "--base-url",
+        f"http://127.0.0.1:{free_port()}",
+        "--json",
+        str(tmp_path / "r.json"),
+        "--junit",
+        str(tmp_path / "j.xml"),
+        timeout=60,
+    )
     assert done.returncode == 2
     report = json.loads((tmp_path / "r.json").read_text())
     health = report["checks"][0]
@@ -144,8 +201,14 @@ def sm12x_verify(*args: str, cwd: Path, env: dict[str, str] | None = None):
     # Discovery as a user has it: .env in the current folder, nothing named.
     base = {**os.environ, "PYTHONPATH": str(ROOT), "SM12X_ENV_FILE": ""}
     base.pop("SM12X_API_KEY", None)
-    return subprocess.run([PY, "-m", "sm12x.cli", "verify", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=120, env={**base, **(env or {})})
+    return subprocess.run(
+        [PY, "-m", "sm12x.cli", "verify", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**base, **(env or {})},
+    )
 
 
 def test_verify_sends_the_key_and_asks_the_port_set_in_dotenv(tmp_path):
@@ -185,9 +248,19 @@ def test_unpatched_sglang_fails_naming_the_symptom(tmp_path):
     code passes (test_verify_faults.py's healthy case)."""
     proc, url = start_fake("--sglang-patches", "none")
     try:
-        done = verify("--base-url", url, "--soak-concurrency", "16", "--soak-rounds", "2",
-                      "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml"),
-                      timeout=300)
+        done = verify(
+            "--base-url",
+            url,
+            "--soak-concurrency",
+            "16",
+            "--soak-rounds",
+            "2",
+            "--json",
+            str(tmp_path / "r.json"),
+            "--junit",
+            str(tmp_path / "j.xml"),
+            timeout=300,
+        )
     finally:
         proc.kill()
         proc.wait()

@@ -28,7 +28,8 @@ def flashinfer_tree(tmp_path_factory):
     def make(version: str) -> Path:
         if version not in made:
             made[version] = trees.unpack_flashinfer(
-                version, tmp_path_factory.mktemp(f"flashinfer-{version}"))
+                version, tmp_path_factory.mktemp(f"flashinfer-{version}")
+            )
         return made[version]
 
     return make
@@ -44,7 +45,9 @@ def sglang_tree(tmp_path_factory):
         key = (version, patched)
         if key not in made:
             site = trees.unpack_sglang(
-                version, tmp_path_factory.mktemp(f"sglang-{version}-{'patched' if patched else 'pristine'}"))
+                version,
+                tmp_path_factory.mktemp(f"sglang-{version}-{'patched' if patched else 'pristine'}"),
+            )
             if patched:
                 proc = trees.apply_patches(site)
                 assert proc.returncode == 0, proc.stderr

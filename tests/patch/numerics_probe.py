@@ -29,8 +29,12 @@ out: dict = {}
 
 def record(name, a, b):
     diff = n.Diff.of(name, a, b)
-    out[name] = {"max_abs": diff.max_abs, "exact": diff.exact, "close": diff.close,
-                 "nonfinite": diff.nonfinite}
+    out[name] = {
+        "max_abs": diff.max_abs,
+        "exact": diff.exact,
+        "close": diff.close,
+        "nonfinite": diff.nonfinite,
+    }
 
 
 def routed(emulator):
@@ -79,7 +83,9 @@ with Emulator(Rules.from_flashinfer(flashinfer_package()), compute="reference") 
     emulator.calls.clear()
     via_patch = n.patched(odd)
     out["fallback_routes"] = routed(emulator)
-    out["fallback_indices_unchanged"] = emulator.calls[0].indices.data_ptr() == odd["indices"].data_ptr()
+    out["fallback_indices_unchanged"] = (
+        emulator.calls[0].indices.data_ptr() == odd["indices"].data_ptr()
+    )
     record("fallback_vs_triton", via_patch, n.triton_direct(odd)[0])
     record("fallback_vs_reference", via_patch, n.reference(odd)[0])
 

@@ -26,11 +26,11 @@ published as sglang 0.5.23 reads it, from its real ServerArgs).
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import sys
+from pathlib import Path
 from types import SimpleNamespace
-
-import importlib.util
 
 from sm12x.selftest.env import stub_torchvision
 
@@ -84,8 +84,19 @@ def serving() -> OpenAIServingChat:
         from sglang.srt.runtime_context import publish
         from sglang.srt.server_args import prepare_server_args
 
-        publish(prepare_server_args(["--model-path", "dummy", "--tool-call-parser", "deepseekv4",
-                                     "--reasoning-parser", "deepseek-v4"]), role="tokenizer")
+        publish(
+            prepare_server_args(
+                [
+                    "--model-path",
+                    "dummy",
+                    "--tool-call-parser",
+                    "deepseekv4",
+                    "--reasoning-parser",
+                    "deepseek-v4",
+                ]
+            ),
+            role="tokenizer",
+        )
     manager = SimpleNamespace(
         server_args=server_args,
         model_config=model_config,
@@ -123,12 +134,13 @@ def reference(body: dict) -> str:
     # deepseek-recipe's default, "max" (SGLANG_DSV4_REASONING_EFFORT unset); the
     # vendored encoders of 0.5.17-0.5.18 at none. The oracle is asked for the same.
     effort = "max" if thinking and not VENDORED else None
-    return encoding_dsv4.encode_messages(messages, thinking_mode="thinking" if thinking else "chat",
-                                         reasoning_effort=effort)
+    return encoding_dsv4.encode_messages(
+        messages, thinking_mode="thinking" if thinking else "chat", reasoning_effort=effort
+    )
 
 
 def main(path: str) -> None:
-    cases = json.loads(open(path, encoding="utf-8").read())
+    cases = json.loads(Path(path).read_text(encoding="utf-8"))
     chat = serving()
     out = {}
     for name, body in cases.items():

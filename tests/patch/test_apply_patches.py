@@ -139,13 +139,20 @@ def test_finds_the_version_of_an_editable_install(tmp_path):
     for info in checkout.glob("sglang-*.dist-info"):
         shutil.move(str(info), site / info.name)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), str(site)])}
-    proc = subprocess.run([sys.executable, str(trees.APPLY)], capture_output=True, text=True,
-                          timeout=120, env=env, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, str(trees.APPLY)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "sglang 0.5.16: 0001-sm120-sparse-mla-topk-dispatch.patch: applied" in proc.stdout
     assert "def _sm12x_route(" in (checkout / TARGET).read_text()
-    assert json.loads((checkout / "sglang" / ".sm12x-patches.json").read_text())["sglang"] == \
-        "0.5.16"
+    assert (
+        json.loads((checkout / "sglang" / ".sm12x-patches.json").read_text())["sglang"] == "0.5.16"
+    )
     # Named explicitly, the checkout alone cannot say its version: still refused.
     explicit = trees.apply_patches(checkout)
     assert explicit.returncode == 1 and "no .dist-info metadata" in explicit.stderr
@@ -166,14 +173,18 @@ def test_the_current_track_applies_its_series_and_names_every_retired_patch(fres
     own = sorted(p["file"] for p in series if version in p["sglang"])
     for name in own:
         assert f"sglang {version}: {name}: applied" in proc.stdout
-    assert (f"sglang {version} (flashinfer {load_versions('current')['FLASHINFER_VERSION']}, "
-            f"sglang {version}'s pin): retired for it:") in proc.stdout
+    assert (
+        f"sglang {version} (flashinfer {load_versions('current')['FLASHINFER_VERSION']}, "
+        f"sglang {version}'s pin): retired for it:"
+    ) in proc.stdout
     retired = {p["file"] for p in series} - set(own)
     for name in retired:
         line = next(line for line in proc.stdout.splitlines() if f"  {name}: " in line)
         assert f"sglang {version} >= " in line, line
-    assert "0001-sm120-sparse-mla-topk-dispatch.patch: sglang 0.5.23 >= 0.5.19 and flashinfer " \
-           "0.7.2 >= 0.6.18" in proc.stdout
+    assert (
+        "0001-sm120-sparse-mla-topk-dispatch.patch: sglang 0.5.23 >= 0.5.19 and flashinfer "
+        "0.7.2 >= 0.6.18" in proc.stdout
+    )
     record = json.loads((site / "sglang" / ".sm12x-patches.json").read_text())
     assert [p["file"] for p in record["patches"]] == own
     assert trees.apply_patches(site, "--check").returncode == 0
@@ -210,13 +221,16 @@ def rule_site(tmp_path, sglang: str, flashinfer: str | None, retire: str = "0.5.
     (site / "sglang" / "__init__.py").write_text("")
     info = site / f"sglang-{sglang}.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {sglang}\n"
-                                   "Requires-Dist: flashinfer_python[cu13]==0.7.2\n")
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: sglang\nVersion: {sglang}\n"
+        "Requires-Dist: flashinfer_python[cu13]==0.7.2\n"
+    )
     if flashinfer:
         fi = site / f"flashinfer_python-{flashinfer}.dist-info"
         fi.mkdir()
-        (fi / "METADATA").write_text(f"Metadata-Version: 2.1\nName: flashinfer-python\n"
-                                     f"Version: {flashinfer}\n")
+        (fi / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: {flashinfer}\n"
+        )
     patches = tmp_path / "patches"
     patches.mkdir()
     (patches / "patches.toml").write_text(RULES.format(retire=retire))
@@ -227,10 +241,14 @@ def test_a_release_every_patch_retires_gets_nothing_says_why_and_exits_0(tmp_pat
     site, patches = rule_site(tmp_path, "0.5.23", "0.7.2")
     proc = trees.apply_patches(site, "--patches", str(patches))
     assert proc.returncode == 0, proc.stderr
-    assert ("sglang 0.5.23 (flashinfer 0.7.2, installed): nothing to apply, every patch is "
-            "retired for it:") in proc.stdout
-    assert ("0001-a.patch: sglang 0.5.23 >= 0.5.19 and flashinfer 0.7.2 >= 0.6.18: "
-            "flashinfer >= 0.6.18; sglang >= 0.5.19 pins it") in proc.stdout
+    assert (
+        "sglang 0.5.23 (flashinfer 0.7.2, installed): nothing to apply, every patch is "
+        "retired for it:"
+    ) in proc.stdout
+    assert (
+        "0001-a.patch: sglang 0.5.23 >= 0.5.19 and flashinfer 0.7.2 >= 0.6.18: "
+        "flashinfer >= 0.6.18; sglang >= 0.5.19 pins it"
+    ) in proc.stdout
     assert "0010-b.patch: sglang 0.5.23 >= 0.5.23: sglang >= 0.5.23" in proc.stdout
     record = json.loads((site / "sglang" / ".sm12x-patches.json").read_text())
     assert record == {"sglang": "0.5.23", "patches": []}
@@ -244,17 +262,25 @@ def test_without_an_installed_flashinfer_the_rule_reads_sglang_s_own_pin(tmp_pat
     assert "(flashinfer 0.7.2, sglang 0.5.23's pin): nothing to apply" in proc.stdout
 
 
-@pytest.mark.parametrize("sglang, flashinfer, retire, reason", [
-    # The flashinfer beside it still lacks the widths the dispatch patch pads.
-    ("0.5.23", "0.6.15.post1", "0.5.23", "0001-a.patch: needs flashinfer >= 0.6.18; "
-                                         "0.6.15.post1 is installed"),
-    # A release between: the serving fix is not retired before 0.5.23.
-    ("0.5.20", "0.7.2", "0.5.23", "0010-b.patch: retired from sglang 0.5.23; this is 0.5.20"),
-    # A patch no release retires yet.
-    ("0.5.23", "0.7.2", "none yet", "0010-b.patch: no release retires it yet"),
-])
-def test_an_unretired_patch_without_a_series_is_refused_naming_it(tmp_path, sglang, flashinfer,
-                                                                  retire, reason):
+@pytest.mark.parametrize(
+    "sglang, flashinfer, retire, reason",
+    [
+        # The flashinfer beside it still lacks the widths the dispatch patch pads.
+        (
+            "0.5.23",
+            "0.6.15.post1",
+            "0.5.23",
+            "0001-a.patch: needs flashinfer >= 0.6.18; 0.6.15.post1 is installed",
+        ),
+        # A release between: the serving fix is not retired before 0.5.23.
+        ("0.5.20", "0.7.2", "0.5.23", "0010-b.patch: retired from sglang 0.5.23; this is 0.5.20"),
+        # A patch no release retires yet.
+        ("0.5.23", "0.7.2", "none yet", "0010-b.patch: no release retires it yet"),
+    ],
+)
+def test_an_unretired_patch_without_a_series_is_refused_naming_it(
+    tmp_path, sglang, flashinfer, retire, reason
+):
     site, patches = rule_site(tmp_path, sglang, flashinfer, retire)
     proc = trees.apply_patches(site, "--patches", str(patches))
     assert proc.returncode == 1
@@ -270,16 +296,27 @@ def test_a_patch_for_code_a_release_lacks_is_not_for_it():
     from sm12x import patch_rules
 
     patches = [
-        {"file": "0010-b.patch", "title": "a serving fix", "sglang": ["0.5.17"],
-         "retire_when": "sglang >= 0.5.23", "retire_sglang": "0.5.23"},
-        {"file": "0023-c.patch", "title": "a fix of newer code", "sglang": ["0.5.23"],
-         "retire_when": "not yet", "since_sglang": "0.5.19"},
+        {
+            "file": "0010-b.patch",
+            "title": "a serving fix",
+            "sglang": ["0.5.17"],
+            "retire_when": "sglang >= 0.5.23",
+            "retire_sglang": "0.5.23",
+        },
+        {
+            "file": "0023-c.patch",
+            "title": "a fix of newer code",
+            "sglang": ["0.5.23"],
+            "retire_when": "not yet",
+            "since_sglang": "0.5.19",
+        },
     ]
     old = patch_rules.plan(patches, "0.5.17", "0.6.15.post1")
     assert old.complete and [v.file for v in old.predates] == ["0023-c.patch"]
     assert old.predates[0].reason == "sglang 0.5.17 predates the code it changes (from 0.5.19)"
     assert "0023-c.patch: not for it (sglang 0.5.17 predates" in "\n".join(
-        patch_rules.describe(old))
+        patch_rules.describe(old)
+    )
     between = patch_rules.plan(patches, "0.5.20", "0.7.2")
     assert not between.known
     assert {v.file for v in between.unretired} == {"0010-b.patch", "0023-c.patch"}
@@ -293,13 +330,18 @@ def test_the_pinned_release_names_the_patch_that_is_not_for_it(fresh):
     version = load_versions("pinned")["SGLANG_VERSION"]
     proc = trees.apply_patches(fresh(version))
     assert proc.returncode == 0, proc.stderr
-    assert (f"sglang {version}: not for it: 0023-dsv4-recipe-block-newlines.patch: sglang "
-            f"{version} predates the code it changes (from 0.5.19)") in proc.stdout
+    assert (
+        f"sglang {version}: not for it: 0023-dsv4-recipe-block-newlines.patch: sglang "
+        f"{version} predates the code it changes (from 0.5.19)"
+    ) in proc.stdout
 
 
 def _touched(patch_file) -> list[str]:
-    return [line[len("+++ b/"):].split("\t")[0].strip()
-            for line in patch_file.read_text().splitlines() if line.startswith("+++ b/")]
+    return [
+        line[len("+++ b/") :].split("\t")[0].strip()
+        for line in patch_file.read_text().splitlines()
+        if line.startswith("+++ b/")
+    ]
 
 
 def test_a_series_whose_last_patch_fails_leaves_the_tree_as_it_was(fresh, series):
@@ -313,8 +355,9 @@ def test_a_series_whose_last_patch_fails_leaves_the_tree_as_it_was(fresh, series
     last = folder / mine[-1]["file"]
     earlier = {f for p in mine[:-1] for f in _touched(folder / p["file"])}
     name = next(f for f in _touched(last) if f not in earlier)
-    context = next(line[1:] for line in last.read_text().splitlines()
-                   if line.startswith(" ") and line.strip())
+    context = next(
+        line[1:] for line in last.read_text().splitlines() if line.startswith(" ") and line.strip()
+    )
     target = site / name
     target.write_text(target.read_text().replace(context, context + " /* edited */", 1))
     files = sorted({f for p in mine for f in _touched(folder / p["file"])})
@@ -335,9 +378,20 @@ def test_check_changes_nothing_on_a_half_patched_tree(fresh, series):
     version = "0.5.17"
     site = fresh(version)
     first = sorted((p for p in series if version in p["sglang"]), key=lambda p: p["file"])[0]
-    proc = subprocess.run(["patch", "-p1", "--fuzz=0", "-d", str(site), "-i",
-                           str(trees.REPO / "patches" / "sglang" / version / first["file"])],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            "patch",
+            "-p1",
+            "--fuzz=0",
+            "-d",
+            str(site),
+            "-i",
+            str(trees.REPO / "patches" / "sglang" / version / first["file"]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stdout
     snapshot = {p: p.read_bytes() for p in (site / "sglang").rglob("*") if p.is_file()}
     check = trees.apply_patches(site, "--check")

@@ -61,8 +61,9 @@ def test_census_covers_calls_without_topk_length_and_the_page_split(pinned):
     with_length = {shape(c) for c in calls if c["with_topk_length"]}
     without = {shape(c) for c in calls if not c["with_topk_length"]}
     assert with_length == without and len(calls) == 2 * len(with_length)
-    padded_without = [c for c in calls if c["route"] == "cutlass-padded"
-                      and not c["with_topk_length"]]
+    padded_without = [
+        c for c in calls if c["route"] == "cutlass-padded" and not c["with_topk_length"]
+    ]
     assert {c["path"] for c in padded_without} == {"decode", "prefill"}
     assert all(c["detail"] == "" for c in calls)
 
@@ -91,12 +92,16 @@ print(json.dumps(sorted({o.detail for _, o in results})))
 """
 
 
-@pytest.mark.parametrize("how, detail", [
-    ("split-skips-a-page", "the page split lost a page the indices reference"),
-    ("pad-drops-topk-length", "topk_length missing, and not filled with the original width"),
-])
-def test_the_census_fails_a_split_or_pad_that_breaks_the_contract(how, detail, sglang_tree,
-                                                                  flashinfer_tree, pins):
+@pytest.mark.parametrize(
+    "how, detail",
+    [
+        ("split-skips-a-page", "the page split lost a page the indices reference"),
+        ("pad-drops-topk-length", "topk_length missing, and not filled with the original width"),
+    ],
+)
+def test_the_census_fails_a_split_or_pad_that_breaks_the_contract(
+    how, detail, sglang_tree, flashinfer_tree, pins
+):
     site = [sglang_tree(pins["SGLANG_VERSION"]), flashinfer_tree(pins["FLASHINFER_VERSION"])]
     proc = trees.run_python(site, ["-c", SABOTAGE, how])
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -130,11 +135,14 @@ def test_without_the_patch_every_draft_call_aborts_with_upstreams_messages(pinne
             assert call["route"] == "cutlass", call
         elif call["path"] == "decode":
             assert call["route"] == "abort"
-            assert call["detail"].startswith(f"Check failed: num_tokens > 64 ({call['num_tokens']} vs. 64)")
+            assert call["detail"].startswith(
+                f"Check failed: num_tokens > 64 ({call['num_tokens']} vs. 64)"
+            )
         else:
             assert call["route"] == "abort"
             assert call["detail"].startswith(
-                "Unsupported sparse-MLA prefill configuration: model=DSV4 num_heads=64 topk=192")
+                "Unsupported sparse-MLA prefill configuration: model=DSV4 num_heads=64 topk=192"
+            )
 
 
 def test_the_triton_workaround_sends_every_call_to_triton(pinned):
@@ -142,29 +150,42 @@ def test_the_triton_workaround_sends_every_call_to_triton(pinned):
     assert set(routes) == {"triton"}
 
 
-def test_switching_the_patch_off_is_exactly_upstream(pinned, sglang_tree, flashinfer_tree, pins,
-                                                     tmp_path):
+def test_switching_the_patch_off_is_exactly_upstream(
+    pinned, sglang_tree, flashinfer_tree, pins, tmp_path
+):
     """SGLANG_SM120_FLASHMLA_TOPK_PAD=0 on the patched tree lands every call where the
     pristine, unpatched sglang does."""
-    site = [sglang_tree(pins["SGLANG_VERSION"], patched=False),
-            flashinfer_tree(pins["FLASHINFER_VERSION"])]
+    site = [
+        sglang_tree(pins["SGLANG_VERSION"], patched=False),
+        flashinfer_tree(pins["FLASHINFER_VERSION"]),
+    ]
     proc, pristine = trees.selftest(site, tmp_path / "pristine.json", "--scenarios", "unpatched")
     # A stock sglang is judged as it runs: its draft calls abort on this flashinfer.
     assert proc.returncode == 1 and "unpatched calls abort" in proc.stderr, proc.stderr[-2000:]
 
     def key(c):
-        return (c["phase"], c["layer"], c["num_tokens"], c["topk"], c["extra_topk"],
-                c["with_topk_length"])
+        return (
+            c["phase"],
+            c["layer"],
+            c["num_tokens"],
+            c["topk"],
+            c["extra_topk"],
+            c["with_topk_length"],
+        )
 
     upstream = {key(c): (c["route"], c["width"], c["detail"]) for c in pristine["calls"]}
-    switched = {key(c): (c["route"], c["width"], c["detail"])
-                for c in pinned[1]["calls"] if c["scenario"] == "unpatched"}
+    switched = {
+        key(c): (c["route"], c["width"], c["detail"])
+        for c in pinned[1]["calls"]
+        if c["scenario"] == "unpatched"
+    }
     assert switched == upstream
 
 
 @pytest.mark.parametrize("sglang, flashinfer", [("0.5.17", "0.6.15.post1"), ("0.5.18", "0.6.17")])
-def test_selftest_passes_on_the_other_patched_releases(sglang, flashinfer, sglang_tree,
-                                                      flashinfer_tree, tmp_path):
+def test_selftest_passes_on_the_other_patched_releases(
+    sglang, flashinfer, sglang_tree, flashinfer_tree, tmp_path
+):
     site = [sglang_tree(sglang), flashinfer_tree(flashinfer)]
     proc, report = trees.selftest(site, tmp_path / "census.json", "--quick")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -174,15 +195,19 @@ def test_selftest_passes_on_the_other_patched_releases(sglang, flashinfer, sglan
 
 
 def test_selftest_says_in_one_line_when_flashinfer_s_tables_are_not_where_it_reads(
-        sglang_tree, flashinfer_tree, tmp_path, pins):
+    sglang_tree, flashinfer_tree, tmp_path, pins
+):
     # A flashinfer whose sm_120 C++ moved (0.7 has no prefill table file): the
     # image build must stop with a sentence, not a traceback.
     moved = tmp_path / "flashinfer-moved"
     shutil.copytree(flashinfer_tree(pins["FLASHINFER_VERSION"]), moved)
     next(moved.rglob("sparse_mla_sm120_prefill.cu")).unlink()
-    proc, _ = trees.selftest([sglang_tree(pins["SGLANG_VERSION"]), moved],
-                             tmp_path / "census.json", "--quick")
+    proc, _ = trees.selftest(
+        [sglang_tree(pins["SGLANG_VERSION"]), moved], tmp_path / "census.json", "--quick"
+    )
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
-    assert (f"sm12x dispatch self-test FAILED: cannot read the sm_120 sparse-MLA dispatch rules "
-            f"of flashinfer {pins['FLASHINFER_VERSION']}") in proc.stderr
+    assert (
+        f"sm12x dispatch self-test FAILED: cannot read the sm_120 sparse-MLA dispatch rules "
+        f"of flashinfer {pins['FLASHINFER_VERSION']}"
+    ) in proc.stderr

@@ -49,8 +49,11 @@ def test_every_recipe_shape_lands_on_cutlass_with_no_dispatch_patch(census):
     assert set(report["summary"]) == {"unpatched", "triton"}, "a stock sglang has no patched run"
     routes = _routes(report, "unpatched")
     assert set(routes) == {"cutlass"} and routes["cutlass"] > 1000
-    assert all(c["detail"] == "" and c["width"] == c["topk"]
-               for c in report["calls"] if c["scenario"] == "unpatched")
+    assert all(
+        c["detail"] == "" and c["width"] == c["topk"]
+        for c in report["calls"]
+        if c["scenario"] == "unpatched"
+    )
     assert set(_routes(report, "triton")) == {"triton"}
 
 
@@ -75,8 +78,9 @@ def test_the_census_covers_0_5_23_s_own_shapes(census):
 def test_the_envelope_rules_are_read_from_the_wheel(flashinfer_tree):
     from sm12x.selftest.envelope import EnvelopeRules
 
-    rules = EnvelopeRules.from_flashinfer(flashinfer_tree(CURRENT["FLASHINFER_VERSION"]) /
-                                          "flashinfer", CURRENT["FLASHINFER_VERSION"])
+    rules = EnvelopeRules.from_flashinfer(
+        flashinfer_tree(CURRENT["FLASHINFER_VERSION"]) / "flashinfer", CURRENT["FLASHINFER_VERSION"]
+    )
     assert rules.decode_max_heads == 128 and rules.fixed_page_size == 64
     assert "DSV4" in rules.runtime_page_models
     assert rules.prefill_heads["DSV4", 2] == {8, 16, 32, 64, 128}  # MG (and MG dual)
@@ -116,22 +120,30 @@ def test_the_emulated_module_refuses_what_flashinfer_0_7_refuses(current_site):
     proc = trees.run_python(current_site, ["-c", PROBE])
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert [route for route, _ in got] == ["cutlass", "error", "error", "error", "cutlass",
-                                           "error"], got
+    assert [route for route, _ in got] == [
+        "cutlass",
+        "error",
+        "error",
+        "error",
+        "cutlass",
+        "error",
+    ], got
     assert "num_heads=24" in got[1][1] and "topk=200" in got[2][1], got
     assert "num_heads=48" in got[3][1], got
     assert "mid_out shape" in got[5][1] and "too small" in got[5][1], got
 
 
-def test_a_flashinfer_whose_resolver_changed_is_refused_in_one_line(sglang_tree,
-                                                                    flashinfer_tree, tmp_path):
+def test_a_flashinfer_whose_resolver_changed_is_refused_in_one_line(
+    sglang_tree, flashinfer_tree, tmp_path
+):
     """The rules were written from 0.7.2's C++: another text is not emulated by them."""
     changed = tmp_path / "flashinfer-changed"
     shutil.copytree(flashinfer_tree(CURRENT["FLASHINFER_VERSION"]), changed)
     resolver = next(changed.rglob("sparse_mla_sm120/attention_resolve.cu"))
     resolver.write_text(resolver.read_text() + "\n// a new rule\n")
-    proc, _ = trees.selftest([sglang_tree(CURRENT["SGLANG_VERSION"]), changed],
-                             tmp_path / "census.json", "--quick")
+    proc, _ = trees.selftest(
+        [sglang_tree(CURRENT["SGLANG_VERSION"]), changed], tmp_path / "census.json", "--quick"
+    )
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert ("csrc/sparse_mla_sm120/attention_resolve.cu is not flashinfer 0.7.2's") in proc.stderr

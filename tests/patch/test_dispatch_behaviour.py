@@ -43,10 +43,14 @@ def test_each_shape_to_route_decision_is_logged_once(site):
     assert out["calls"] > 2 * len(logs) > 0, "many calls, few log lines"
     assert len(logs) == len(set(logs)), "a decision was logged twice"
     # draft: decode and prefill paths, both padded; target layers: unchanged.
-    assert ("SM120 sparse-MLA decode heads=64 topk=192 d_qk=512 d_v=512 extra cache=none -> "
-            "flashinfer, indices padded with -1 to topk 512") in logs
-    assert ("SM120 sparse-MLA prefill heads=64 topk=192 d_qk=512 d_v=512 extra cache=none -> "
-            "flashinfer, indices padded with -1 to topk 512") in logs
+    assert (
+        "SM120 sparse-MLA decode heads=64 topk=192 d_qk=512 d_v=512 extra cache=none -> "
+        "flashinfer, indices padded with -1 to topk 512"
+    ) in logs
+    assert (
+        "SM120 sparse-MLA prefill heads=64 topk=192 d_qk=512 d_v=512 extra cache=none -> "
+        "flashinfer, indices padded with -1 to topk 512"
+    ) in logs
     assert any("extra cache=page block 2 -> flashinfer, unchanged" in line for line in logs)
     # C128 widths follow the context, yet each route is one line.
     assert sum("page block 2" in line and "prefill" in line for line in logs) == 1
@@ -74,21 +78,27 @@ print(json.dumps({"route": m._sm12x_route(5, 64, 192, 512, 512, 0, 0), "warnings
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["route"] == ["flashinfer", 192]
-    assert out["warnings"] == ["SM120 sparse-MLA topk dispatch inactive: flashinfer 0.6.15.post1 "
-                               "lacks _DECODE_DSV4_DISPATCH; calls go to flashinfer unchanged"]
+    assert out["warnings"] == [
+        "SM120 sparse-MLA topk dispatch inactive: flashinfer 0.6.15.post1 "
+        "lacks _DECODE_DSV4_DISPATCH; calls go to flashinfer unchanged"
+    ]
 
 
 # A flashinfer that keeps the names the routing reads but changes a signature,
 # made by editing the real flashinfer's Python (its own callers follow the change).
 SIGNATURE_CHANGES = {
     "_decode_dsv4_dispatchable": [
-        ("    d_qk: int,\n    page_block_size: int,\n    extra_topk: int = 0,\n) -> bool:",
-         "    d_qk: int,\n    *,\n    page_block_size: int,\n    extra_topk: int = 0,\n) -> bool:"),
-        ("num_tokens, num_heads, topk, d_qk, kv_pbs, extra_topk\n",
-         "num_tokens, num_heads, topk, d_qk, page_block_size=kv_pbs, extra_topk=extra_topk\n"),
+        (
+            "    d_qk: int,\n    page_block_size: int,\n    extra_topk: int = 0,\n) -> bool:",
+            "    d_qk: int,\n    *,\n    page_block_size: int,\n    extra_topk: int = 0,\n) -> bool:",
+        ),
+        (
+            "num_tokens, num_heads, topk, d_qk, kv_pbs, extra_topk\n",
+            "num_tokens, num_heads, topk, d_qk, page_block_size=kv_pbs, extra_topk=extra_topk\n",
+        ),
     ],
     "_packed_kv_page_block_size": [  # a new required keyword
-        ("model_type=model_type, name=", "layout=\"paged\", model_type=model_type, name="),
+        ("model_type=model_type, name=", 'layout="paged", model_type=model_type, name='),
         ("    *,\n    model_type: int,\n", "    *,\n    layout: str,\n    model_type: int,\n"),
     ],
 }
@@ -113,7 +123,8 @@ print(json.dumps({"warnings": warnings, "calls": {
 
 @pytest.mark.parametrize("name", sorted(SIGNATURE_CHANGES))
 def test_a_flashinfer_that_changed_a_signature_the_routing_calls_falls_back_unchanged(
-        name, sglang_tree, flashinfer_tree, pins, tmp_path):
+    name, sglang_tree, flashinfer_tree, pins, tmp_path
+):
     changed = tmp_path / "flashinfer-changed"
     shutil.copytree(flashinfer_tree(pins["FLASHINFER_VERSION"]), changed)
     source = changed / "flashinfer" / "mla" / "_sparse_mla_sm120.py"
@@ -122,15 +133,15 @@ def test_a_flashinfer_that_changed_a_signature_the_routing_calls_falls_back_unch
         assert old in text, f"flashinfer {pins['FLASHINFER_VERSION']} no longer has {old!r}"
         text = text.replace(old, new)
     source.write_text(text)
-    proc = trees.run_python([sglang_tree(pins["SGLANG_VERSION"]), changed],
-                            ["-c", ROUTING_PROBE])
+    proc = trees.run_python([sglang_tree(pins["SGLANG_VERSION"]), changed], ["-c", ROUTING_PROBE])
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     # One warning for the process, naming the error, however many shapes hit it.
     assert len(out["warnings"]) == 1, out["warnings"]
     assert out["warnings"][0].startswith(
         f"SM120 sparse-MLA topk dispatch cannot read flashinfer {pins['FLASHINFER_VERSION']}'s "
-        "tables (TypeError: ")
+        "tables (TypeError: "
+    )
     assert out["warnings"][0].endswith("calls it cannot route go to flashinfer unchanged")
     patched, upstream = out["calls"]["patched"], out["calls"]["unpatched"]
     assert len(patched) == len(upstream) > 0

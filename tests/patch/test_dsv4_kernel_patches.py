@@ -17,8 +17,11 @@ from pathlib import Path
 
 import pytest
 
-CSRC = {"0.5.16": "sglang/jit_kernel", "0.5.17": "sglang/kernels/jit",
-        "0.5.23": "sglang/kernels/jit"}
+CSRC = {
+    "0.5.16": "sglang/jit_kernel",
+    "0.5.17": "sglang/kernels/jit",
+    "0.5.23": "sglang/kernels/jit",
+}
 SPEC_RING = {4: 16, 128: 256}
 PLAIN_RING = {4: 8, 128: 128}
 
@@ -35,10 +38,20 @@ def compile_cuda(tree: Path, version: str, code: str, out: Path, link: bool) -> 
     tvm_ffi = pytest.importorskip("tvm_ffi.libinfo")
     unit = out.with_suffix(".cu")
     unit.write_text(code)
-    cmd = [nvcc, "-DSGL_CUDA_ARCH=1200", "-std=c++20", "-O3", "--expt-relaxed-constexpr",
-           "-gencode=arch=compute_120a,code=sm_120a",
-           f"-I{tree / CSRC[version] / 'include'}", f"-I{tvm_ffi.find_include_path()}",
-           f"-I{tvm_ffi.find_dlpack_include_path()}", str(unit), "-o", str(out)]
+    cmd = [
+        nvcc,
+        "-DSGL_CUDA_ARCH=1200",
+        "-std=c++20",
+        "-O3",
+        "--expt-relaxed-constexpr",
+        "-gencode=arch=compute_120a,code=sm_120a",
+        f"-I{tree / CSRC[version] / 'include'}",
+        f"-I{tvm_ffi.find_include_path()}",
+        f"-I{tvm_ffi.find_dlpack_include_path()}",
+        str(unit),
+        "-o",
+        str(out),
+    ]
     if not link:
         cmd.insert(1, "-c")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -90,8 +103,9 @@ def write_rule(sglang_tree, tmp_path_factory):
         pytest.skip("nvcc is not installed")
     tree = sglang_tree("0.5.17")
     exe = tmp_path_factory.mktemp("rule") / "probe"
-    compile_cuda(tree, "0.5.17", RULE_PROBE.format(plan=source(tree, "0.5.17", "c_plan.cuh")),
-                 exe, link=True)
+    compile_cuda(
+        tree, "0.5.17", RULE_PROBE.format(plan=source(tree, "0.5.17", "c_plan.cuh")), exe, link=True
+    )
     out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, check=True)
     rule = {}
     for line in out.stdout.splitlines():
@@ -144,8 +158,13 @@ template struct FusedStoreCacheIndexerKernel<bf16_t, int64_t, 64, true>;
 @needs_nvcc
 def test_the_patched_store_kernels_compile_for_sm_120a(sglang_tree, tmp_path):
     tree = sglang_tree("0.5.17")
-    compile_cuda(tree, "0.5.17", STORE_UNIT.format(store=source(tree, "0.5.17", "store.cuh")),
-                 tmp_path / "store.o", link=False)
+    compile_cuda(
+        tree,
+        "0.5.17",
+        STORE_UNIT.format(store=source(tree, "0.5.17", "store.cuh")),
+        tmp_path / "store.o",
+        link=False,
+    )
 
 
 # --- The current track: sglang 0.5.23 ----------------------------------------------
@@ -181,7 +200,9 @@ def test_0_5_23_plans_every_row_of_the_recipes_verifies(sglang_tree):
 def test_0_5_23_has_the_barrier_0021_adds(sglang_tree):
     """Each warp writes its own reduction slot, then the block syncs, then warp 0 reads."""
     plan = source(sglang_tree(CURRENT, patched=False), CURRENT, "c_plan.cuh").read_text()
-    stage_b = plan[plan.index("// === Stage B"):plan.index("const auto num_q = params.num_q_tokens;")]
+    stage_b = plan[
+        plan.index("// === Stage B") : plan.index("const auto num_q = params.num_q_tokens;")
+    ]
     write, sync = stage_b.index("warp_max[warp_id] = "), stage_b.index("__syncthreads();")
     assert write < sync < stage_b.index("warp::reduce_max(warp_max[lane_id])")
 
@@ -193,13 +214,21 @@ def test_0_5_23_still_stores_at_index_minus_1_and_the_port_guards_it(sglang_tree
     assert guard not in pristine
     # The V4 and V4.1 FlashMLA stores and the indexer store, each before its first store.
     assert patched.count(guard) == 3
-    for kernel in ("fused_store_flashmla_cache(", "fused_store_flashmla_cache_v41(",
-                   "fused_store_indexer_cache("):
-        body = patched[patched.index(kernel):]
-        body = body[:body.index("PDLTriggerSecondary")]
-        first_store = min(i for i in (body.find("Paged::row("),
-                                      body.find("const int32_t page = index >> kPageBits;"))
-                          if i >= 0)
+    for kernel in (
+        "fused_store_flashmla_cache(",
+        "fused_store_flashmla_cache_v41(",
+        "fused_store_indexer_cache(",
+    ):
+        body = patched[patched.index(kernel) :]
+        body = body[: body.index("PDLTriggerSecondary")]
+        first_store = min(
+            i
+            for i in (
+                body.find("Paged::row("),
+                body.find("const int32_t page = index >> kPageBits;"),
+            )
+            if i >= 0
+        )
         assert 0 <= body.find(guard) < first_store, kernel
 
 
@@ -221,5 +250,10 @@ void* sm12x_store_kernels[] = {{
 @needs_nvcc
 def test_the_patched_0_5_23_store_kernels_compile_for_sm_120a(sglang_tree, tmp_path):
     tree = sglang_tree(CURRENT)
-    compile_cuda(tree, CURRENT, STORE_UNIT_0_5_23.format(
-        store=source(tree, CURRENT, "store.cuh")), tmp_path / "store.o", link=False)
+    compile_cuda(
+        tree,
+        CURRENT,
+        STORE_UNIT_0_5_23.format(store=source(tree, CURRENT, "store.cuh")),
+        tmp_path / "store.o",
+        link=False,
+    )

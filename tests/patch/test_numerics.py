@@ -21,8 +21,7 @@ PROBE = str(trees.REPO / "tests" / "patch" / "numerics_probe.py")
 @pytest.fixture(scope="module")
 def probe(sglang_tree, flashinfer_tree, pins):
     site = [sglang_tree(pins["SGLANG_VERSION"]), flashinfer_tree(pins["FLASHINFER_VERSION"])]
-    proc = trees.run_python(site, [PROBE],
-                            env={"TRITON_INTERPRET": "1"}, timeout=1200)
+    proc = trees.run_python(site, [PROBE], env={"TRITON_INTERPRET": "1"}, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -42,8 +41,15 @@ def test_padded_prefill_call_equals_the_unpadded_reference(probe):
     assert probe["prefill_patched_vs_reference"]["max_abs"] == 0.0
 
 
-@pytest.mark.parametrize("name", ["reference_padded_vs_unpadded", "reference_lse_padded_vs_unpadded",
-                                  "triton_padded_vs_unpadded", "triton_lse_padded_vs_unpadded"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "reference_padded_vs_unpadded",
+        "reference_lse_padded_vs_unpadded",
+        "triton_padded_vs_unpadded",
+        "triton_lse_padded_vs_unpadded",
+    ],
+)
 def test_minus_one_padding_never_changes_a_result(probe, name):
     assert probe[name]["exact"], probe[name]
 
@@ -67,11 +73,14 @@ def test_no_comparison_saw_a_non_finite_value(probe):
             assert diff["nonfinite"] == 0, (name, diff)
 
 
-@pytest.mark.parametrize("bad", [
-    torch.full((2, 64, 512), float("nan")),  # the kernel wrote nothing sensible
-    torch.cat([torch.full((1, 64, 512), float("nan")), torch.zeros(1, 64, 512)]),
-    torch.full((2, 64, 512), float("inf")),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        torch.full((2, 64, 512), float("nan")),  # the kernel wrote nothing sensible
+        torch.cat([torch.full((1, 64, 512), float("nan")), torch.zeros(1, 64, 512)]),
+        torch.full((2, 64, 512), float("inf")),
+    ],
+)
 def test_a_non_finite_output_fails_every_comparison_the_tests_make(bad):
     # What the comparisons used to do: skip non-finite places, so max_abs of an
     # all-NaN output against any reference was 0.0 and "== 0.0" passed.

@@ -269,14 +269,25 @@ CURRENT_REFUSES = {"strict true", "several tools"}
 CURRENT_DROPS = {"tools on the system message"}
 # Every other tool line is deepseek-recipe's form of the function: name, description
 # ("" when absent), parameters ({} when absent), in that order, nothing else.
-CURRENT_EXACT = {"control: no tools", "one tool, name/description/parameters", "nested schema",
-                 "tool_choice required", "multi-turn with tool results, thinking",
-                 "multi-turn with tool results, no thinking"}
+CURRENT_EXACT = {
+    "control: no tools",
+    "one tool, name/description/parameters",
+    "nested schema",
+    "tool_choice required",
+    "multi-turn with tool results, thinking",
+    "multi-turn with tool results, no thinking",
+}
 
 
 def recipe_form(function: dict) -> str:
-    return json.dumps({"name": function["name"], "description": function.get("description", ""),
-                       "parameters": function.get("parameters", {})}, ensure_ascii=False)
+    return json.dumps(
+        {
+            "name": function["name"],
+            "description": function.get("description", ""),
+            "parameters": function.get("parameters", {}),
+        },
+        ensure_ascii=False,
+    )
 
 
 def test_current_track_writes_no_pydantic_default_into_the_prompt(rendered):
@@ -297,8 +308,9 @@ def test_current_track_writes_no_pydantic_default_into_the_prompt(rendered):
         body_, case = CASES[name], out[name]
         expected = case["reference"]
         for tool_ in body_["tools"]:
-            expected = expected.replace(json.dumps(tool_["function"], ensure_ascii=False),
-                                        recipe_form(tool_["function"]))
+            expected = expected.replace(
+                json.dumps(tool_["function"], ensure_ascii=False), recipe_form(tool_["function"])
+            )
         assert case["served"] == expected != case["reference"], (name, _diff(case))
         assert case["same_ids"] is False  # the normalised line is other tokens
     for name, case in out.items():
@@ -306,4 +318,5 @@ def test_current_track_writes_no_pydantic_default_into_the_prompt(rendered):
         assert '"strict"' not in served and '"description": null' not in served, name
     # Thinking requests open with deepseek-recipe's default effort (max) on 0.5.23.
     assert out["control: no tools"]["served"].startswith(
-        "<｜begin▁of▁sentence｜>Reasoning Effort: Absolute maximum")
+        "<｜begin▁of▁sentence｜>Reasoning Effort: Absolute maximum"
+    )

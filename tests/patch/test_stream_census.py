@@ -11,9 +11,13 @@ import pytest
 
 from support import sglang_serving, stream_census, trees
 
-CONFIGS = {"0.5.16": ("0.5.16", False), "0.5.17": ("0.5.17", False),
-           "0.5.17+patches": ("0.5.17", True), "0.5.23": ("0.5.23", False),
-           "0.5.23+patches": ("0.5.23", True)}
+CONFIGS = {
+    "0.5.16": ("0.5.16", False),
+    "0.5.17": ("0.5.17", False),
+    "0.5.17+patches": ("0.5.17", True),
+    "0.5.23": ("0.5.23", False),
+    "0.5.23+patches": ("0.5.23", True),
+}
 GAMMAS = ["gamma3", "gamma4", "gamma5", "gamma6", "gamma7"]
 
 
@@ -24,8 +28,21 @@ def reports(tmp_path_factory):
         site = sglang_serving.tree(version, patched)
         report = tmp_path_factory.mktemp("census") / "report.json"
         proc = trees.run_python(
-            [site], ["-m", "tests.support.stream_census", "--site", str(site), "--json",
-                     str(report), "--samples", "1", "--split-stride", "7"], timeout=900)
+            [site],
+            [
+                "-m",
+                "tests.support.stream_census",
+                "--site",
+                str(site),
+                "--json",
+                str(report),
+                "--samples",
+                "1",
+                "--split-stride",
+                "7",
+            ],
+            timeout=900,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         out[name] = json.loads(report.read_text())
     return out
@@ -78,7 +95,8 @@ def test_on_0_5_23_no_stream_differs_from_the_non_streamed_response(reports):
     in_format = {r["case"] for r in report["streams"] if r["failures"] and r["in_format"]}
     assert in_format == {"chat/trailing-angle+weather", "think/trailing-angle+weather"}
     assert {f for r in report["streams"] if r["in_format"] for f in r["failures"]} == {
-        "separator-in-content"}
+        "separator-in-content"
+    }
     for record in report["streams"]:
         if record["failures"] and not record["in_format"]:
             case = record["case"]
@@ -98,8 +116,12 @@ def test_patched_0_5_23_has_no_divergence_in_v4_s_format(reports):
     assert not [r for r in report["streams"] if r["failures"] and r["in_format"]]
     assert not [o for o in report["oracle"] if o["failures"] and o["in_format"]]
     assert not [r for r in report["streams"] if r["stream_only"]]
-    remaining = {(r["case"], r["mode"], tuple(r["failures"])) for r in report["streams"]
-                 if r["failures"]}
-    before = {(r["case"], r["mode"], tuple(r["failures"])) for r in unpatched["streams"]
-              if r["failures"] and not r["in_format"]}
+    remaining = {
+        (r["case"], r["mode"], tuple(r["failures"])) for r in report["streams"] if r["failures"]
+    }
+    before = {
+        (r["case"], r["mode"], tuple(r["failures"]))
+        for r in unpatched["streams"]
+        if r["failures"] and not r["in_format"]
+    }
     assert remaining == before

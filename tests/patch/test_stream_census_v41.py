@@ -29,9 +29,23 @@ def reports(tmp_path_factory):
         site = sglang_serving.tree(version, patched)
         report = tmp_path_factory.mktemp("census-v41") / "report.json"
         proc = trees.run_python(
-            [site], ["-m", "tests.support.stream_census", "--site", str(site), "--json",
-                     str(report), "--samples", "1", "--split-stride", "7",
-                     "--line", "v4.1-flash"], timeout=900)
+            [site],
+            [
+                "-m",
+                "tests.support.stream_census",
+                "--site",
+                str(site),
+                "--json",
+                str(report),
+                "--samples",
+                "1",
+                "--split-stride",
+                "7",
+                "--line",
+                "v4.1-flash",
+            ],
+            timeout=900,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         out[name] = json.loads(report.read_text())
     return out
@@ -40,7 +54,10 @@ def reports(tmp_path_factory):
 def test_the_census_runs_sglang_s_v41_path(reports):
     for report in reports.values():
         assert (report["sglang"], report["line"], report["encoding"]) == (
-            "0.5.23", "v4.1-flash", "dsv41")
+            "0.5.23",
+            "v4.1-flash",
+            "dsv41",
+        )
         names = {o["case"] for o in report["oracle"]}
         assert len(names) == len(stream_census.line_cases("v4.1-flash")) > 30
         assert all(o["in_format"] for o in report["oracle"])

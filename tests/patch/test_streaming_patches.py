@@ -20,10 +20,13 @@ import pytest
 from support import stream_checks, trees, wheels
 
 VERSIONS = ["0.5.17", "0.5.23"]
-SERIES = {v: sorted(p["file"] for p in wheels.patch_series()["patch"] if v in p["sglang"])
-          for v in VERSIONS}
-STREAMING = {v: [f for f in SERIES[v] if f.removesuffix(".patch") in stream_checks.CHECKS]
-             for v in VERSIONS}
+SERIES = {
+    v: sorted(p["file"] for p in wheels.patch_series()["patch"] if v in p["sglang"])
+    for v in VERSIONS
+}
+STREAMING = {
+    v: [f for f in SERIES[v] if f.removesuffix(".patch") in stream_checks.CHECKS] for v in VERSIONS
+}
 CASES = [(v, f) for v in VERSIONS for f in STREAMING[v]]
 
 
@@ -44,8 +47,14 @@ def _checks(version, tmp_path_factory):
     for site in sites.values():
         args += ["--site", str(site)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(wheels.pythonpath(version))}
-    proc = subprocess.run([sys.executable, *args], cwd=trees.REPO, capture_output=True,
-                          text=True, timeout=1200, env=env)
+    proc = subprocess.run(
+        [sys.executable, *args],
+        cwd=trees.REPO,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     return {last: found[str(site)] for last, site in sites.items()}
@@ -57,8 +66,9 @@ def results(tmp_path_factory):
 
 
 def test_every_streaming_patch_has_a_check():
-    assert sorted(f.removesuffix(".patch") for v in VERSIONS for f in STREAMING[v]) == \
-        sorted(stream_checks.CHECKS)
+    assert sorted(f.removesuffix(".patch") for v in VERSIONS for f in STREAMING[v]) == sorted(
+        stream_checks.CHECKS
+    )
     assert STREAMING["0.5.23"] == ["0023-dsv4-recipe-block-newlines.patch"]
 
 
@@ -72,8 +82,11 @@ def test_patch_fixes_its_symptom(results, version, patch):
 
 
 def test_the_whole_series_passes_every_check(results):
-    failed = {name: detail for name, (ok, detail) in
-              results["0.5.17"][STREAMING["0.5.17"][-1]].items() if not ok}
+    failed = {
+        name: detail
+        for name, (ok, detail) in results["0.5.17"][STREAMING["0.5.17"][-1]].items()
+        if not ok
+    }
     assert not failed
 
 
@@ -87,11 +100,16 @@ def test_on_0_5_23_the_retired_patches_checks_pass_unpatched(results):
     (docs/tracks.md)."""
     unpatched = results["0.5.23"][SERIES["0.5.23"][0]]
     assert {name for name, (ok, _) in unpatched.items() if ok} >= {
-        "0002-dsml-stream-partial-json-value", "0004-dsml-stream-preamble",
-        "0005-tool-stream-end-releases-held-text", "0006-dsml-stream-block-whitespace",
-        "0008-dsml-string-values-verbatim"}
+        "0002-dsml-stream-partial-json-value",
+        "0004-dsml-stream-preamble",
+        "0005-tool-stream-end-releases-held-text",
+        "0006-dsml-stream-block-whitespace",
+        "0008-dsml-string-values-verbatim",
+    }
     assert unpatched["0003-dsml-stream-failure-keeps-markup-out"][1].startswith("forced=False")
     assert not unpatched["0007-dsml-text-after-block"][0]
     patched = results["0.5.23"][STREAMING["0.5.23"][-1]]
     assert {name for name, (ok, _) in patched.items() if not ok} == {
-        "0003-dsml-stream-failure-keeps-markup-out", "0007-dsml-text-after-block"}
+        "0003-dsml-stream-failure-keeps-markup-out",
+        "0007-dsml-text-after-block",
+    }

@@ -148,17 +148,28 @@ def test_the_current_track_s_dspark_decode_reaches_the_eviction(sglang_tree):
     tree = sglang_tree(load_versions("current")["SGLANG_VERSION"], patched=False)
     source = (tree / "sglang" / "srt" / "speculative" / "dflash_info_v2.py").read_text()
     module = ast.parse(source)
-    cls = next(n for n in module.body if isinstance(n, ast.ClassDef)
-               and n.name == "DFlashDraftInputV2")
-    prepare = next(n for n in cls.body if isinstance(n, ast.FunctionDef)
-                   and n.name == "prepare_for_decode")
-    calls = [n for n in ast.walk(prepare) if isinstance(n, ast.Call)
-             and isinstance(n.func, ast.Attribute) and n.func.attr == "maybe_evict_swa"]
+    cls = next(
+        n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "DFlashDraftInputV2"
+    )
+    prepare = next(
+        n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "prepare_for_decode"
+    )
+    calls = [
+        n
+        for n in ast.walk(prepare)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "maybe_evict_swa"
+    ]
     assert calls, "DFlashDraftInputV2.prepare_for_decode no longer evicts"
     evict_line = calls[0].lineno
-    reserve = [n.lineno for n in ast.walk(prepare) if isinstance(n, ast.Attribute)
-               and n.attr in ("alloc_token_slots", "alloc_paged_token_slots_extend",
-                              "_ensure_prepare_length_buffers")]
+    reserve = [
+        n.lineno
+        for n in ast.walk(prepare)
+        if isinstance(n, ast.Attribute)
+        and n.attr
+        in ("alloc_token_slots", "alloc_paged_token_slots_extend", "_ensure_prepare_length_buffers")
+    ]
     assert reserve and evict_line < min(reserve), "eviction no longer precedes the reservation"
     # DSPARK decodes with that draft input (its spec-v2 factory builds it).
     common = (tree / "sglang" / "srt" / "speculative" / "draft_worker_common.py").read_text()

@@ -87,8 +87,7 @@ def dflash_check(sglang_tree):
 
     def run(version: str) -> dict:
         if version not in made:
-            proc = trees.run_python([sglang_tree(version)], [PROBE, "--dflash-check"],
-                                    timeout=900)
+            proc = trees.run_python([sglang_tree(version)], [PROBE, "--dflash-check"], timeout=900)
             assert proc.returncode == 0, proc.stderr[-3000:]
             made[version] = json.loads(proc.stdout.strip().splitlines()[-1])
         return made[version]

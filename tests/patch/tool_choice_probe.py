@@ -50,8 +50,6 @@ from sm12x.selftest.env import stub_torchvision
 
 stub_torchvision()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from support import golden  # noqa: E402
-
 from sglang.srt import runtime_context  # noqa: E402
 from sglang.srt.entrypoints.openai import protocol  # noqa: E402
 from sglang.srt.function_call import function_call_parser as fcp  # noqa: E402
@@ -63,10 +61,22 @@ from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 from sglang.srt.server_args import prepare_server_args  # noqa: E402
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 
-TOOLS = [protocol.Tool(type="function", function=protocol.Function(
-    name="get_weather", description="Current weather in a city",
-    parameters={"type": "object", "properties": {"city": {"type": "string"}},
-                "required": ["city"]}))]
+from support import golden  # noqa: E402
+
+TOOLS = [
+    protocol.Tool(
+        type="function",
+        function=protocol.Function(
+            name="get_weather",
+            description="Current weather in a city",
+            parameters={
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        ),
+    )
+]
 # A vocabulary size: only SamplingParams.verify's token-id bounds read it here.
 VOCAB = 129280
 
@@ -76,18 +86,30 @@ def sampling_params_for(tool_choice) -> tuple[SamplingParams, str | None]:
     request = protocol.ChatCompletionRequest(
         model="deepseek-ai/DeepSeek-V4-Flash-0731",
         messages=[{"role": "user", "content": "Weather in Paris?"}],
-        tools=TOOLS, tool_choice=tool_choice, stream=True, max_tokens=64)
+        tools=TOOLS,
+        tool_choice=tool_choice,
+        stream=True,
+        max_tokens=64,
+    )
     constraint = None
     if request.tool_choice != "none":
         parser = fcp.FunctionCallParser(TOOLS, "deepseekv4")
         constraint = parser.get_structure_constraint(
-            request.tool_choice, parallel_tool_calls=request.parallel_tool_calls)
-        if constraint is None and (request.tool_choice == "required"
-                                   or isinstance(request.tool_choice, protocol.ToolChoice)):
-            constraint = ("json_schema", get_json_schema_constraint(
-                TOOLS, request.tool_choice, parallel_tool_calls=request.parallel_tool_calls))
-    raw = request.to_sampling_params(stop=[], model_generation_config={},
-                                     tool_call_constraint=constraint)
+            request.tool_choice, parallel_tool_calls=request.parallel_tool_calls
+        )
+        if constraint is None and (
+            request.tool_choice == "required"
+            or isinstance(request.tool_choice, protocol.ToolChoice)
+        ):
+            constraint = (
+                "json_schema",
+                get_json_schema_constraint(
+                    TOOLS, request.tool_choice, parallel_tool_calls=request.parallel_tool_calls
+                ),
+            )
+    raw = request.to_sampling_params(
+        stop=[], model_generation_config={}, tool_call_constraint=constraint
+    )
     params = SamplingParams(**raw)
     params.normalize(None)
     params.verify(VOCAB)
@@ -109,11 +131,21 @@ RECIPE = "rtx-pro-6000-tp4"
 # What argument resolution reads from config.json (DeepSeek-V4-Flash's values
 # where the reference notes give them; the rest only has to exist).
 CONFIG = {
-    "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
-    "num_attention_heads": 64, "index_topk": 512, "index_n_heads": 64, "index_head_dim": 128,
-    "sliding_window": 128, "compress_ratios": [0, 4, 128, 4], "dspark_block_size": 5,
-    "num_hidden_layers": 4, "hidden_size": 1024, "num_key_value_heads": 1,
-    "vocab_size": VOCAB, "max_position_embeddings": 1048576, "torch_dtype": "bfloat16",
+    "architectures": ["DeepseekV4ForCausalLM"],
+    "model_type": "deepseek_v4",
+    "num_attention_heads": 64,
+    "index_topk": 512,
+    "index_n_heads": 64,
+    "index_head_dim": 128,
+    "sliding_window": 128,
+    "compress_ratios": [0, 4, 128, 4],
+    "dspark_block_size": 5,
+    "num_hidden_layers": 4,
+    "hidden_size": 1024,
+    "num_key_value_heads": 1,
+    "vocab_size": VOCAB,
+    "max_position_embeddings": 1048576,
+    "torch_dtype": "bfloat16",
 }
 
 
@@ -170,18 +202,32 @@ def admit(args, tool_choice) -> dict:
     params, constraint = sampling_params_for(tool_choice)
     recorder = Recorder()
     recv = TokenizedGenerateReqInput(
-        rid="r1", input_text="Weather in Paris?", input_ids=[0, 1, 2, 3], input_embeds=None,
-        mm_inputs=None, token_type_ids=None, sampling_params=params, return_logprob=False,
-        logprob_start_len=-1, top_logprobs_num=0, token_ids_logprob=None, stream=True)
+        rid="r1",
+        input_text="Weather in Paris?",
+        input_ids=[0, 1, 2, 3],
+        input_embeds=None,
+        mm_inputs=None,
+        token_type_ids=None,
+        sampling_params=params,
+        return_logprob=False,
+        logprob_start_len=-1,
+        top_logprobs_num=0,
+        token_ids_logprob=None,
+        stream=True,
+    )
     # This process is TP rank 0 (sglang's own override; no process group here).
     with runtime_context.get_parallel().override(tp_rank=0, tp_size=args.tp_size):
         scheduler(args, recorder).handle_generate_request(recv)
-    finished = [r for r in recorder.queued
-                if isinstance(r.to_finish or r.finished_reason, FINISH_ABORT)]
+    finished = [
+        r for r in recorder.queued if isinstance(r.to_finish or r.finished_reason, FINISH_ABORT)
+    ]
     return {
         "constraint": constraint,
-        "grammar_keys": sorted(k for k in ("json_schema", "regex", "ebnf", "structural_tag")
-                               if getattr(params, k, None) is not None),
+        "grammar_keys": sorted(
+            k
+            for k in ("json_schema", "regex", "ebnf", "structural_tag")
+            if getattr(params, k, None) is not None
+        ),
         "accepted": bool(recorder.grammar) and not finished,
         "reached_grammar_manager": len(recorder.grammar),
         "aborted": [(r.to_finish or r.finished_reason).message for r in finished],
@@ -196,19 +242,26 @@ def dflash_check() -> dict:
     args = server_args("DSPARK")
     spec = SpeculativeAlgorithm.from_string(args.speculative_algorithm)
     overlap = getattr(spec, "supports_grammar_overlap", None)
-    out = {"speculative_algorithm": args.speculative_algorithm,
-           "is_dflash_family": spec.is_dflash_family(),
-           "supports_grammar_overlap": overlap() if overlap else None}
+    out = {
+        "speculative_algorithm": args.speculative_algorithm,
+        "is_dflash_family": spec.is_dflash_family(),
+        "supports_grammar_overlap": overlap() if overlap else None,
+    }
     for label, choice in (("required", "required"), ("named", named), ("auto", "auto")):
         params, constraint = sampling_params_for(choice)
         # What the check reads of a Req (set as Req.__init__ sets them from the input).
-        req = types.SimpleNamespace(sampling_params=params, return_logprob=False,
-                                    return_hidden_states=False)
-        out[label] = {"constraint": constraint,
-                      "grammar_keys": sorted(k for k in ("json_schema", "regex", "ebnf",
-                                                         "structural_tag")
-                                             if getattr(params, k, None) is not None),
-                      "rejection": validate_dflash_request(req, not args.disable_overlap_schedule)}
+        req = types.SimpleNamespace(
+            sampling_params=params, return_logprob=False, return_hidden_states=False
+        )
+        out[label] = {
+            "constraint": constraint,
+            "grammar_keys": sorted(
+                k
+                for k in ("json_schema", "regex", "ebnf", "structural_tag")
+                if getattr(params, k, None) is not None
+            ),
+            "rejection": validate_dflash_request(req, not args.disable_overlap_schedule),
+        }
     return out
 
 
@@ -223,9 +276,11 @@ def main() -> None:
         spec = SpeculativeAlgorithm.from_string(args.speculative_algorithm)
         # 0.5.17: whether the worker advances the grammar inside verify (absent in 0.5.16).
         overlap = getattr(spec, "supports_grammar_overlap", None)
-        out[algorithm] = {"speculative_algorithm": args.speculative_algorithm,
-                          "is_dflash_family": spec.is_dflash_family(),
-                          "supports_grammar_overlap": overlap() if overlap else None}
+        out[algorithm] = {
+            "speculative_algorithm": args.speculative_algorithm,
+            "is_dflash_family": spec.is_dflash_family(),
+            "supports_grammar_overlap": overlap() if overlap else None,
+        }
         for label, choice in (("required", "required"), ("named", named), ("auto", "auto")):
             out[algorithm][label] = admit(args, choice)
     json.dump(out, sys.stdout)

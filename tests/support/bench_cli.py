@@ -37,9 +37,11 @@ def _function(tree: ast.Module, name: str) -> ast.FunctionDef:
 
 def _backends(tree: ast.Module) -> list[str]:
     for node in tree.body:
-        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
-                and any(isinstance(t, ast.Name) and t.id == "ASYNC_REQUEST_FUNCS"
-                        for t in node.targets)):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Dict)
+            and any(isinstance(t, ast.Name) and t.id == "ASYNC_REQUEST_FUNCS" for t in node.targets)
+        ):
             return [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
     raise LookupError("ASYNC_REQUEST_FUNCS")
 
@@ -57,19 +59,28 @@ def real_parser(version: str) -> argparse.ArgumentParser:
     cli = _function(tree, "cli_main")
     body = []
     for stmt in cli.body:
-        if (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call)
-                and isinstance(stmt.value.func, ast.Attribute)
-                and stmt.value.func.attr == "parse_args"):
+        if (
+            isinstance(stmt, ast.Assign)
+            and isinstance(stmt.value, ast.Call)
+            and isinstance(stmt.value.func, ast.Attribute)
+            and stmt.value.func.attr == "parse_args"
+        ):
             break
         body.append(stmt)
     build = ast.FunctionDef(
-        name="build", args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[],
-                                         defaults=[]),
-        body=[*body, ast.Return(ast.Name("parser", ast.Load()))], decorator_list=[],
-        returns=None, type_params=[],
+        name="build",
+        args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=[*body, ast.Return(ast.Name("parser", ast.Load()))],
+        decorator_list=[],
+        returns=None,
+        type_params=[],
     )
-    helpers = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))
-               and n.name in ("_finite_positive_float", "LoRAPathAction")]
+    helpers = [
+        n
+        for n in tree.body
+        if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+        and n.name in ("_finite_positive_float", "LoRAPathAction")
+    ]
     # Module-level constants the parser's defaults use (e.g. a timeout).
     constants = [n for n in tree.body if isinstance(n, ast.Assign) and _literal(n.value)]
     module = ast.Module(body=[*constants, *helpers, build], type_ignores=[])
@@ -90,8 +101,11 @@ def result_keys(version: str) -> list[str]:
     tree = ast.parse(serving_source(version))
     bench = _function(tree, "benchmark")
     for node in ast.walk(bench):
-        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
-                and any(isinstance(t, ast.Name) and t.id == "result" for t in node.targets)):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Dict)
+            and any(isinstance(t, ast.Name) and t.id == "result" for t in node.targets)
+        ):
             return [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
     raise LookupError("result = {...} in benchmark()")
 

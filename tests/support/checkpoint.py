@@ -36,8 +36,11 @@ def safetensors_bytes(tensors: dict[str, int]) -> bytes:
         offset += size
     raw = json.dumps(header).encode()
     raw += b" " * (-len(raw) % 8)  # safetensors pads its header to 8 bytes
-    return struct.pack("<Q", len(raw)) + raw + bytes(range(256)) * (offset // 256) + bytes(
-        offset % 256
+    return (
+        struct.pack("<Q", len(raw))
+        + raw
+        + bytes(range(256)) * (offset // 256)
+        + bytes(offset % 256)
     )
 
 
@@ -53,8 +56,9 @@ V41_CONFIG = {
 }
 
 
-def write_checkpoint(model: Path, revision: str = REVISION, metadata: bool = True,
-                     config: dict | None = None) -> Path:
+def write_checkpoint(
+    model: Path, revision: str = REVISION, metadata: bool = True, config: dict | None = None
+) -> Path:
     """`config`: another config.json (V41_CONFIG for a V4.1-Flash checkpoint)."""
     model.mkdir(parents=True, exist_ok=True)
     config = config or {

@@ -42,8 +42,10 @@ PYTHON = "3.12"
 PLATFORMS = {"amd64": "x86_64-manylinux_2_39", "arm64": "aarch64-manylinux_2_39"}
 # A requirement uv cannot satisfy from the index: "there is no version of
 # llguidance>=1.7.6" (and "... of NAME==X").
-NO_VERSION = re.compile(r"(?:there is no version of|no versions of) ([A-Za-z0-9_.\-]+)"
-                        r"|\b([A-Za-z0-9_.\-]+) was not found in the package registry")
+NO_VERSION = re.compile(
+    r"(?:there is no version of|no versions of) ([A-Za-z0-9_.\-]+)"
+    r"|\b([A-Za-z0-9_.\-]+) was not found in the package registry"
+)
 
 
 def norm(name: str) -> str:
@@ -63,9 +65,22 @@ def uv() -> str:
     binary = venv / "bin" / "uv"
     if not binary.is_file():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                        "--timeout", "120", "--retries", "3", f"uv=={version}"],
-                       check=True, timeout=600)
+        subprocess.run(
+            [
+                str(venv / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--timeout",
+                "120",
+                "--retries",
+                "3",
+                f"uv=={version}",
+            ],
+            check=True,
+            timeout=600,
+        )
     return str(binary)
 
 
@@ -91,20 +106,42 @@ class Compiled:
     log: str
 
 
-def compile_(requirements: list[str], constraints: dict[str, str], platform: str,
-             python: str = PYTHON) -> Compiled:
+def compile_(
+    requirements: list[str], constraints: dict[str, str], platform: str, python: str = PYTHON
+) -> Compiled:
     """`uv pip compile` of requirements under constraints, for the real base's Python."""
     with tempfile.TemporaryDirectory(prefix="sm12x-closure-") as tmp:
         req_file, con_file, out = Path(tmp, "in.txt"), Path(tmp, "con.txt"), Path(tmp, "out.txt")
         req_file.write_text("\n".join(requirements) + "\n")
         con_file.write_text("".join(f"{n}=={v}\n" for n, v in sorted(constraints.items())))
         proc = subprocess.run(
-            [uv(), "pip", "compile", str(req_file), "-c", str(con_file), "-o", str(out),
-             "--python-version", python, "--python-platform", platform, "--only-binary",
-             ":all:", "--no-header", "--no-annotate", "--quiet", "--no-python-downloads",
-             "--index-url", "https://pypi.org/simple"],
-            capture_output=True, text=True, timeout=900,
-            env={**os.environ, "UV_HTTP_TIMEOUT": "120", "UV_NO_CONFIG": "1"})
+            [
+                uv(),
+                "pip",
+                "compile",
+                str(req_file),
+                "-c",
+                str(con_file),
+                "-o",
+                str(out),
+                "--python-version",
+                python,
+                "--python-platform",
+                platform,
+                "--only-binary",
+                ":all:",
+                "--no-header",
+                "--no-annotate",
+                "--quiet",
+                "--no-python-downloads",
+                "--index-url",
+                "https://pypi.org/simple",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env={**os.environ, "UV_HTTP_TIMEOUT": "120", "UV_NO_CONFIG": "1"},
+        )
         pins = {}
         if proc.returncode == 0:
             for line in out.read_text().splitlines():
@@ -122,15 +159,19 @@ class Closure:
     lacking: dict[str, str] = field(default_factory=dict)  # requirement -> uv's reason
 
 
-def closure(track: str | None, arch: str, python: str = PYTHON,
-            platform: str | None = None) -> Closure:
+def closure(
+    track: str | None, arch: str, python: str = PYTHON, platform: str | None = None
+) -> Closure:
     """The track's sglang closure for one image arch (cached); python and platform
     default to the real base's (the stand-in asks for its own)."""
     sglang = load_versions(track)["SGLANG_VERSION"]
     requirements = sglang_requirements(sglang)
     platform = platform or PLATFORMS[arch]
-    key = hashlib.sha256(json.dumps([requirements, arch, python, platform,
-                                     load_versions()["TEST_UV_VERSION"]]).encode()).hexdigest()
+    key = hashlib.sha256(
+        json.dumps(
+            [requirements, arch, python, platform, load_versions()["TEST_UV_VERSION"]]
+        ).encode()
+    ).hexdigest()
     cached = cache_dir() / f"sglang-{sglang}-{arch}-py{python}-{key[:12]}.json"
     if cached.is_file():
         data = json.loads(cached.read_text())
@@ -144,10 +185,13 @@ def closure(track: str | None, arch: str, python: str = PYTHON,
         missing = {norm(a or b) for a, b in NO_VERSION.findall(result.log)}
         dropped = [r for r in wanted if norm(Requirement(r).name) in missing]
         if not dropped:
-            raise RuntimeError(f"sglang {sglang}'s requirements do not resolve for {arch} "
-                               f"(not a missing package):\n{result.log[-3000:]}")
-        reason = " ".join(line.strip() for line in result.log.splitlines()
-                          if NO_VERSION.search(line))
+            raise RuntimeError(
+                f"sglang {sglang}'s requirements do not resolve for {arch} "
+                f"(not a missing package):\n{result.log[-3000:]}"
+            )
+        reason = " ".join(
+            line.strip() for line in result.log.splitlines() if NO_VERSION.search(line)
+        )
         for requirement in dropped:
             lacking[requirement] = reason[:300]
             wanted.remove(requirement)

@@ -60,8 +60,9 @@ def config(*profiles: str, env_file: Path | None, env: dict[str, str] | None = N
 def image_default() -> tuple[str, str]:
     """compose.yaml's image with no .env, ${SM12X_IMAGE:-STEM-${SM12X_TRACK:-TRACK}}:
     (STEM, TRACK), written exactly once."""
-    ((stem, track),) = re.findall(r"\$\{SM12X_IMAGE:-([^$}]+)-\$\{SM12X_TRACK:-(\w+)\}\}",
-                                  (ROOT / "compose.yaml").read_text())
+    ((stem, track),) = re.findall(
+        r"\$\{SM12X_IMAGE:-([^$}]+)-\$\{SM12X_TRACK:-(\w+)\}\}", (ROOT / "compose.yaml").read_text()
+    )
     return stem, track
 
 

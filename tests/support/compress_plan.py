@@ -96,8 +96,9 @@ def slot(g: Geometry, request: int, position: int) -> int:
     return (swa_loc // g.swa_page) * g.ring + swa_loc % g.ring
 
 
-def plan_writes(rule: str, g: Geometry, seq_lens: list[int],
-                extend_lens: list[int]) -> list[tuple[int, int]]:
+def plan_writes(
+    rule: str, g: Geometry, seq_lens: list[int], extend_lens: list[int]
+) -> list[tuple[int, int]]:
     """The write plan the GPU planner produces: (ragged id, ring slot), sorted."""
     out, start = [], 0
     for request, (seq, ext) in enumerate(zip(seq_lens, extend_lens)):
@@ -135,8 +136,12 @@ def verify_is_served(rule: str, g: Geometry, seq_len: int, width: int) -> bool:
     return True
 
 
-def widest_served(rule: str, g: Geometry, widths: range = range(1, 17),
-                  seq_lens: range = range(4096, 4096 + 2 * 256)) -> int:
+def widest_served(
+    rule: str,
+    g: Geometry,
+    widths: range = range(1, 17),
+    seq_lens: range = range(4096, 4096 + 2 * 256),
+) -> int:
     """The widest verify (rows) served at every alignment, or 0."""
     best = 0
     for width in widths:

@@ -35,16 +35,23 @@ def env() -> dict[str, str]:
     return {**os.environ, "DOCKER_BUILDKIT": "1"}
 
 
-def docker(*args: str, timeout: float = 600, check: bool = False,
-           stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([DOCKER, *args], capture_output=True, env=env(), timeout=timeout,
-                          input=stdin, check=False)
-    result = subprocess.CompletedProcess(proc.args, proc.returncode,
-                                         proc.stdout.decode(errors="replace"),
-                                         proc.stderr.decode(errors="replace"))
+def docker(
+    *args: str, timeout: float = 600, check: bool = False, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [DOCKER, *args], capture_output=True, env=env(), timeout=timeout, input=stdin, check=False
+    )
+    result = subprocess.CompletedProcess(
+        proc.args,
+        proc.returncode,
+        proc.stdout.decode(errors="replace"),
+        proc.stderr.decode(errors="replace"),
+    )
     if check and result.returncode != 0:
-        raise RuntimeError(f"docker {' '.join(args[:3])} failed ({result.returncode}):\n"
-                           f"{tail(result.stdout + result.stderr)}")
+        raise RuntimeError(
+            f"docker {' '.join(args[:3])} failed ({result.returncode}):\n"
+            f"{tail(result.stdout + result.stderr)}"
+        )
     return result
 
 
@@ -68,8 +75,10 @@ def need_daemon() -> None:
     reason = unavailable()
     if reason is None:
         return
-    message = (f"{reason}. scripts/test starts a daemon of its own; run the image tests "
-               "through it (scripts/test tests/integration/test_image.py)")
+    message = (
+        f"{reason}. scripts/test starts a daemon of its own; run the image tests "
+        "through it (scripts/test tests/integration/test_image.py)"
+    )
     if required():
         pytest.fail(f"SM12X_REQUIRE_DOCKER=1 but {message}", pytrace=False)
     pytest.skip(message)
@@ -83,10 +92,17 @@ def inspect_image(tag: str) -> dict:
     return json.loads(docker("image", "inspect", tag, check=True, timeout=60).stdout)[0]
 
 
-def build(context: Path, tag: str, build_args: Mapping[str, str], *, dockerfile: Path | None = None,
-          target: str | None = None, network: str = "host",
-          secrets: Mapping[str, Path] | None = None,
-          timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+def build(
+    context: Path,
+    tag: str,
+    build_args: Mapping[str, str],
+    *,
+    dockerfile: Path | None = None,
+    target: str | None = None,
+    network: str = "host",
+    secrets: Mapping[str, Path] | None = None,
+    timeout: float = 1800,
+) -> subprocess.CompletedProcess[str]:
     """`docker build` with BuildKit; the result carries the plain progress log."""
     args = ["build", "--progress", "plain", "--network", network, "-t", tag]
     if dockerfile is not None:
@@ -107,13 +123,22 @@ class Run:
     stderr: str
 
     def explain(self) -> str:
-        return (f"container exited {self.code}\n--- stdout ---\n{tail(self.stdout)}\n"
-                f"--- stderr ---\n{tail(self.stderr)}")
+        return (
+            f"container exited {self.code}\n--- stdout ---\n{tail(self.stdout)}\n"
+            f"--- stderr ---\n{tail(self.stderr)}"
+        )
 
 
-def run(image: str, *args: str, entrypoint: str | None = None,
-        environ: Mapping[str, str] | None = None, user: str | None = None,
-        volumes: Sequence[str] = (), network: str = "none", timeout: float = 300) -> Run:
+def run(
+    image: str,
+    *args: str,
+    entrypoint: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    user: str | None = None,
+    volumes: Sequence[str] = (),
+    network: str = "none",
+    timeout: float = 300,
+) -> Run:
     """Run a one-shot container to completion (its output is the result)."""
     cmd = ["run", "--rm", "--network", network]
     if entrypoint is not None:
@@ -130,9 +155,13 @@ def run(image: str, *args: str, entrypoint: str | None = None,
 
 def state(name: str) -> tuple[str, str]:
     """(container status, health status or '')."""
-    proc = docker("inspect", "--format",
-                  "{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}}",
-                  name, timeout=30)
+    proc = docker(
+        "inspect",
+        "--format",
+        "{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}}",
+        name,
+        timeout=30,
+    )
     if proc.returncode != 0:
         return "gone", ""
     status, _, health = proc.stdout.strip().partition(" ")
@@ -140,9 +169,14 @@ def state(name: str) -> tuple[str, str]:
 
 
 @contextmanager
-def serving(image: str, *args: str, entrypoint: str | None = None,
-            extra: Sequence[str] = (), until: str = "healthy",
-            timeout: float = 120) -> Iterator[str]:
+def serving(
+    image: str,
+    *args: str,
+    entrypoint: str | None = None,
+    extra: Sequence[str] = (),
+    until: str = "healthy",
+    timeout: float = 120,
+) -> Iterator[str]:
     """A detached container, yielded once its health status is `until`.
 
     Fails the test at once if the container exits first, with its logs (the only
@@ -163,13 +197,18 @@ def serving(image: str, *args: str, entrypoint: str | None = None,
                 break
             if status not in ("created", "running"):
                 logs = docker("logs", name, timeout=60)
-                pytest.fail(f"container {name} {status} before it was {until}:\n"
-                            f"{tail(logs.stdout + logs.stderr)}", pytrace=False)
+                pytest.fail(
+                    f"container {name} {status} before it was {until}:\n"
+                    f"{tail(logs.stdout + logs.stderr)}",
+                    pytrace=False,
+                )
             if time.monotonic() > deadline:
                 logs = docker("logs", name, timeout=60)
-                pytest.fail(f"container {name} not {until} after {timeout:.0f} s (health "
-                            f"{health or 'none'}):\n{tail(logs.stdout + logs.stderr)}",
-                            pytrace=False)
+                pytest.fail(
+                    f"container {name} not {until} after {timeout:.0f} s (health "
+                    f"{health or 'none'}):\n{tail(logs.stdout + logs.stderr)}",
+                    pytrace=False,
+                )
             time.sleep(0.5)
         yield name
     finally:

@@ -140,7 +140,7 @@ def commands(block: Block) -> list[Command]:
         prompt = ""
         match = PROMPT.match(text)
         if match:
-            prompt, text = match[0].split("$")[0], text[match.end():]
+            prompt, text = match[0].split("$")[0], text[match.end() :]
         text = strip_comment(text).strip()
         for part in split_chain(text):
             found.append(Command(block.doc, number, " ".join(part.split()), prompt))
@@ -172,8 +172,12 @@ def env_before(command: Command) -> list[EnvLine]:
     """The `.env` lines a reader has written by the time they reach `command`:
     those of the dotenv blocks above it in the same document."""
     path = ROOT / command.doc
-    return [e for b in blocks(path) if b.lang in DOTENV_LANGS and b.line < command.line
-            for e in env_lines(b)]
+    return [
+        e
+        for b in blocks(path)
+        if b.lang in DOTENV_LANGS and b.line < command.line
+        for e in env_lines(b)
+    ]
 
 
 def inline_code(path: Path) -> list[str]:

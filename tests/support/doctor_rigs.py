@@ -30,8 +30,12 @@ GIB = 1024**3
 IMAGE_ID = "sha256:" + "a1" * 32
 IMAGE_DIGEST = "ghcr.io/sm12x/sm12x@sha256:" + "d4" * 32
 SPARK_HCAS = ("rocep1s0f0", "rocep1s0f1", "roceP2p1s0f0", "roceP2p1s0f1")
-SPARK_NETDEVS = {"rocep1s0f0": "enp1s0f0np0", "rocep1s0f1": "enp1s0f1np1",
-                 "roceP2p1s0f0": "enP2p1s0f0np0", "roceP2p1s0f1": "enP2p1s0f1np1"}
+SPARK_NETDEVS = {
+    "rocep1s0f0": "enp1s0f0np0",
+    "rocep1s0f1": "enp1s0f1np1",
+    "roceP2p1s0f0": "enP2p1s0f0np0",
+    "roceP2p1s0f1": "enP2p1s0f1np1",
+}
 
 PACKAGES = ROOT / "tests" / "fixtures" / "packages"
 # What Docker's buildx plugin prints (the format of buildx 0.17; the help is cut).
@@ -40,7 +44,7 @@ BAKE_HELP = (
     "\nUsage:  docker buildx bake [OPTIONS] [TARGET...]\n\nBuild from a file\n\n"
     "Aliases:\n  docker buildx bake, docker buildx f\n\nOptions:\n"
     "  -f, --file stringArray         Build definition file\n"
-    "      --load                     Shorthand for \"--set=*.output=type=docker\"\n"
+    '      --load                     Shorthand for "--set=*.output=type=docker"\n'
     "      --print                    Print the options without building\n"
 )
 
@@ -97,8 +101,12 @@ def rig(tmp: Path, nvidia_smi: str, env: dict[str, str] | None = None) -> FakeHo
     model = write_checkpoint(tmp / "model")
     host = FakeHost(
         # No .env unless a test writes one (the checkout's must not leak in).
-        environ={"PATH": "/usr/bin", "SM12X_MODEL_DIR": str(model), "SM12X_ENV_FILE": os.devnull,
-                 **(env or {})},
+        environ={
+            "PATH": "/usr/bin",
+            "SM12X_MODEL_DIR": str(model),
+            "SM12X_ENV_FILE": os.devnull,
+            **(env or {}),
+        },
         root=root,
         tools={"nvidia-smi", "docker", "nvidia-container-runtime-hook"},
         disks={"/var/lib/docker": (2000 * GIB, 900 * GIB), "/dev/shm": (64 * GIB, 63 * GIB)},
@@ -108,9 +116,19 @@ def rig(tmp: Path, nvidia_smi: str, env: dict[str, str] | None = None) -> FakeHo
     host.answer(("docker", "compose", "version"), "Docker Compose version v2.30.3\n")
     host.answer(("docker", "buildx", "version"), BUILDX_VERSION)
     host.answer(("docker", "buildx", "bake", "--help"), BAKE_HELP)
-    host.answer(("docker", "info"), json.dumps(
-        {"Runtimes": {"runc": {"path": "runc"}, "nvidia": {"path": "nvidia-container-runtime"}},
-         "DockerRootDir": "/var/lib/docker"}) + "\n")
+    host.answer(
+        ("docker", "info"),
+        json.dumps(
+            {
+                "Runtimes": {
+                    "runc": {"path": "runc"},
+                    "nvidia": {"path": "nvidia-container-runtime"},
+                },
+                "DockerRootDir": "/var/lib/docker",
+            }
+        )
+        + "\n",
+    )
     host.answer(("docker", "image", "inspect"), f'{IMAGE_ID} ["{IMAGE_DIGEST}"]\n')
     return host
 
@@ -144,11 +162,14 @@ def spark_rig(tmp: Path, node: int = 1, ibv: str = "dgx-spark.txt") -> FakeHost:
         (sys_root / "net" / netdev / "operstate").write_text("up\n" if up else "down\n")
     host.answer(("ibv_devinfo",), (IBV / ibv).read_text())
     own = "192.168.100.1" if node == 0 else "192.168.100.2"
-    host.answer(("ip", "-o", "addr"), (
-        "1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever\n"
-        f"4: enp1s0f0np0    inet {own}/24 brd 192.168.100.255 scope global enp1s0f0np0\n"
-        "6: wlP9s9    inet 10.0.0.23/24 brd 10.0.0.255 scope global dynamic wlP9s9\n"
-    ))
+    host.answer(
+        ("ip", "-o", "addr"),
+        (
+            "1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever\n"
+            f"4: enp1s0f0np0    inet {own}/24 brd 192.168.100.255 scope global enp1s0f0np0\n"
+            "6: wlP9s9    inet 10.0.0.23/24 brd 10.0.0.255 scope global dynamic wlP9s9\n"
+        ),
+    )
     host.answer(("ip", "route", "get"), "192.168.100.1 dev enp1s0f0np0 src 192.168.100.2 uid 0\n")
     host.answer(("ping",), "2 packets transmitted, 2 received, 0% packet loss\n")
     host.answer(("ssh",), IMAGE_ID + "\n")
@@ -174,8 +195,12 @@ def on_distribution(host: FakeHost, name: str) -> FakeHost:
     for command in fixture["commands"]:
         if command.get("missing"):
             continue
-        host.answer(tuple(command["argv"]), Output(tuple(command["argv"]), command["stdout"],
-                                                   command["stderr"], command["returncode"]))
+        host.answer(
+            tuple(command["argv"]),
+            Output(
+                tuple(command["argv"]), command["stdout"], command["stderr"], command["returncode"]
+            ),
+        )
     return host
 
 

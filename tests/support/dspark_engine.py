@@ -32,10 +32,11 @@ import sys
 import types
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Optional, Union
 
 from sm12x.recipe.lines import DEFAULT_LINE, LINES
 
@@ -43,41 +44,65 @@ MODEL_ID = "deepseek-ai/DeepSeek-V4-Flash-0731"
 SURROGATE_PROMPT_IDS = 5  # schedule_batch.INIT_INCREMENTAL_DETOKENIZATION_OFFSET
 
 _LIFTED_MODULE = "sm12x_sglang_detokenizer"
-_LIFTED_METHODS = ("trim_matched_stop", "_clamp_decode_ids", "_grouped_batch_decode",
-                   "_decode_batch_token_id_output")
+_LIFTED_METHODS = (
+    "trim_matched_stop",
+    "_clamp_decode_ids",
+    "_grouped_batch_decode",
+    "_decode_batch_token_id_output",
+)
 
 
 def _lift_detokenizer(source: Path, find_printable_text: Callable) -> type:
     """DecodeStatus and the incremental-decode methods of DetokenizerManager,
     compiled from sglang's own source into a class of their own."""
     module = ast.parse(source.read_text(encoding="utf-8"))
-    decode_status = next((n for n in module.body if isinstance(n, ast.ClassDef)
-                          and n.name == "DecodeStatus"), None)
-    manager = next((n for n in module.body if isinstance(n, ast.ClassDef)
-                    and n.name == "DetokenizerManager"), None)
+    decode_status = next(
+        (n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "DecodeStatus"), None
+    )
+    manager = next(
+        (n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "DetokenizerManager"),
+        None,
+    )
     if decode_status is None or manager is None:
-        raise RuntimeError(f"{source}: no DecodeStatus / DetokenizerManager class: sglang's "
-                           "detokenizer changed; update tests/support/dspark_engine.py")
+        raise RuntimeError(
+            f"{source}: no DecodeStatus / DetokenizerManager class: sglang's "
+            "detokenizer changed; update tests/support/dspark_engine.py"
+        )
     methods = {n.name: n for n in manager.body if isinstance(n, ast.FunctionDef)}
     missing = [m for m in _LIFTED_METHODS if m not in methods]
     if missing:
-        raise RuntimeError(f"{source}: DetokenizerManager has no {missing}: sglang's "
-                           "detokenizer changed; update tests/support/dspark_engine.py")
-    lifted = ast.ClassDef(name="LiftedDetokenizer", bases=[], keywords=[], decorator_list=[],
-                          body=[methods[m] for m in _LIFTED_METHODS])
+        raise RuntimeError(
+            f"{source}: DetokenizerManager has no {missing}: sglang's "
+            "detokenizer changed; update tests/support/dspark_engine.py"
+        )
+    lifted = ast.ClassDef(
+        name="LiftedDetokenizer",
+        bases=[],
+        keywords=[],
+        decorator_list=[],
+        body=[methods[m] for m in _LIFTED_METHODS],
+    )
     if "type_params" in ast.ClassDef._fields:  # Python >= 3.12
         lifted.type_params = []
     tree = ast.Module(body=[decode_status, lifted], type_ignores=[])
     ast.fix_missing_locations(tree)
     # dataclasses looks the defining module up in sys.modules
     module_obj = sys.modules.setdefault(_LIFTED_MODULE, types.ModuleType(_LIFTED_MODULE))
-    namespace: Dict[str, Any] = module_obj.__dict__
-    namespace.update({
-        "dataclasses": dataclasses, "defaultdict": defaultdict, "List": List, "Dict": Dict,
-        "Optional": Optional, "Tuple": Tuple, "Union": Union,
-        "find_printable_text": find_printable_text, "DETOKENIZER_MAX_STATES": 1 << 16,
-        "decode_without_hf_kwargs": None,  # only for slow tokenizers; V4's is fast
-    })
+    namespace: dict[str, Any] = module_obj.__dict__
+    namespace.update(
+        {
+            "dataclasses": dataclasses,
+            "defaultdict": defaultdict,
+            "List": list,
+            "Dict": dict,
+            "Optional": Optional,
+            "Tuple": tuple,
+            "Union": Union,
+            "find_printable_text": find_printable_text,
+            "DETOKENIZER_MAX_STATES": 1 << 16,
+            "decode_without_hf_kwargs": None,  # only for slow tokenizers; V4's is fast
+        }
+    )
     exec(compile(tree, str(source), "exec"), namespace)  # noqa: S102 (sglang's own code)
     return namespace["LiftedDetokenizer"]
 
@@ -85,7 +110,7 @@ def _lift_detokenizer(source: Path, find_printable_text: Callable) -> type:
 class Detokenizer:
     """One detokenizer process's state, fed one scheduler step at a time."""
 
-    def __init__(self, serving, tokenizer, tool_call_parser: Optional[str] = None):
+    def __init__(self, serving, tokenizer, tool_call_parser: str | None = None):
         cls = _lift_detokenizer(serving.detokenizer_source, serving.utils.find_printable_text)
         self._impl = cls()
         # What DetokenizerManager.init_running_status sets, for this server.
@@ -103,15 +128,29 @@ class Detokenizer:
         else:
             self._impl.tool_close_token_ids = tool_close_token_ids(tool_call_parser, tokenizer)
 
-    def step(self, rid: str, ids: list[int], *, first: bool, prompt_ids: list[int],
-             finished: Optional[dict], skip_special_tokens: bool,
-             spaces_between_special_tokens: bool = True, no_stop_trim: bool = False) -> str:
+    def step(
+        self,
+        rid: str,
+        ids: list[int],
+        *,
+        first: bool,
+        prompt_ids: list[int],
+        finished: dict | None,
+        skip_special_tokens: bool,
+        spaces_between_special_tokens: bool = True,
+        no_stop_trim: bool = False,
+    ) -> str:
         surrogate = prompt_ids[-SURROGATE_PROMPT_IDS:] if first else []
         batch = SimpleNamespace(
-            rids=[rid], decoded_texts=[""], decode_ids=[surrogate + list(ids)],
-            read_offsets=[len(surrogate)], finished_reasons=[finished],
-            no_stop_trim=[no_stop_trim], skip_special_tokens=[skip_special_tokens],
-            spaces_between_special_tokens=[spaces_between_special_tokens])
+            rids=[rid],
+            decoded_texts=[""],
+            decode_ids=[surrogate + list(ids)],
+            read_offsets=[len(surrogate)],
+            finished_reasons=[finished],
+            no_stop_trim=[no_stop_trim],
+            skip_special_tokens=[skip_special_tokens],
+            spaces_between_special_tokens=[spaces_between_special_tokens],
+        )
         return self._impl._decode_batch_token_id_output(batch)[0]
 
 
@@ -138,18 +177,18 @@ class ServerArgsView:
     """The server arguments the serving layer reads, as `sglang serve` sets them
     for the recipes (--reasoning-parser deepseek-v4 --tool-call-parser deepseekv4)."""
 
-    reasoning_parser: Optional[str] = "deepseek-v4"
-    tool_call_parser: Optional[str] = "deepseekv4"
-    default_chat_template_kwargs: Optional[dict] = None
+    reasoning_parser: str | None = "deepseek-v4"
+    tool_call_parser: str | None = "deepseekv4"
+    default_chat_template_kwargs: dict | None = None
     incremental_streaming_output: bool = False
     stream_response_default_include_usage: bool = False
     enable_cache_report: bool = False
-    context_length: Optional[int] = None
+    context_length: int | None = None
     allow_auto_truncate: bool = False
-    tokenizer_metrics_allowed_custom_labels: Optional[list] = None
+    tokenizer_metrics_allowed_custom_labels: list | None = None
     tokenizer_metrics_custom_labels_header: str = "x-custom-labels"
-    speculative_algorithm: Optional[str] = "DSPARK"
-    revision: Optional[str] = None
+    speculative_algorithm: str | None = "DSPARK"
+    revision: str | None = None
 
 
 @dataclass
@@ -157,7 +196,7 @@ class TemplateManagerView:
     """sglang's TemplateManager for DeepSeek-V4: no Jinja template (the encoder
     renders the prompt), no forced reasoning, no template reasoning config."""
 
-    chat_template_name: Optional[str] = None
+    chat_template_name: str | None = None
     jinja_template_content_format: str = "string"
     force_reasoning: bool = False
     reasoning_config: Any = None
@@ -170,8 +209,11 @@ class HfConfigView(SimpleNamespace):
 
 @dataclass
 class ModelConfigView:
-    hf_config: Any = field(default_factory=lambda: HfConfigView(
-        architectures=["DeepseekV4ForCausalLM"], model_type="deepseek_v4"))
+    hf_config: Any = field(
+        default_factory=lambda: HfConfigView(
+            architectures=["DeepseekV4ForCausalLM"], model_type="deepseek_v4"
+        )
+    )
     is_multimodal: bool = False
 
     def get_default_sampling_params(self) -> dict:
@@ -186,8 +228,13 @@ def model_id(line: str = DEFAULT_LINE) -> str:
 def server_args_for(line: str = DEFAULT_LINE, **kw) -> ServerArgsView:
     """The server arguments of a line's recipes: its own parsers (sm12x.recipe.lines)."""
     known = LINES[line]
-    return ServerArgsView(**{"reasoning_parser": known.reasoning_parser,
-                             "tool_call_parser": known.tool_call_parser, **kw})
+    return ServerArgsView(
+        **{
+            "reasoning_parser": known.reasoning_parser,
+            "tool_call_parser": known.tool_call_parser,
+            **kw,
+        }
+    )
 
 
 def model_config_for(line: str = DEFAULT_LINE) -> ModelConfigView:
@@ -203,9 +250,16 @@ def model_config_for(line: str = DEFAULT_LINE) -> ModelConfigView:
 class TokenizerManagerStandIn:
     """What `OpenAIServingChat` calls on sglang's TokenizerManager."""
 
-    def __init__(self, serving, tokenizer, script: Script, *,
-                 server_args: ServerArgsView | None = None,
-                 on_delivery: Callable[[], Any] | None = None, line: str = DEFAULT_LINE):
+    def __init__(
+        self,
+        serving,
+        tokenizer,
+        script: Script,
+        *,
+        server_args: ServerArgsView | None = None,
+        on_delivery: Callable[[], Any] | None = None,
+        line: str = DEFAULT_LINE,
+    ):
         self.serving = serving
         self.tokenizer = tokenizer
         self.script = script
@@ -231,8 +285,11 @@ class TokenizerManagerStandIn:
         return None
 
     async def generate_request(self, obj, request=None):
-        prompt_ids = list(obj.input_ids if getattr(obj, "input_ids", None) is not None
-                          else self.tokenizer.encode(obj.text))
+        prompt_ids = list(
+            obj.input_ids
+            if getattr(obj, "input_ids", None) is not None
+            else self.tokenizer.encode(obj.text)
+        )
         plan = self.script(obj)
         params = obj.sampling_params or {}
         skip = params.get("skip_special_tokens", True)
@@ -243,14 +300,23 @@ class TokenizerManagerStandIn:
         last_delivery = len(plan.deliveries) - 1
         for number, delivery in enumerate(plan.deliveries):
             for step_number, count in enumerate(delivery):
-                ids = plan.output_ids[done:done + count]
+                ids = plan.output_ids[done : done + count]
                 done += count
-                finished = (plan.finish if number == last_delivery
-                            and step_number == len(delivery) - 1 else None)
+                finished = (
+                    plan.finish
+                    if number == last_delivery and step_number == len(delivery) - 1
+                    else None
+                )
                 text += self.detokenizer.step(
-                    rid, ids, first=first, prompt_ids=prompt_ids, finished=finished,
-                    skip_special_tokens=skip, spaces_between_special_tokens=spaces,
-                    no_stop_trim=no_stop_trim)
+                    rid,
+                    ids,
+                    first=first,
+                    prompt_ids=prompt_ids,
+                    finished=finished,
+                    skip_special_tokens=skip,
+                    spaces_between_special_tokens=spaces,
+                    no_stop_trim=no_stop_trim,
+                )
                 first = False
             finished = plan.finish if number == last_delivery else None
             if obj.stream or finished:
@@ -258,9 +324,12 @@ class TokenizerManagerStandIn:
                     "text": text,
                     "output_ids": plan.output_ids[:done],
                     "meta_info": {
-                        "id": rid, "finish_reason": finished,
-                        "prompt_tokens": len(prompt_ids), "completion_tokens": done,
-                        "reasoning_tokens": 0, "cached_tokens": 0,
+                        "id": rid,
+                        "finish_reason": finished,
+                        "prompt_tokens": len(prompt_ids),
+                        "completion_tokens": done,
+                        "reasoning_tokens": 0,
+                        "cached_tokens": 0,
                         "weight_version": "default",
                     },
                 }

@@ -43,13 +43,23 @@ def tokenizer_json() -> dict:
     added = data["added_tokens"]
     slot = next((t for t in added if t["id"] == IMAGE_TOKEN_ID), None)
     if slot is None:
-        raise RuntimeError(f"V4's tokenizer has no added token {IMAGE_TOKEN_ID}: "
-                           f"{dsv4_tokenizer.PACKAGE} changed")
+        raise RuntimeError(
+            f"V4's tokenizer has no added token {IMAGE_TOKEN_ID}: {dsv4_tokenizer.PACKAGE} changed"
+        )
     slot.update(content=IMAGE_TOKEN, special=True)
     if not any(t["content"] == SYSTEM_TOKEN for t in added):
         next_id = max(max(t["id"] for t in added), max(data["model"]["vocab"].values())) + 1
-        added.append({"id": next_id, "content": SYSTEM_TOKEN, "single_word": False,
-                      "lstrip": False, "rstrip": False, "normalized": False, "special": False})
+        added.append(
+            {
+                "id": next_id,
+                "content": SYSTEM_TOKEN,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": False,
+            }
+        )
     return data
 
 
@@ -62,7 +72,10 @@ def load():
     v4 = dsv4_tokenizer.load()
     backend = Tokenizer.from_str(json.dumps(tokenizer_json()))
     return PreTrainedTokenizerFast(
-        tokenizer_object=backend, model_max_length=v4.model_max_length,
+        tokenizer_object=backend,
+        model_max_length=v4.model_max_length,
         clean_up_tokenization_spaces=False,
-        bos_token=v4.bos_token, eos_token=v4.eos_token,
-        **({"pad_token": v4.pad_token} if v4.pad_token else {}))
+        bos_token=v4.bos_token,
+        eos_token=v4.eos_token,
+        **({"pad_token": v4.pad_token} if v4.pad_token else {}),
+    )

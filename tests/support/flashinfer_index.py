@@ -30,19 +30,27 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
-def make_wheel(folder: Path, dist: str, version: str, tag: str,
-               files: dict[str, bytes], requires: tuple[str, ...] = ()) -> Path:
+def make_wheel(
+    folder: Path,
+    dist: str,
+    version: str,
+    tag: str,
+    files: dict[str, bytes],
+    requires: tuple[str, ...] = (),
+) -> Path:
     """A minimal valid wheel: files + METADATA, WHEEL and RECORD."""
     stem = dist.replace("-", "_")
     info = f"{stem}-{version}.dist-info"
     contents = dict(files)
-    contents[f"{info}/METADATA"] = (f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
-                                    "Summary: test stand-in (no kernels)\n"
-                                    + "".join(f"Requires-Dist: {r}\n" for r in requires)
-                                    ).encode()
-    contents[f"{info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: sm12x-tests\n"
-                                 f"Root-Is-Purelib: {'true' if tag.startswith('py3') else 'false'}"
-                                 f"\nTag: {tag}\n").encode()
+    contents[f"{info}/METADATA"] = (
+        f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
+        "Summary: test stand-in (no kernels)\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    ).encode()
+    contents[f"{info}/WHEEL"] = (
+        f"Wheel-Version: 1.0\nGenerator: sm12x-tests\n"
+        f"Root-Is-Purelib: {'true' if tag.startswith('py3') else 'false'}"
+        f"\nTag: {tag}\n"
+    ).encode()
     record = [_record_line(name, data) for name, data in contents.items()]
     record.append(f"{info}/RECORD,,")
     contents[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
@@ -63,41 +71,68 @@ def kernel_library(code: str) -> bytes:
     return f"test stand-in: not a shared object\nSM12X-FAKE-DEVICE-CODE {code}\n".encode()
 
 
-def build_index(root: Path, version: str, cuda_tag: str, machine: str,
-                code: str = SM12X_CODE, providers: tuple[str, ...] = (),
-                serve_providers: bool = True) -> None:
+def build_index(
+    root: Path,
+    version: str,
+    cuda_tag: str,
+    machine: str,
+    code: str = SM12X_CODE,
+    providers: tuple[str, ...] = (),
+    serve_providers: bool = True,
+) -> None:
     """root/flashinfer-cubin/*.whl and root/<cuda_tag>/flashinfer-jit-cache/*.whl.
 
     code: the device code the jit-cache's sparse_mla_sm120.so stands for.
     providers: flashinfer 0.7's layout: the jit-cache is a shim naming these
     per-arch provider distributions (each holding the kernels) in Requires-Dist;
     serve_providers=False leaves them off the index."""
-    make_wheel(root / "flashinfer-cubin", "flashinfer-cubin", version, "py3-none-any", {
-        "flashinfer_cubin/__init__.py": (
-            f"import os\n__version__ = {version!r}\n\n"
-            "def get_cubin_dir():\n"
-            "    return os.path.join(os.path.dirname(__file__), 'cubins')\n").encode(),
-        "flashinfer_cubin/cubins/README": b"test stand-in: no cubins\n",
-    })
+    make_wheel(
+        root / "flashinfer-cubin",
+        "flashinfer-cubin",
+        version,
+        "py3-none-any",
+        {
+            "flashinfer_cubin/__init__.py": (
+                f"import os\n__version__ = {version!r}\n\n"
+                "def get_cubin_dir():\n"
+                "    return os.path.join(os.path.dirname(__file__), 'cubins')\n"
+            ).encode(),
+            "flashinfer_cubin/cubins/README": b"test stand-in: no cubins\n",
+        },
+    )
     jit_version = f"{version}+{cuda_tag}"
     tag = f"cp39-abi3-manylinux_2_28_{machine}"
     shim = {
         "flashinfer_jit_cache/__init__.py": (
             f"import os\n__version__ = {jit_version!r}\n\n"
             "def get_jit_cache_dir():\n"
-            "    return os.path.join(os.path.dirname(__file__), 'jit_cache')\n").encode(),
+            "    return os.path.join(os.path.dirname(__file__), 'jit_cache')\n"
+        ).encode(),
     }
     if not providers:
-        shim["flashinfer_jit_cache/jit_cache/sparse_mla_sm120/sparse_mla_sm120.so"] = \
+        shim["flashinfer_jit_cache/jit_cache/sparse_mla_sm120/sparse_mla_sm120.so"] = (
             kernel_library(code)
-    make_wheel(root / cuda_tag / "flashinfer-jit-cache", "flashinfer-jit-cache", jit_version,
-               tag, shim, requires=tuple(f"{p}=={jit_version}" for p in providers))
+        )
+    make_wheel(
+        root / cuda_tag / "flashinfer-jit-cache",
+        "flashinfer-jit-cache",
+        jit_version,
+        tag,
+        shim,
+        requires=tuple(f"{p}=={jit_version}" for p in providers),
+    )
     for provider in providers if serve_providers else ():
         package = provider.replace("-", "_")
-        make_wheel(root / cuda_tag / provider, provider, jit_version, tag, {
-            f"{package}/__init__.py": b"",
-            f"{package}/sparse_mla_sm120/sparse_mla_sm120.so": kernel_library(code),
-        })
+        make_wheel(
+            root / cuda_tag / provider,
+            provider,
+            jit_version,
+            tag,
+            {
+                f"{package}/__init__.py": b"",
+                f"{package}/sparse_mla_sm120/sparse_mla_sm120.so": kernel_library(code),
+            },
+        )
 
 
 class _Quiet(SimpleHTTPRequestHandler):

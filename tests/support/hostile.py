@@ -40,26 +40,45 @@ GIB = 1024**3
 
 
 def _completion() -> dict:
-    return {"id": "chatcmpl-hostile", "object": "chat.completion", "created": int(time.time()),
-            "model": MODEL, "choices": [{"index": 0, "finish_reason": "stop",
-                                         "message": {"role": "assistant", "content": "OK"}}],
-            "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}
+    return {
+        "id": "chatcmpl-hostile",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": MODEL,
+        "choices": [
+            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "OK"}}
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+    }
 
 
 def _chunk(delta: dict, finish: str | None = None) -> bytes:
-    event = {"id": "chatcmpl-hostile", "object": "chat.completion.chunk",
-             "created": int(time.time()), "model": MODEL,
-             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    event = {
+        "id": "chatcmpl-hostile",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": MODEL,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     return b"data: " + json.dumps(event).encode() + b"\n\n"
 
 
 def _good_stream() -> list[bytes]:
-    usage = {"id": "chatcmpl-hostile", "object": "chat.completion.chunk", "created": 1,
-             "model": MODEL, "choices": [],
-             "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}
-    return [_chunk({"role": "assistant", "content": ""}), _chunk({"content": "OK"}),
-            _chunk({}, "stop"), b"data: " + json.dumps(usage).encode() + b"\n\n",
-            b"data: [DONE]\n\n"]
+    usage = {
+        "id": "chatcmpl-hostile",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": MODEL,
+        "choices": [],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+    }
+    return [
+        _chunk({"role": "assistant", "content": ""}),
+        _chunk({"content": "OK"}),
+        _chunk({}, "stop"),
+        b"data: " + json.dumps(usage).encode() + b"\n\n",
+        b"data: [DONE]\n\n",
+    ]
 
 
 class Request:
@@ -79,22 +98,23 @@ class Request:
         return self.chat and isinstance(self.json, dict) and self.json.get("stream") is True
 
 
-def _head(status: int, content_type: str, length: int | None = None,
-          reason: str = "OK") -> bytes:
+def _head(status: int, content_type: str, length: int | None = None, reason: str = "OK") -> bytes:
     lines = [f"HTTP/1.1 {status} {reason}", f"Content-Type: {content_type}", "Connection: close"]
     if length is not None:
         lines.append(f"Content-Length: {length}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
-def _whole(status: int, body: bytes, content_type: str = "application/json",
-           reason: str = "OK") -> bytes:
+def _whole(
+    status: int, body: bytes, content_type: str = "application/json", reason: str = "OK"
+) -> bytes:
     return _head(status, content_type, len(body), reason) + body
 
 
 class HostileServer:
-    def __init__(self, behaviour: str, target: str = "all", host: str = "127.0.0.1",
-                 port: int = 0) -> None:
+    def __init__(
+        self, behaviour: str, target: str = "all", host: str = "127.0.0.1", port: int = 0
+    ) -> None:
         if behaviour not in BEHAVIOURS:
             raise ValueError(f"unknown behaviour {behaviour!r}; known: {', '.join(BEHAVIOURS)}")
         if target not in TARGETS:
@@ -112,9 +132,10 @@ class HostileServer:
 
     # --- lifecycle ----------------------------------------------------------------
 
-    def start(self) -> "HostileServer":
-        self._thread = threading.Thread(target=self._run, name=f"hostile-{self.behaviour}",
-                                        daemon=True)
+    def start(self) -> HostileServer:
+        self._thread = threading.Thread(
+            target=self._run, name=f"hostile-{self.behaviour}", daemon=True
+        )
         self._thread.start()
         if not self._ready.wait(10):
             raise RuntimeError("the hostile server did not start")
@@ -140,7 +161,7 @@ class HostileServer:
             self._loop.call_soon_threadsafe(self._stop.set)
             self._thread.join(10)
 
-    def __enter__(self) -> "HostileServer":
+    def __enter__(self) -> HostileServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -165,10 +186,13 @@ class HostileServer:
         return Request(method, path.split("?")[0], headers, body)
 
     def _hostile_here(self, request: Request) -> bool:
-        return {"all": True, "chat": request.chat and not request.streamed,
-                "stream": request.streamed, "gen": request.chat,
-                "bench": not (request.method == "GET" and request.path == "/v1/models"),
-                }[self.target]
+        return {
+            "all": True,
+            "chat": request.chat and not request.streamed,
+            "stream": request.streamed,
+            "gen": request.chat,
+            "bench": not (request.method == "GET" and request.path == "/v1/models"),
+        }[self.target]
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -190,8 +214,14 @@ class HostileServer:
         if request.method == "GET" and request.path == "/health":
             writer.write(_whole(200, b"", "text/plain"))
         elif request.method == "GET" and request.path == "/v1/models":
-            writer.write(_whole(200, json.dumps(
-                {"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()))
+            writer.write(
+                _whole(
+                    200,
+                    json.dumps(
+                        {"object": "list", "data": [{"id": MODEL, "object": "model"}]}
+                    ).encode(),
+                )
+            )
         elif request.streamed:
             writer.write(_head(200, "text/event-stream"))
             for event in _good_stream():
@@ -202,12 +232,13 @@ class HostileServer:
             writer.write(_whole(404, b'{"detail": "Not Found"}', reason="Not Found"))
         await writer.drain()
 
-    async def pour(self, writer: asyncio.StreamWriter, chunk: bytes,
-                   limit: int | None = None) -> None:
+    async def pour(
+        self, writer: asyncio.StreamWriter, chunk: bytes, limit: int | None = None
+    ) -> None:
         """Write chunk after chunk, as fast as the client reads, until limit bytes."""
         sent = 0
         while limit is None or sent < limit:
-            piece = chunk if limit is None else chunk[:limit - sent]
+            piece = chunk if limit is None else chunk[: limit - sent]
             writer.write(piece)
             sent += len(piece)
             self.sent += len(piece)
@@ -222,11 +253,14 @@ async def never_answers(server, request, reader, writer) -> None:
 
 
 async def one_byte_per_second(server, request, reader, writer) -> None:
-    body = (b"data: " + json.dumps(_completion()).encode() + b"\n\n") if request.streamed \
+    body = (
+        (b"data: " + json.dumps(_completion()).encode() + b"\n\n")
+        if request.streamed
         else json.dumps(_completion()).encode()
+    )
     reply = _whole(200, body, "text/event-stream" if request.streamed else "application/json")
     for i in range(len(reply)):
-        writer.write(reply[i:i + 1])
+        writer.write(reply[i : i + 1])
         await writer.drain()
         await asyncio.sleep(1.0)
 
@@ -262,8 +296,10 @@ async def line_without_newline(server, request, reader, writer) -> None:
 
 async def invalid_json(server, request, reader, writer) -> None:
     if request.streamed:
-        writer.write(_head(200, "text/event-stream") + b'data: {"id": "chatcmpl-hostile", '
-                     b'"choices": [{\n\n' + b"data: [DONE]\n\n")
+        writer.write(
+            _head(200, "text/event-stream") + b'data: {"id": "chatcmpl-hostile", '
+            b'"choices": [{\n\n' + b"data: [DONE]\n\n"
+        )
     else:
         writer.write(_whole(200, b'{"id": "chatcmpl-hostile", "choices": [{"message": '))
     await writer.drain()
@@ -304,8 +340,13 @@ async def reset_mid_response(server, request, reader, writer) -> None:
 
 
 async def unauthorized(server, request, reader, writer) -> None:
-    writer.write(_whole(401, b'{"error": {"message": "Invalid API key", "type": '
-                        b'"authentication_error"}}', reason="Unauthorized"))
+    writer.write(
+        _whole(
+            401,
+            b'{"error": {"message": "Invalid API key", "type": "authentication_error"}}',
+            reason="Unauthorized",
+        )
+    )
     await writer.drain()
 
 

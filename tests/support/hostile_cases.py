@@ -40,23 +40,46 @@ MAX_RSS_MIB = 500.0
 
 # verify: T (whole request), S (stall), small soak.
 T, S = 6.0, 2.0
-VERIFY_ARGS = ["--timeout", f"{T:g}", "--stall-timeout", f"{S:g}", "--connect-timeout", "2",
-               "--soak-concurrency", "4", "--soak-rounds", "2", "--soak-max-tokens", "64"]
+VERIFY_ARGS = [
+    "--timeout",
+    f"{T:g}",
+    "--stall-timeout",
+    f"{S:g}",
+    "--connect-timeout",
+    "2",
+    "--soak-concurrency",
+    "4",
+    "--soak-rounds",
+    "2",
+    "--soak-max-tokens",
+    "64",
+]
 # bench: R (--request-timeout) for each of its own requests.
 R = 1.0
-BENCH_ARGS = ["--request-timeout", f"{R:g}", "--recipe", "rtx-pro-6000-tp4", "--container",
-              "none", "--concurrency", "16", "--num-prompts", "4", "--no-chart"]
+BENCH_ARGS = [
+    "--request-timeout",
+    f"{R:g}",
+    "--recipe",
+    "rtx-pro-6000-tp4",
+    "--container",
+    "none",
+    "--concurrency",
+    "16",
+    "--num-prompts",
+    "4",
+    "--no-chart",
+]
 # doctor: D (--timeout) for each command, docker's among them.
 D = 1.0
 
 
 @dataclass(frozen=True)
 class Case:
-    tool: str          # verify | bench | doctor
-    behaviour: str     # a key of hostile.BEHAVIOURS
-    target: str        # where the server misbehaves (hostile.TARGETS)
-    budget_s: float    # the limits the command may wait out, by design
-    why: str           # how the budget is made up
+    tool: str  # verify | bench | doctor
+    behaviour: str  # a key of hostile.BEHAVIOURS
+    target: str  # where the server misbehaves (hostile.TARGETS)
+    budget_s: float  # the limits the command may wait out, by design
+    why: str  # how the budget is made up
     expect: tuple[str, ...]  # text the report's cause must hold (any one)
 
     @property
@@ -71,25 +94,52 @@ class Case:
 FAST = "ends on its first look at the reply"
 VERIFY = [
     Case("verify", "never-answers", "all", S, "health stalls once (S)", ("no byte",)),
-    Case("verify", "never-answers", "stream", 3 * S,
-         "two streamed checks stall (2S), the rest are not sent, the soak loses one round (S)",
-         ("not sent: the last 2 streamed",)),
-    Case("verify", "one-byte-per-second", "all", T, "health runs out its deadline (T)",
-         ("whole-request limit",)),
-    Case("verify", "one-byte-per-second", "chat", 2 * T,
-         "two non-streamed requests run out their deadline (2T), the rest are not sent",
-         ("not sent: the last 2 non-streamed",)),
+    Case(
+        "verify",
+        "never-answers",
+        "stream",
+        3 * S,
+        "two streamed checks stall (2S), the rest are not sent, the soak loses one round (S)",
+        ("not sent: the last 2 streamed",),
+    ),
+    Case(
+        "verify",
+        "one-byte-per-second",
+        "all",
+        T,
+        "health runs out its deadline (T)",
+        ("whole-request limit",),
+    ),
+    Case(
+        "verify",
+        "one-byte-per-second",
+        "chat",
+        2 * T,
+        "two non-streamed requests run out their deadline (2T), the rest are not sent",
+        ("not sent: the last 2 non-streamed",),
+    ),
     Case("verify", "endless-body", "chat", 0, FAST, ("over 8 MiB",)),
     Case("verify", "2gib-body", "all", 0, FAST, ("over 8 MiB",)),
-    Case("verify", "endless-events", "stream", 10.0,
-         "reads the events max_tokens allows (2 x max_tokens + 64) on each of six streamed "
-         "checks before it stops: about 15,000 events in all (10 s)",
-         ("more than max_tokens allows",)),
+    Case(
+        "verify",
+        "endless-events",
+        "stream",
+        10.0,
+        "reads the events max_tokens allows (2 x max_tokens + 64) on each of six streamed "
+        "checks before it stops: about 15,000 events in all (10 s)",
+        ("more than max_tokens allows",),
+    ),
     Case("verify", "line-without-newline", "stream", 0, FAST, ("over 1 MiB", "over 8 MiB")),
     Case("verify", "invalid-json", "gen", 0, FAST, ("not valid JSON",)),
     Case("verify", "invalid-utf8", "gen", 0, FAST, ("not UTF-8",)),
-    Case("verify", "empty-object", "gen", 0, FAST, ("could not read the server's reply",
-                                                    "cannot be read")),
+    Case(
+        "verify",
+        "empty-object",
+        "gen",
+        0,
+        FAST,
+        ("could not read the server's reply", "cannot be read"),
+    ),
     Case("verify", "reset-mid-response", "gen", 0, FAST, ("connection broke",)),
     Case("verify", "unauthorized", "all", 0, FAST, ("authentication",)),
 ]
@@ -116,8 +166,7 @@ BENCH = [
 # doctor talks HTTP to the Docker daemon through the docker CLI: DOCKER_HOST
 # points at the hostile server. At most three docker commands reach it.
 DOCTOR = [
-    Case("doctor", b, "all", 3 * D, "at most three docker commands wait out --timeout (3D)",
-         expect)
+    Case("doctor", b, "all", 3 * D, "at most three docker commands wait out --timeout (3D)", expect)
     for b, expect in [
         ("never-answers", ("did not answer within 1 s",)),
         ("one-byte-per-second", ("did not answer within 1 s",)),
@@ -153,11 +202,13 @@ class Baselines:
 
     def measure(self, python: str) -> float:
         self.runs += 1
-        outcome = run(BASELINE, python, self.workdir / f"baseline-{self.runs}",
-                      kill_after_s=KILL_AFTER_S)
+        outcome = run(
+            BASELINE, python, self.workdir / f"baseline-{self.runs}", kill_after_s=KILL_AFTER_S
+        )
         if not outcome.cause_found:
-            raise RuntimeError(f"the baseline run ({BASELINE.id}) did not end as expected: "
-                               f"{outcome.output}")
+            raise RuntimeError(
+                f"the baseline run ({BASELINE.id}) did not end as expected: {outcome.output}"
+            )
         self.seen[python] = max(self.seen.get(python, 0.0), outcome.wall_s)
         return self.seen[python]
 
@@ -184,7 +235,7 @@ class Outcome:
     peak_rss_mib: float
     children_peak_rss_mib: float
     exit: int | None
-    cause: str                  # the report's text for the failure
+    cause: str  # the report's text for the failure
     reports: list[str] = field(default_factory=list)  # report files written
     output: str = ""
 
@@ -194,10 +245,19 @@ class Outcome:
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("SM12X_API_KEY", "OPENAI_API_KEY", "DOCKER_CONTEXT")}
-    env.update({"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
-                "COLUMNS": "200", "LANG": "C.UTF-8", **extra})
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("SM12X_API_KEY", "OPENAI_API_KEY", "DOCKER_CONTEXT")
+    }
+    env.update(
+        {
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+            "COLUMNS": "200",
+            "LANG": "C.UTF-8",
+            **extra,
+        }
+    )
     return env
 
 
@@ -209,32 +269,73 @@ def run(case: Case, python: str, workdir: Path, kill_after_s: float) -> Outcome:
     with HostileServer(case.behaviour, case.target) as server:
         env: dict[str, str] = {}
         if case.tool == "verify":
-            argv = ["verify", "--base-url", server.url, *VERIFY_ARGS,
-                    "--json", str(workdir / "report.json"), "--junit", str(workdir / "junit.xml")]
+            argv = [
+                "verify",
+                "--base-url",
+                server.url,
+                *VERIFY_ARGS,
+                "--json",
+                str(workdir / "report.json"),
+                "--junit",
+                str(workdir / "junit.xml"),
+            ]
         elif case.tool == "bench":
-            argv = ["sm12x.cli", "bench", "--url", server.url, *BENCH_ARGS,
-                    "--python", sys.executable, "--out", str(workdir / "out")]
+            argv = [
+                "sm12x.cli",
+                "bench",
+                "--url",
+                server.url,
+                *BENCH_ARGS,
+                "--python",
+                sys.executable,
+                "--out",
+                str(workdir / "out"),
+            ]
             scenario = workdir / "scenario.json"
-            line = json.loads((ROOT / "tests/fixtures/bench/c16.json").read_text(),
-                              parse_constant=lambda _c: None)
+            line = json.loads(
+                (ROOT / "tests/fixtures/bench/c16.json").read_text(), parse_constant=lambda _c: None
+            )
             scenario.write_text(json.dumps({"default": {"line": line}}))
-            env = {"PYTHONPATH": os.pathsep.join([str(FAKE_BENCH), str(ROOT),
-                                                  str(ROOT / "tests")]),
-                   "SM12X_FAKE_BENCH_SCENARIO": str(scenario)}
+            env = {
+                "PYTHONPATH": os.pathsep.join([str(FAKE_BENCH), str(ROOT), str(ROOT / "tests")]),
+                "SM12X_FAKE_BENCH_SCENARIO": str(scenario),
+            }
         else:
-            argv = ["sm12x.cli", "doctor", "--json", "--timeout", f"{D:g}", "--recipe",
-                    "rtx-pro-6000-tp2", "--env-file", os.devnull]
+            argv = [
+                "sm12x.cli",
+                "doctor",
+                "--json",
+                "--timeout",
+                f"{D:g}",
+                "--recipe",
+                "rtx-pro-6000-tp2",
+                "--env-file",
+                os.devnull,
+            ]
             env = {"DOCKER_HOST": "tcp://" + server.url.split("//", 1)[1]}
         started = time.monotonic()
-        done = subprocess.run([python, "-m", "tests.support.peak_rss", str(rss), *argv],
-                              cwd=ROOT, env=_env(env), capture_output=True, text=True,
-                              timeout=kill_after_s)
+        done = subprocess.run(
+            [python, "-m", "tests.support.peak_rss", str(rss), *argv],
+            cwd=ROOT,
+            env=_env(env),
+            capture_output=True,
+            text=True,
+            timeout=kill_after_s,
+        )
         wall = time.monotonic() - started
     measured = json.loads(rss.read_text()) if rss.exists() else {}
     cause, reports = _read_reports(case, workdir, done.stdout)
-    return Outcome(case, measured.get("python", "?"), wall, measured.get("peak_rss_mib", -1.0),
-                   measured.get("children_peak_rss_mib", -1.0), done.returncode, cause, reports,
-                   done.stdout[-4000:] + done.stderr[-4000:])
+    return Outcome(
+        case,
+        measured.get("python", "?"),
+        wall,
+        measured.get("peak_rss_mib", -1.0),
+        measured.get("children_peak_rss_mib", -1.0),
+        done.returncode,
+        cause,
+        reports,
+        done.stdout[-4000:] + done.stderr[-4000:],
+    )
 
 
 def _read_reports(case: Case, workdir: Path, stdout: str) -> tuple[str, list[str]]:

@@ -40,8 +40,15 @@ def main() -> None:
         peak_kib = _vm_hwm_kib()
         children_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         with open(out, "w", encoding="utf-8") as f:
-            json.dump({"peak_rss_mib": peak_kib / 1024, "children_peak_rss_mib":
-                       children_kib / 1024, "exit": code, "python": sys.version.split()[0]}, f)
+            json.dump(
+                {
+                    "peak_rss_mib": peak_kib / 1024,
+                    "children_peak_rss_mib": children_kib / 1024,
+                    "exit": code,
+                    "python": sys.version.split()[0],
+                },
+                f,
+            )
     sys.exit(code)
 
 

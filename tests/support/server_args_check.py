@@ -103,7 +103,8 @@ class Verdict:
         if not self.ok:
             raise AssertionError(
                 f"sglang {self.sglang} ({self.track} track) refuses {self.recipe} node "
-                f"{self.node_rank}: {self.error}\n--- its log ---\n{self.log[-3000:]}")
+                f"{self.node_rank}: {self.error}\n--- its log ---\n{self.log[-3000:]}"
+            )
 
 
 # Variables of the developer's shell that would change what sglang resolves.
@@ -119,7 +120,8 @@ def _fake_nvidia_smi(folder: Path, gpu: Gpu, count: int) -> None:
         'case "$*" in\n'
         f'  *--query-gpu=memory.total*) printf "{lines}\\n" ;;\n'
         '  *) echo "stand-in nvidia-smi: unexpected query: $*" >&2; exit 9 ;;\n'
-        "esac\n")
+        "esac\n"
+    )
     script.chmod(0o755)
 
 
@@ -140,9 +142,16 @@ def flashinfer_tree(version: str) -> Path:
     return site
 
 
-def validate(recipe: Recipe, node_rank: int, track: str, model_dir: Path = V4_FLASH_0731, *,
-             gpu: Gpu | None = None, env: dict[str, str] | None = None,
-             timeout: int = 600) -> Verdict:
+def validate(
+    recipe: Recipe,
+    node_rank: int,
+    track: str,
+    model_dir: Path = V4_FLASH_0731,
+    *,
+    gpu: Gpu | None = None,
+    env: dict[str, str] | None = None,
+    timeout: int = 600,
+) -> Verdict:
     """Run sglang's launch-time validation of one node of `recipe` on `track`'s sglang.
 
     `env` adds or replaces variables after the recipe's (a negative test's mistake).
@@ -154,8 +163,11 @@ def validate(recipe: Recipe, node_rank: int, track: str, model_dir: Path = V4_FL
     flashinfer = flashinfer_tree(pins["FLASHINFER_VERSION"])
     with tempfile.TemporaryDirectory(prefix="sm12x-server-args-") as tmp:
         work = Path(tmp)
-        context = replace(golden.context(recipe, node_rank), model_path=str(model_dir),
-                          cache_dir=str(work / "cache"))
+        context = replace(
+            golden.context(recipe, node_rank),
+            model_path=str(model_dir),
+            cache_dir=str(work / "cache"),
+        )
         plan = build_launch(recipe, context)
         argv = plan.argv(context.host_env)
         recipe_env = plan.env_dict(context.host_env)
@@ -167,28 +179,59 @@ def validate(recipe: Recipe, node_rank: int, track: str, model_dir: Path = V4_FL
         _fake_nvidia_smi(work, gpu, recipe.hardware.gpus_per_node)
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED_ENV)}
         full_env.update(recipe_env)
-        full_env.update({
-            "PATH": f"{work}{os.pathsep}{os.environ.get('PATH', '')}",
-            "PYTHONPATH": os.pathsep.join(
-                [*wheels.pythonpath(version), str(site), str(flashinfer), str(ROOT)]),
-            "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "HOME": str(work),
-        })
-        request = {"argv": argv, "gpus": recipe.hardware.gpus_per_node,
-                   "gpu": {"name": gpu.name, "capability": list(gpu.capability),
-                           "memory_mib": gpu.memory_mib, "sm_count": gpu.sm_count,
-                           "integrated": gpu.integrated}}
-        proc = subprocess.run([sys.executable, str(PROBE)], input=json.dumps(request),
-                              capture_output=True, text=True, timeout=timeout, env=full_env,
-                              cwd=work)
-    verdict = dict(recipe=recipe.name, node_rank=node_rank, track=track, sglang=version,
-                   argv=argv, env=recipe_env, log=proc.stderr)
+        full_env.update(
+            {
+                "PATH": f"{work}{os.pathsep}{os.environ.get('PATH', '')}",
+                "PYTHONPATH": os.pathsep.join(
+                    [*wheels.pythonpath(version), str(site), str(flashinfer), str(ROOT)]
+                ),
+                "HF_HUB_OFFLINE": "1",
+                "OMP_NUM_THREADS": "1",
+                "HOME": str(work),
+            }
+        )
+        request = {
+            "argv": argv,
+            "gpus": recipe.hardware.gpus_per_node,
+            "gpu": {
+                "name": gpu.name,
+                "capability": list(gpu.capability),
+                "memory_mib": gpu.memory_mib,
+                "sm_count": gpu.sm_count,
+                "integrated": gpu.integrated,
+            },
+        }
+        proc = subprocess.run(
+            [sys.executable, str(PROBE)],
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=full_env,
+            cwd=work,
+        )
+    verdict = dict(
+        recipe=recipe.name,
+        node_rank=node_rank,
+        track=track,
+        sglang=version,
+        argv=argv,
+        env=recipe_env,
+        log=proc.stderr,
+    )
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        return Verdict(**verdict, ok=False,
-                       error=f"the probe exited {proc.returncode}: {proc.stderr[-2000:]}")
+        return Verdict(
+            **verdict, ok=False, error=f"the probe exited {proc.returncode}: {proc.stderr[-2000:]}"
+        )
     out = json.loads(lines[-1])
     error = None if out["ok"] else f"{out['type']}: {out['error']}"
     if not out["ok"] and out.get("traceback"):
         verdict["log"] = proc.stderr + "\n" + out["traceback"]
-    return Verdict(**verdict, ok=out["ok"], error=error, resolved=out.get("resolved", {}),
-                   warnings=out["warnings"])
+    return Verdict(
+        **verdict,
+        ok=out["ok"],
+        error=error,
+        resolved=out.get("resolved", {}),
+        warnings=out["warnings"],
+    )

@@ -39,14 +39,35 @@ CUDA_ONLY = ("sgl_kernel", "deep_gemm")
 
 # What the caller reads back from the resolved ServerArgs.
 RESOLVED = (
-    "tp_size", "dp_size", "attn_dp_size", "ep_size", "moe_dp_size", "enable_dp_attention", "enable_dp_lm_head",
-    "chunked_prefill_size", "max_running_requests", "cuda_graph_max_bs_decode", "context_length",
-    "mem_fraction_static", "page_size", "kv_cache_dtype", "moe_runner_backend",
-    "attention_backend", "speculative_algorithm", "speculative_num_draft_tokens",
-    "speculative_dspark_block_size", "speculative_draft_model_path",
-    "speculative_dspark_sps_table_path", "load_balance_method", "enable_prefill_delayer",
-    "enable_deepseek_v4_fp4_indexer", "disable_custom_all_reduce", "nnodes", "node_rank",
-    "device", "swa_full_tokens_ratio",
+    "tp_size",
+    "dp_size",
+    "attn_dp_size",
+    "ep_size",
+    "moe_dp_size",
+    "enable_dp_attention",
+    "enable_dp_lm_head",
+    "chunked_prefill_size",
+    "max_running_requests",
+    "cuda_graph_max_bs_decode",
+    "context_length",
+    "mem_fraction_static",
+    "page_size",
+    "kv_cache_dtype",
+    "moe_runner_backend",
+    "attention_backend",
+    "speculative_algorithm",
+    "speculative_num_draft_tokens",
+    "speculative_dspark_block_size",
+    "speculative_draft_model_path",
+    "speculative_dspark_sps_table_path",
+    "load_balance_method",
+    "enable_prefill_delayer",
+    "enable_deepseek_v4_fp4_indexer",
+    "disable_custom_all_reduce",
+    "nnodes",
+    "node_rank",
+    "device",
+    "swa_full_tokens_ratio",
 )
 
 
@@ -54,10 +75,15 @@ def stub_device(gpu: dict, count: int) -> None:
     import torch
 
     props = types.SimpleNamespace(
-        name=gpu["name"], major=gpu["capability"][0], minor=gpu["capability"][1],
-        total_memory=gpu["memory_mib"] << 20, multi_processor_count=gpu["sm_count"],
-        is_integrated=gpu.get("integrated", False), uuid="GPU-sm12x-stub",
-        L2_cache_size=gpu.get("l2_bytes", 128 << 20), warp_size=32,
+        name=gpu["name"],
+        major=gpu["capability"][0],
+        minor=gpu["capability"][1],
+        total_memory=gpu["memory_mib"] << 20,
+        multi_processor_count=gpu["sm_count"],
+        is_integrated=gpu.get("integrated", False),
+        uuid="GPU-sm12x-stub",
+        L2_cache_size=gpu.get("l2_bytes", 128 << 20),
+        warp_size=32,
     )
     cuda = torch.cuda
     cuda.is_available = lambda: True
@@ -79,8 +105,10 @@ class _Kernel(type):
         return _Kernel(name, (), {})
 
     def __call__(cls, *args, **kwargs):
-        raise RuntimeError(f"{cls.__name__}: a CUDA kernel, called during argument "
-                           "validation (the stand-in device cannot run it)")
+        raise RuntimeError(
+            f"{cls.__name__}: a CUDA kernel, called during argument "
+            "validation (the stand-in device cannot run it)"
+        )
 
 
 class _KernelModule(types.ModuleType):
@@ -156,11 +184,19 @@ def main() -> int:
         args.check_server_args()
         out = {"ok": True, "resolved": {k: _plain(resolved(args, k)) for k in RESOLVED}}
     except SystemExit as err:  # argparse: an unknown flag or a value outside its choices
-        out = {"ok": False, "type": "SystemExit", "error": f"sglang's parser exited with "
-               f"{err.code} (its message is on stderr)", "traceback": ""}
+        out = {
+            "ok": False,
+            "type": "SystemExit",
+            "error": f"sglang's parser exited with {err.code} (its message is on stderr)",
+            "traceback": "",
+        }
     except Exception as err:  # what launch_server would die of (asserts included)
-        out = {"ok": False, "type": type(err).__name__, "error": str(err) or repr(err),
-               "traceback": traceback.format_exc()[-4000:]}
+        out = {
+            "ok": False,
+            "type": type(err).__name__,
+            "error": str(err) or repr(err),
+            "traceback": traceback.format_exc()[-4000:],
+        }
     out["warnings"] = collect.messages
     print(json.dumps(out))
     return 0

@@ -124,10 +124,20 @@ def _real_flags(sglang_version: str) -> dict[str, FlagSpec]:
     from support import sglang_serving
 
     site = sglang_serving.tree(sglang_version, patched=False)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [*wheels.pythonpath(sglang_version), str(site), str(wheels.ROOT)])}
-    proc = subprocess.run([sys.executable, "-c", _DUMP], capture_output=True, text=True,
-                          timeout=600, env=env, cwd=site)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [*wheels.pythonpath(sglang_version), str(site), str(wheels.ROOT)]
+        ),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", _DUMP],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=site,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"sglang {sglang_version}'s parser: {proc.stderr[-2000:]}")
     flags = {}
@@ -135,8 +145,9 @@ def _real_flags(sglang_version: str) -> dict[str, FlagSpec]:
         nargs = spec["nargs"]
         # nargs 0: a switch; None: one value; anything else: value-ness unknown.
         switch = True if nargs == 0 else False if nargs is None else None
-        flags[flag] = FlagSpec(spec["name"], switch, spec["choices"], spec["deprecated"],
-                               spec["aliases"])
+        flags[flag] = FlagSpec(
+            spec["name"], switch, spec["choices"], spec["deprecated"], spec["aliases"]
+        )
     return flags
 
 
@@ -290,10 +301,20 @@ def parser_description(sglang_version: str) -> str:
     from support import sglang_serving
 
     site = sglang_serving.tree(sglang_version, patched=False)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [*wheels.pythonpath(sglang_version), str(site), str(wheels.ROOT)])}
-    proc = subprocess.run([sys.executable, "-c", _DESCRIBE, sglang_version], capture_output=True,
-                          text=True, timeout=600, env=env, cwd=site)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [*wheels.pythonpath(sglang_version), str(site), str(wheels.ROOT)]
+        ),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", _DESCRIBE, sglang_version],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=site,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"sglang {sglang_version}'s parser: {proc.stderr[-2000:]}")
     return proc.stdout
@@ -322,10 +343,20 @@ def real_parse(sglang_version: str, token_lists: list[list[str]]) -> list[dict]:
     from support import sglang_serving
 
     site = sglang_serving.tree(sglang_version, patched=False)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [*wheels.pythonpath(sglang_version), str(site), str(wheels.ROOT)])}
-    proc = subprocess.run([sys.executable, "-c", _PARSE, json.dumps(token_lists)],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=site)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [*wheels.pythonpath(sglang_version), str(site), str(wheels.ROOT)]
+        ),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", _PARSE, json.dumps(token_lists)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=site,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"sglang {sglang_version}'s parser: {proc.stderr[-2000:]}")
     return json.loads(proc.stdout)

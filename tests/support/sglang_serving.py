@@ -60,8 +60,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from sm12x.versions import load_versions  # noqa: E402
 from sm12x.selftest.env import _TorchvisionStub  # noqa: E402
+from sm12x.versions import load_versions  # noqa: E402
 from tests.support import wheels  # noqa: E402
 
 APPLY = ROOT / "scripts" / "apply-patches"
@@ -103,11 +103,15 @@ def tree(version: str, patched: bool) -> Path:
         if patched:
             done = subprocess.run(
                 [sys.executable, str(APPLY), "--site-packages", str(building)],
-                capture_output=True, text=True, timeout=300)
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             if done.returncode != 0:
                 shutil.rmtree(building, ignore_errors=True)
-                raise RuntimeError(f"scripts/apply-patches failed on sglang {version}:\n"
-                                   f"{done.stdout}{done.stderr}")
+                raise RuntimeError(
+                    f"scripts/apply-patches failed on sglang {version}:\n{done.stdout}{done.stderr}"
+                )
         (building / ".complete").write_text(f"{time.ctime()}\n")
         shutil.rmtree(site, ignore_errors=True)
         building.rename(site)
@@ -148,12 +152,20 @@ class Serving:
         argv = ["--model-path", "dummy"]
         for item in dataclasses.fields(args):
             value = getattr(args, item.name)
-            if value is None or value is False or value == item.default and item.name not in (
-                    "reasoning_parser", "tool_call_parser", "speculative_algorithm"):
+            if (
+                value is None
+                or value is False
+                or value == item.default
+                and item.name
+                not in ("reasoning_parser", "tool_call_parser", "speculative_algorithm")
+            ):
                 continue
             flag = "--" + item.name.replace("_", "-")
-            argv += [flag] if value is True else [
-                flag, json.dumps(value) if isinstance(value, dict) else str(value)]
+            argv += (
+                [flag]
+                if value is True
+                else [flag, json.dumps(value) if isinstance(value, dict) else str(value)]
+            )
         publish(prepare_server_args(argv), role="tokenizer")
 
 
@@ -207,11 +219,10 @@ def _stub_engine_side(real_server_args: bool) -> list[str]:
     # Nothing here may reach a model hub (sglang >= 0.5.18 looks for the
     # checkpoint's encoder file there when it is not on disk): fail at once.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from pydantic import BaseModel, ConfigDict
-
     # transformers decides whether torchvision exists when first imported; it
     # must see none, or it would load its image stack through the stub below.
     import transformers.utils.chat_template_utils  # noqa: F401
+    from pydantic import BaseModel, ConfigDict
 
     class StructuralTag(BaseModel):
         model_config = ConfigDict(extra="allow")
@@ -226,8 +237,7 @@ def _stub_engine_side(real_server_args: bool) -> list[str]:
     if "xgrammar" not in sys.modules:
         stubbed += ["xgrammar", "xgrammar.structural_tag"]
         structural_tag = _module("xgrammar.structural_tag", __getattr__=grammar_format)
-        _module("xgrammar", StructuralTag=StructuralTag, structural_tag=structural_tag,
-                __path__=[])
+        _module("xgrammar", StructuralTag=StructuralTag, structural_tag=structural_tag, __path__=[])
     if "torchvision" not in sys.modules and importlib.util.find_spec("torchvision") is None:
         stubbed.append("torchvision")  # with every torchvision.* the import brings
         if real_server_args:
@@ -239,8 +249,11 @@ def _stub_engine_side(real_server_args: bool) -> list[str]:
             # make transformers 5.12 register image processors it cannot load.
             io = _module("torchvision.io", decode_jpeg=lambda *args, **kwargs: None)
             _module("torchvision", io=io, __path__=[])
-    _module("sglang.srt.managers.io_struct", GenerateReqInput=GenerateReqInput,
-            EmbeddingReqInput=EmbeddingReqInput)
+    _module(
+        "sglang.srt.managers.io_struct",
+        GenerateReqInput=GenerateReqInput,
+        EmbeddingReqInput=EmbeddingReqInput,
+    )
     if not real_server_args:
         _module("sglang.srt.server_args", ServerArgs=ServerArgs)
     _module("sglang.srt.observability.req_time_stats", monotonic_time=time.monotonic)
@@ -258,8 +271,10 @@ def load(site: Path, replace: bool = False) -> Serving:
     existing = sys.modules.get("sglang")
     if existing is not None and getattr(existing, "__sm12x_tree__", None) != str(site):
         if not replace and any(n.startswith("sglang.srt.entrypoints") for n in sys.modules):
-            raise RuntimeError(f"this process already imported sglang from "
-                               f"{existing.__sm12x_tree__}; load {site} in another process")
+            raise RuntimeError(
+                f"this process already imported sglang from "
+                f"{existing.__sm12x_tree__}; load {site} in another process"
+            )
         for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
             del sys.modules[name]
     # FastAPI deprecates the ORJSONResponse sglang answers errors with: noise here
@@ -296,14 +311,18 @@ def _import(site: Path, package_dir: Path) -> Serving:
         site=site,
         serving_chat=importlib.import_module("sglang.srt.entrypoints.openai.serving_chat"),
         protocol=importlib.import_module("sglang.srt.entrypoints.openai.protocol"),
-        encoding_dsv4=(importlib.import_module("sglang.srt.entrypoints.openai.encoding_dsv4")
-                       if (package_dir / "srt/entrypoints/openai/encoding_dsv4.py").is_file()
-                       else None),
+        encoding_dsv4=(
+            importlib.import_module("sglang.srt.entrypoints.openai.encoding_dsv4")
+            if (package_dir / "srt/entrypoints/openai/encoding_dsv4.py").is_file()
+            else None
+        ),
         sse_utils=importlib.import_module("sglang.srt.entrypoints.openai.sse_utils"),
         FunctionCallParser=importlib.import_module(
-            "sglang.srt.function_call.function_call_parser").FunctionCallParser,
+            "sglang.srt.function_call.function_call_parser"
+        ).FunctionCallParser,
         ReasoningParser=importlib.import_module(
-            "sglang.srt.parser.reasoning_parser").ReasoningParser,
+            "sglang.srt.parser.reasoning_parser"
+        ).ReasoningParser,
         detokenizer_source=package_dir / "srt" / "managers" / "detokenizer_manager.py",
         utils=importlib.import_module("sglang.utils"),
     )

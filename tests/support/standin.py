@@ -142,32 +142,54 @@ def os_image(timer: Timer) -> str:
     tar = cache_dir() / f"os-{key}.tar"
     if not tar.is_file():
         if os.geteuid() != 0:
-            raise RuntimeError("debootstrap needs root to build the stand-in base (CI runs as "
-                               "root; elsewhere run scripts/test with sudo)")
+            raise RuntimeError(
+                "debootstrap needs root to build the stand-in base (CI runs as "
+                "root; elsewhere run scripts/test with sudo)"
+            )
         started = time.monotonic()
         with tempfile.TemporaryDirectory(dir=cache_dir(), prefix="debootstrap-") as tmp:
             root = Path(tmp) / "root"
             _say(f"debootstrap {SUITE} minbase ({', '.join(INCLUDE)})")
             proc = subprocess.run(
-                ["debootstrap", "--variant=minbase", f"--include={','.join(INCLUDE)}", SUITE,
-                 str(root), MIRROR], capture_output=True, text=True, timeout=1200)
+                [
+                    "debootstrap",
+                    "--variant=minbase",
+                    f"--include={','.join(INCLUDE)}",
+                    SUITE,
+                    str(root),
+                    MIRROR,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=1200,
+            )
             if proc.returncode != 0:
-                raise RuntimeError("debootstrap failed:\n"
-                                   + containers.tail(proc.stdout + proc.stderr))
+                raise RuntimeError(
+                    "debootstrap failed:\n" + containers.tail(proc.stdout + proc.stderr)
+                )
             # Apt's lists and caches are not part of an image; the real base has none either.
             for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
                 for entry in (root / junk).glob("*"):
                     if entry.is_file():
                         entry.unlink()
             partial = tar.with_suffix(".tar.partial")
-            subprocess.run(["tar", "-C", str(root), "--numeric-owner", "-cf", str(partial), "."],
-                           check=True, timeout=600)
+            subprocess.run(
+                ["tar", "-C", str(root), "--numeric-owner", "-cf", str(partial), "."],
+                check=True,
+                timeout=600,
+            )
             partial.rename(tar)
         timer.step("debootstrap", started)
     started = time.monotonic()
     with tar.open("rb") as handle:
-        proc = subprocess.run([containers.DOCKER, "import", "-", tag], stdin=handle,
-                              capture_output=True, text=True, env=containers.env(), timeout=600)
+        proc = subprocess.run(
+            [containers.DOCKER, "import", "-", tag],
+            stdin=handle,
+            capture_output=True,
+            text=True,
+            env=containers.env(),
+            timeout=600,
+        )
     if proc.returncode != 0:
         raise RuntimeError(f"docker import failed: {proc.stderr}")
     timer.step("import", started)
@@ -180,8 +202,7 @@ def left_out(name: str) -> str | None:
         return None
     if name in GPU_ONLY:
         return GPU_ONLY[name]
-    return next((why for prefix, why in GPU_ONLY_PREFIXES.items() if name.startswith(prefix)),
-                None)
+    return next((why for prefix, why in GPU_ONLY_PREFIXES.items() if name.startswith(prefix)), None)
 
 
 # The stand-in's own Python and glibc (bookworm: 3.11, 2.36), for its closure.
@@ -211,8 +232,7 @@ def contents(track: str | None) -> dict[str, dict[str, str]]:
         skipped[requirement] = f"not on this machine's index ({why})"
     installed["torch"] = pins["TEST_TORCH_VERSION"]
     installed["triton"] = pins["TEST_TRITON_VERSION"]
-    installed["sglang-router"] = BASE_ROUTER.get(pins["SM12X_TRACK"],
-                                                 pins["SGLANG_ROUTER_VERSION"])
+    installed["sglang-router"] = BASE_ROUTER.get(pins["SM12X_TRACK"], pins["SGLANG_ROUTER_VERSION"])
     return {"installed": installed, "left_out": skipped}
 
 
@@ -220,8 +240,9 @@ def wheelhouse(timer: Timer, track: str | None = None) -> Path:
     pins = load_versions(track)
     sglang = pins["SGLANG_VERSION"]
     wanted = contents(track)["installed"]
-    key = _key(RECIPE_VERSION, sys.version_info[:2], platform.machine(), sorted(wanted.items()),
-               sglang)
+    key = _key(
+        RECIPE_VERSION, sys.version_info[:2], platform.machine(), sorted(wanted.items()), sglang
+    )
     house = cache_dir() / f"wheels-{key}"
     if (house / ".complete").is_file():
         return house
@@ -232,10 +253,26 @@ def wheelhouse(timer: Timer, track: str | None = None) -> Path:
     # This Python is the chroot's (3.11, glibc >= 2.36), so what pip picks for
     # it installs there. torch comes as a CPU build from this machine's disk.
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-         "--timeout", "120", "--retries", "3", "-d", str(house),
-         *(f"{name}=={version}" for name, version in sorted(wanted.items()))],
-        capture_output=True, text=True, timeout=3600)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--timeout",
+            "120",
+            "--retries",
+            "3",
+            "-d",
+            str(house),
+            *(f"{name}=={version}" for name, version in sorted(wanted.items())),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"pip download failed:\n{containers.tail(proc.stdout + proc.stderr)}")
     source = wheels.wheel("sglang", sglang)
@@ -250,8 +287,9 @@ def checkout(house: Path, sglang: str, dest: Path) -> None:
     the package and a pyproject.toml (setuptools, as sglang's own), from the wheel."""
     python = dest / "python"
     with zipfile.ZipFile(next(house.glob(f"sglang-{sglang}-*.whl"))) as archive:
-        archive.extractall(python, members=[n for n in archive.namelist()
-                                            if n.startswith("sglang/")])
+        archive.extractall(
+            python, members=[n for n in archive.namelist() if n.startswith("sglang/")]
+        )
     requirements = closure.sglang_requirements(sglang)
     deps = "".join(f"  {json.dumps(r)},\n" for r in requirements)
     (python / "pyproject.toml").write_text(
@@ -259,7 +297,8 @@ def checkout(house: Path, sglang: str, dest: Path) -> None:
         '[build-system]\nrequires = ["setuptools>=64"]\nbuild-backend = "setuptools.build_meta"\n\n'
         f'[project]\nname = "sglang"\nversion = "{sglang}"\nrequires-python = ">=3.10"\n'
         f"dependencies = [\n{deps}]\n\n"
-        '[tool.setuptools.packages.find]\ninclude = ["sglang*"]\n')
+        '[tool.setuptools.packages.find]\ninclude = ["sglang*"]\n'
+    )
     (dest / "README.md").write_text("sglang checkout (stand-in: only python/ is real code)\n")
 
 
@@ -283,8 +322,15 @@ def image(timer: Timer | None = None, track: str | None = None) -> str:
     house = wheelhouse(timer, track)
     sglang = load_versions(track)["SGLANG_VERSION"]
     helper = FAKE_CUOBJDUMP.read_text()
-    key = _key(RECIPE_VERSION, os_tag, house.name, DOCKERFILE, shape(track), helper,
-               closure.sglang_requirements(sglang))
+    key = _key(
+        RECIPE_VERSION,
+        os_tag,
+        house.name,
+        DOCKERFILE,
+        shape(track),
+        helper,
+        closure.sglang_requirements(sglang),
+    )
     tag = f"sm12x-standin:{key}"
     if containers.image_exists(tag):
         return tag
@@ -304,9 +350,12 @@ def image(timer: Timer | None = None, track: str | None = None) -> str:
             except OSError:
                 shutil.copy2(whl, context / "wheels" / whl.name)
         venv_bin = "/opt/sglang/bin:" if shape(track) == "venv" else ""
-        proc = containers.build(context, tag, {"OS_IMAGE": os_tag, "SHAPE": shape(track),
-                                               "PREBAKED": PREBAKED, "VENV_BIN": venv_bin},
-                                network="none")
+        proc = containers.build(
+            context,
+            tag,
+            {"OS_IMAGE": os_tag, "SHAPE": shape(track), "PREBAKED": PREBAKED, "VENV_BIN": venv_bin},
+            network="none",
+        )
     if proc.returncode != 0:
         raise RuntimeError(f"building the stand-in failed:\n{containers.tail(proc.stderr)}")
     timer.step("standin-build", started)

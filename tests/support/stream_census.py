@@ -32,15 +32,14 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.support import (  # noqa: E402
-    dspark_engine, dsv4_tokenizer, dsv41_tokenizer, sglang_serving)
+from tests.support import dspark_engine, dsv4_tokenizer, dsv41_tokenizer, sglang_serving  # noqa: E402
 from verify.stream import merge  # noqa: E402
 
 DSML = "｜DSML｜"
 
 # What can go wrong in a stream, in the order the table shows them.
 FAILURES = {
-    "prose-cut": "content cut short: its end lost (before a call, or a reply ending in \"<\")",
+    "prose-cut": 'content cut short: its end lost (before a call, or a reply ending in "<")',
     "prose-lost": "content lost entirely",
     "separator-in-content": "the blank line before the tool-call block streamed as content",
     "markup-in-content": "DSML or think markup in content",
@@ -60,55 +59,133 @@ FAILURES = {
 # The corpus: tools and assistant outputs.
 
 TOOLS = [
-    {"type": "function", "function": {
-        "name": "get_weather", "description": "Current weather for a city.",
-        "parameters": {"type": "object", "properties": {
-            "city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-            "required": ["city"]}}},
-    {"type": "function", "function": {
-        "name": "search", "description": "Search documents.",
-        "parameters": {"type": "object", "properties": {
-            "query": {"type": "string"}, "limit": {"type": "integer"},
-            "exact": {"type": "boolean"}, "score": {"type": "number"},
-            "tags": {"type": "array", "items": {"type": "string"}},
-            "filters": {"type": "object"}, "cursor": {"type": ["string", "null"]}}}}},
-    {"type": "function", "function": {
-        "name": "write_file", "description": "Write a file.",
-        "parameters": {"type": "object", "properties": {
-            "path": {"type": "string"}, "content": {"type": "string"}},
-            "required": ["path", "content"]}}},
-    {"type": "function", "function": {
-        "name": "get_time", "description": "The current time (no arguments).",
-        "parameters": {"type": "object", "properties": {}}}},
-    {"type": "function", "function": {
-        "name": "configure", "description": "Set nested configuration.",
-        "parameters": {"type": "object", "properties": {
-            "settings": {"type": "object"}, "matrix": {"type": "array"},
-            "ratio": {"type": "number"}, "enabled": {"type": "boolean"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather for a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                },
+                "required": ["city"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search documents.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string"},
+                    "limit": {"type": "integer"},
+                    "exact": {"type": "boolean"},
+                    "score": {"type": "number"},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "filters": {"type": "object"},
+                    "cursor": {"type": ["string", "null"]},
+                },
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "description": "Write a file.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["path", "content"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "description": "The current time (no arguments).",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "configure",
+            "description": "Set nested configuration.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "settings": {"type": "object"},
+                    "matrix": {"type": "array"},
+                    "ratio": {"type": "number"},
+                    "enabled": {"type": "boolean"},
+                },
+            },
+        },
+    },
 ]
 
-CODE = ('def f(a, b):\n    """Say "hi" & <b>bold</b>."""\n    if a < b and b > 0:\n'
-        '        return {"path": "C:\\\\tmp\\\\x", "tab": "\\t"}\n    return None\n')
+CODE = (
+    'def f(a, b):\n    """Say "hi" & <b>bold</b>."""\n    if a < b and b > 0:\n'
+    '        return {"path": "C:\\\\tmp\\\\x", "tab": "\\t"}\n    return None\n'
+)
 
 CALLS = {
     "weather": ("get_weather", {"city": "Paris", "unit": "celsius"}),
     "weather-tokyo": ("get_weather", {"city": "東京", "unit": "celsius"}),
-    "search-types": ("search", {"query": "sm_120 <sparse> \"MLA\"", "limit": 5, "exact": False,
-                                "score": -0.25, "tags": ["gpu", "näive", "😀"],
-                                "filters": {"year": 2026, "lang": ["en", "zh"], "deep": {"a": None}},
-                                "cursor": None}),
-    "search-edge": ("search", {"query": "a < b > c </x> 'q' \\ back\\slash\ttab", "limit": 0,
-                               "exact": True, "score": 1e-05, "tags": [], "filters": {}}),
+    "search-types": (
+        "search",
+        {
+            "query": 'sm_120 <sparse> "MLA"',
+            "limit": 5,
+            "exact": False,
+            "score": -0.25,
+            "tags": ["gpu", "näive", "😀"],
+            "filters": {"year": 2026, "lang": ["en", "zh"], "deep": {"a": None}},
+            "cursor": None,
+        },
+    ),
+    "search-edge": (
+        "search",
+        {
+            "query": "a < b > c </x> 'q' \\ back\\slash\ttab",
+            "limit": 0,
+            "exact": True,
+            "score": 1e-05,
+            "tags": [],
+            "filters": {},
+        },
+    ),
     "write-code": ("write_file", {"path": "src/ü.py", "content": CODE}),
-    "write-markup": ("write_file", {"path": "index.html",
-                                    "content": "<html>\n<body class=\"x\">a &lt; b</body>\n</html>"}),
+    "write-markup": (
+        "write_file",
+        {"path": "index.html", "content": '<html>\n<body class="x">a &lt; b</body>\n</html>'},
+    ),
     "time": ("get_time", {}),
-    "configure": ("configure", {"settings": {"retries": 3, "backoff": [0.5, 1, 2.5],
-                                             "names": {"en": "x", "zh": "中文"}, "ok": True},
-                                "matrix": [[1, 2], [3, [4, {"k": "v"}]], []], "ratio": 3.14159,
-                                "enabled": False}),
-    "search-numbers": ("search", {"query": "42", "limit": -7, "score": 12345678901234567890,
-                                  "tags": ["1", "2"]}),
+    "configure": (
+        "configure",
+        {
+            "settings": {
+                "retries": 3,
+                "backoff": [0.5, 1, 2.5],
+                "names": {"en": "x", "zh": "中文"},
+                "ok": True,
+            },
+            "matrix": [[1, 2], [3, [4, {"k": "v"}]], []],
+            "ratio": 3.14159,
+            "enabled": False,
+        },
+    ),
+    "search-numbers": (
+        "search",
+        {"query": "42", "limit": -7, "score": 12345678901234567890, "tags": ["1", "2"]},
+    ),
 }
 
 PROSE = {
@@ -117,7 +194,7 @@ PROSE = {
     "unicode": "Überprüfe das Wetter 🌦️ für 東京 — „gleich“.",
     "multiline": "Two steps:\n\n1. look it up\n2. answer `<ok>`",
     "ends-angle": "Vectors are written <v",
-    "quotes": 'She said "hi" and \'bye\' \\ then left.',
+    "quotes": "She said \"hi\" and 'bye' \\ then left.",
     "trailing-angle": "Remember: 1 <",
 }
 
@@ -139,9 +216,9 @@ class Case:
     name: str
     thinking: bool
     reasoning: str | None
-    before: str            # content before the calls (all of it when there are none)
+    before: str  # content before the calls (all of it when there are none)
     calls: tuple[Call, ...] = ()
-    after: str = ""        # text after the tool-call block (the model went on writing)
+    after: str = ""  # text after the tool-call block (the model went on writing)
 
     @property
     def content(self) -> str:
@@ -163,8 +240,9 @@ def cases() -> list[Case]:
     out: list[Case] = []
 
     def add(name, *, thinking, reasoning=None, before="", calls=(), after=""):
-        out.append(Case(name, thinking, reasoning if thinking else None, before,
-                        tuple(calls), after))
+        out.append(
+            Case(name, thinking, reasoning if thinking else None, before, tuple(calls), after)
+        )
 
     for thinking in (False, True):
         tag = "think" if thinking else "chat"
@@ -174,41 +252,85 @@ def cases() -> list[Case]:
             add(f"{tag}/prose:{key}", thinking=thinking, reasoning=reasoning, before=prose)
         # one call, every prose before it, and none
         for key, prose in [("none", ""), *PROSE.items()]:
-            add(f"{tag}/{key}+weather", thinking=thinking, reasoning=reasoning, before=prose,
-                calls=[Call(*CALLS["weather"])])
+            add(
+                f"{tag}/{key}+weather",
+                thinking=thinking,
+                reasoning=reasoning,
+                before=prose,
+                calls=[Call(*CALLS["weather"])],
+            )
         # every argument set, in both parameter forms
         for key, (name, args) in CALLS.items():
             if not args:
                 continue
             for form in ("params", "json"):
-                add(f"{tag}/plain+{key}[{form}]", thinking=thinking, reasoning=reasoning,
-                    before=PROSE["plain"], calls=[Call(name, args, form)])
+                add(
+                    f"{tag}/plain+{key}[{form}]",
+                    thinking=thinking,
+                    reasoning=reasoning,
+                    before=PROSE["plain"],
+                    calls=[Call(name, args, form)],
+                )
         # zero-argument calls, all three shapes
         for form in ("params", "json", "self-closing"):
-            add(f"{tag}/time[{form}]", thinking=thinking, reasoning=reasoning,
-                before=PROSE["angles"], calls=[Call("get_time", {}, form)])
+            add(
+                f"{tag}/time[{form}]",
+                thinking=thinking,
+                reasoning=reasoning,
+                before=PROSE["angles"],
+                calls=[Call("get_time", {}, form)],
+            )
         # two and three calls, mixed forms
-        add(f"{tag}/unicode+2calls", thinking=thinking, reasoning=REASONING["tricky"],
-            before=PROSE["unicode"], calls=[Call(*CALLS["weather"]),
-                                            Call(*CALLS["weather-tokyo"], "json")])
-        add(f"{tag}/none+3calls", thinking=thinking, reasoning=reasoning,
-            calls=[Call(*CALLS["search-types"]), Call("get_time", {}, "self-closing"),
-                   Call(*CALLS["write-code"])])
-        add(f"{tag}/multiline+3calls", thinking=thinking, reasoning=reasoning,
-            before=PROSE["multiline"], calls=[Call(*CALLS["configure"], "json"),
-                                              Call(*CALLS["write-markup"]),
-                                              Call(*CALLS["search-edge"], "json")])
+        add(
+            f"{tag}/unicode+2calls",
+            thinking=thinking,
+            reasoning=REASONING["tricky"],
+            before=PROSE["unicode"],
+            calls=[Call(*CALLS["weather"]), Call(*CALLS["weather-tokyo"], "json")],
+        )
+        add(
+            f"{tag}/none+3calls",
+            thinking=thinking,
+            reasoning=reasoning,
+            calls=[
+                Call(*CALLS["search-types"]),
+                Call("get_time", {}, "self-closing"),
+                Call(*CALLS["write-code"]),
+            ],
+        )
+        add(
+            f"{tag}/multiline+3calls",
+            thinking=thinking,
+            reasoning=reasoning,
+            before=PROSE["multiline"],
+            calls=[
+                Call(*CALLS["configure"], "json"),
+                Call(*CALLS["write-markup"]),
+                Call(*CALLS["search-edge"], "json"),
+            ],
+        )
         # prose after the calls
-        add(f"{tag}/plain+weather+after", thinking=thinking, reasoning=reasoning,
-            before=PROSE["plain"], calls=[Call(*CALLS["weather"])],
-            after="\n\nI asked for the weather in Paris.")
-        add(f"{tag}/none+2calls+after", thinking=thinking, reasoning=reasoning,
-            calls=[Call(*CALLS["time"]), Call(*CALLS["weather"])], after="\n\nDone <ok>.")
+        add(
+            f"{tag}/plain+weather+after",
+            thinking=thinking,
+            reasoning=reasoning,
+            before=PROSE["plain"],
+            calls=[Call(*CALLS["weather"])],
+            after="\n\nI asked for the weather in Paris.",
+        )
+        add(
+            f"{tag}/none+2calls+after",
+            thinking=thinking,
+            reasoning=reasoning,
+            calls=[Call(*CALLS["time"]), Call(*CALLS["weather"])],
+            after="\n\nDone <ok>.",
+        )
     return out
 
 
 # ---------------------------------------------------------------------------
 # Rendering the completion text with sglang's encoder.
+
 
 def render(enc, case: Case) -> str:
     """The text the model writes for `case`: the encoder's rendering of the
@@ -216,20 +338,31 @@ def render(enc, case: Case) -> str:
     mode = "thinking" if case.thinking else "chat"
     system = {"role": "system", "content": "", "tools": TOOLS}
     user = {"role": "user", "content": "Help me."}
-    assistant = {"role": "assistant", "content": case.before,
-                 "reasoning_content": case.reasoning or "",
-                 "tool_calls": [{"type": "function", "function": {
-                     "name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
-                     for c in case.calls] or None}
+    assistant = {
+        "role": "assistant",
+        "content": case.before,
+        "reasoning_content": case.reasoning or "",
+        "tool_calls": [
+            {
+                "type": "function",
+                "function": {
+                    "name": c.name,
+                    "arguments": json.dumps(c.arguments, ensure_ascii=False),
+                },
+            }
+            for c in case.calls
+        ]
+        or None,
+    }
     prompt = enc.encode_messages([system, user], thinking_mode=mode)
     full = enc.encode_messages([system, user, assistant], thinking_mode=mode)
     if not full.startswith(prompt):
         raise AssertionError(f"{case.name}: the encoder's turn does not extend its prompt")
-    text = full[len(prompt):]
+    text = full[len(prompt) :]
     eos = enc.eos_token
     if not text.endswith(eos):
         raise AssertionError(f"{case.name}: the encoder's turn does not end with EOS")
-    text = text[:-len(eos)]
+    text = text[: -len(eos)]
     for call in case.calls:
         text = _reform(enc, text, call)
     return text + case.after + eos
@@ -257,7 +390,7 @@ def _reform(enc, text: str, call: Call) -> str:
         new = f'<{dsml}invoke name="{call.name}"/>'
     else:
         raise AssertionError(f"unknown form {call.form}")
-    return text[:start] + new + text[start + len(block):]
+    return text[:start] + new + text[start + len(block) :]
 
 
 class RecipeText:
@@ -283,8 +416,11 @@ class RecipeText:
         self._model = model_name
 
     def _render(self, messages: list[dict], thinking: bool, tools) -> str:
-        body = {"model": self._model, "messages": messages,
-                "thinking": {"type": "enabled" if thinking else "disabled"}}
+        body = {
+            "model": self._model,
+            "messages": messages,
+            "thinking": {"type": "enabled" if thinking else "disabled"},
+        }
         if tools:
             body["tools"] = tools
         converted = self._recipe.ChatCompletionRequest(body).convert(self._options)
@@ -293,8 +429,11 @@ class RecipeText:
     def encode_messages(self, messages: list[dict], thinking_mode: str) -> str:
         thinking = thinking_mode == "thinking"
         tools = next((m.get("tools") for m in messages if m["role"] == "system"), None)
-        turns = [{k: v for k, v in m.items() if k != "tools"} for m in messages
-                 if m["role"] != "system" or m.get("content")]
+        turns = [
+            {k: v for k, v in m.items() if k != "tools"}
+            for m in messages
+            if m["role"] != "system" or m.get("content")
+        ]
         if turns[-1]["role"] != "assistant":
             return self._render(turns, thinking, tools)
         last = {k: v for k, v in turns[-1].items() if v is not None}
@@ -314,20 +453,31 @@ class RecipeText:
             end = full.find(self.eos_token, len(prompt))
             if end < 0:
                 raise AssertionError("recipe's assistant turn has no EOS")
-            full = full[:end + len(self.eos_token)]
+            full = full[: end + len(self.eos_token)]
         else:
-            full = self._render(turns[:-1] + [{**last, "prefix": True}], thinking,
-                                tools) + self.eos_token
+            full = (
+                self._render(turns[:-1] + [{**last, "prefix": True}], thinking, tools)
+                + self.eos_token
+            )
         if not full.startswith(prompt):
             raise AssertionError("recipe's assistant turn does not extend its prompt")
-        return asked + full[len(prompt):]
+        return asked + full[len(prompt) :]
 
 
 # ---------------------------------------------------------------------------
 # Chunkings: deliveries of decode steps (see dspark_engine.Plan).
 
-MODES = ["one-token", "gamma3", "gamma4", "gamma5", "gamma6", "gamma7", "ragged7", "burst16",
-         "split"]
+MODES = [
+    "one-token",
+    "gamma3",
+    "gamma4",
+    "gamma5",
+    "gamma6",
+    "gamma7",
+    "ragged7",
+    "burst16",
+    "split",
+]
 SPLIT_MAX_TOKENS = 120  # "short outputs": every split point of outputs up to this long
 
 
@@ -356,23 +506,27 @@ def _ragged_plan(n: int, rng: random.Random, gamma: int) -> list[list[int]]:
     plan, i = [], 0
     while i < len(steps):
         merged = rng.randint(1, 4)
-        plan.append(steps[i:i + merged])
+        plan.append(steps[i : i + merged])
         i += merged
     return plan
 
 
-def chunkings(mode: str, n: int, samples: int, seed: int,
-              split_stride: int = 1) -> list[list[list[int]]]:
+def chunkings(
+    mode: str, n: int, samples: int, seed: int, split_stride: int = 1
+) -> list[list[list[int]]]:
     """The delivery plans of `mode` for an output of n tokens."""
     if mode == "one-token":
         return [[[1]] * n]
     if mode.startswith("gamma"):
         gamma = int(mode[5:])
-        return [[[k] for k in _steps(n, random.Random(f"{seed}/{mode}/{s}"), gamma)]
-                for s in range(samples)]
+        return [
+            [[k] for k in _steps(n, random.Random(f"{seed}/{mode}/{s}"), gamma)]
+            for s in range(samples)
+        ]
     if mode == "ragged7":
-        return [_ragged_plan(n, random.Random(f"{seed}/{mode}/{s}"), gamma=7)
-                for s in range(samples)]
+        return [
+            _ragged_plan(n, random.Random(f"{seed}/{mode}/{s}"), gamma=7) for s in range(samples)
+        ]
     if mode == "burst16":
         # Under load the tokenizer manager merges steps: deliveries of up to 16
         # tokens, each made of DSPARK steps (gamma 3..7).
@@ -398,6 +552,7 @@ def chunkings(mode: str, n: int, samples: int, seed: int,
 
 # ---------------------------------------------------------------------------
 # Comparing a response with the intended output.
+
 
 @dataclass
 class Outcome:
@@ -461,11 +616,18 @@ def classify(case: Case, got: Outcome) -> list[str]:
 
 def same_response(a: Outcome, b: Outcome) -> bool:
     """Whether two responses say the same (call ids are random per request)."""
+
     def calls(o):
         return [(c.get("name"), c.get("arguments")) for c in o.calls]
-    return (a.error is None and b.error is None and a.content == b.content
-            and a.reasoning == b.reasoning and calls(a) == calls(b)
-            and a.finish_reason == b.finish_reason)
+
+    return (
+        a.error is None
+        and b.error is None
+        and a.content == b.content
+        and a.reasoning == b.reasoning
+        and calls(a) == calls(b)
+        and a.finish_reason == b.finish_reason
+    )
 
 
 def from_stream(events: list[str]) -> Outcome:
@@ -477,8 +639,9 @@ def from_stream(events: list[str]) -> Outcome:
     m = merge(chunks)
     if m.errors:
         return Outcome(error=json.dumps(m.errors[0])[:300])
-    calls = [{"name": c.name, "id": c.id, "arguments": c.arguments}
-             for _, c in sorted(m.calls.items())]
+    calls = [
+        {"name": c.name, "id": c.id, "arguments": c.arguments} for _, c in sorted(m.calls.items())
+    ]
     return Outcome(m.content, m.reasoning, calls, m.finish_reason)
 
 
@@ -487,14 +650,21 @@ def from_response(body: dict) -> Outcome:
         return Outcome(error=json.dumps(body)[:300])
     choice = body["choices"][0]
     message = choice["message"]
-    calls = [{"name": c["function"]["name"], "id": c.get("id"),
-              "arguments": c["function"]["arguments"]} for c in message.get("tool_calls") or []]
-    return Outcome(message.get("content") or "", message.get("reasoning_content") or "",
-                   calls, choice.get("finish_reason"))
+    calls = [
+        {"name": c["function"]["name"], "id": c.get("id"), "arguments": c["function"]["arguments"]}
+        for c in message.get("tool_calls") or []
+    ]
+    return Outcome(
+        message.get("content") or "",
+        message.get("reasoning_content") or "",
+        calls,
+        choice.get("finish_reason"),
+    )
 
 
 # ---------------------------------------------------------------------------
 # Running one sglang tree.
+
 
 class _SchemaChecks:
     """jsonschema's validator class with check_schema memoised per schema: the
@@ -546,8 +716,9 @@ class Runner:
             self.tokenizer = dsv41_tokenizer.load()
             self.encoder = RecipeText()
         self.plan: dspark_engine.Plan | None = None
-        self.chat = dspark_engine.serving_chat(self.serving, self.tokenizer,
-                                               lambda request: self.plan, line=line)
+        self.chat = dspark_engine.serving_chat(
+            self.serving, self.tokenizer, lambda request: self.plan, line=line
+        )
 
     def tokens(self, case: Case) -> list[int]:
         text = render(self.encoder, case)
@@ -564,12 +735,17 @@ class Runner:
         return self.serving.protocol.ChatCompletionRequest(
             model=dspark_engine.model_id(self.line),
             messages=[{"role": "user", "content": "Help me."}],
-            tools=TOOLS, stream=stream, chat_template_kwargs={"thinking": case.thinking})
+            tools=TOOLS,
+            stream=stream,
+            chat_template_kwargs={"thinking": case.thinking},
+        )
 
-    async def respond(self, case: Case, ids: list[int], deliveries: list[list[int]],
-                      stream: bool) -> Outcome:
-        self.plan = dspark_engine.Plan(ids, deliveries,
-                                       {"type": "stop", "matched": self.tokenizer.eos_token_id})
+    async def respond(
+        self, case: Case, ids: list[int], deliveries: list[list[int]], stream: bool
+    ) -> Outcome:
+        self.plan = dspark_engine.Plan(
+            ids, deliveries, {"type": "stop", "matched": self.tokenizer.eos_token_id}
+        )
         try:
             response = await self.chat.handle_request(self.request(case, stream), None)
             if stream:
@@ -583,8 +759,15 @@ class Runner:
             return Outcome(error=traceback.format_exc(limit=3)[-300:])
 
 
-def run(site: Path, modes: list[str], samples: int, seed: int = 0,
-        only: list[str] | None = None, split_stride: int = 1, line: str = LINES[0]) -> dict:
+def run(
+    site: Path,
+    modes: list[str],
+    samples: int,
+    seed: int = 0,
+    only: list[str] | None = None,
+    split_stride: int = 1,
+    line: str = LINES[0],
+) -> dict:
     runner = Runner(site, line=line)
     records, oracle = [], []
     started = time.monotonic()
@@ -595,31 +778,56 @@ def run(site: Path, modes: list[str], samples: int, seed: int = 0,
                 continue
             ids = runner.tokens(case)
             plain = await runner.respond(case, ids, [[len(ids)]], stream=False)
-            oracle.append({"case": case.name, "failures": classify(case, plain),
-                           "tokens": len(ids), "in_format": case.in_format})
+            oracle.append(
+                {
+                    "case": case.name,
+                    "failures": classify(case, plain),
+                    "tokens": len(ids),
+                    "in_format": case.in_format,
+                }
+            )
             for mode in modes:
-                for number, plan in enumerate(chunkings(mode, len(ids), samples, seed,
-                                                        split_stride)):
+                for number, plan in enumerate(
+                    chunkings(mode, len(ids), samples, seed, split_stride)
+                ):
                     got = await runner.respond(case, ids, plan, stream=True)
                     failures = classify(case, got)
                     # the second oracle: the non-streamed response to the same text
-                    if not failures and plain.error is None and (
-                            got.content, got.reasoning) != (plain.content, plain.reasoning):
+                    if (
+                        not failures
+                        and plain.error is None
+                        and (got.content, got.reasoning) != (plain.content, plain.reasoning)
+                    ):
                         failures = ["content-differs"]
                     # DSPARK's chunking at fault: the stream says something the
                     # non-streamed response to the same tokens does not.
                     stream_only = not same_response(got, plain)
-                    records.append({"case": case.name, "mode": mode, "sample": number,
-                                    "failures": failures, "in_format": case.in_format,
-                                    "stream_only": stream_only,
-                                    **({"got": asdict(got)} if failures or stream_only
-                                       else {})})
+                    records.append(
+                        {
+                            "case": case.name,
+                            "mode": mode,
+                            "sample": number,
+                            "failures": failures,
+                            "in_format": case.in_format,
+                            "stream_only": stream_only,
+                            **({"got": asdict(got)} if failures or stream_only else {}),
+                        }
+                    )
 
     asyncio.run(go())
-    return {"sglang": runner.serving.version, "line": line, "encoding": runner.encoding_spec,
-            "site": str(site), "seed": seed,
-            "samples": samples, "split_stride": split_stride, "modes": modes, "seconds": round(time.monotonic() - started, 1),
-            "oracle": oracle, "streams": records}
+    return {
+        "sglang": runner.serving.version,
+        "line": line,
+        "encoding": runner.encoding_spec,
+        "site": str(site),
+        "seed": seed,
+        "samples": samples,
+        "split_stride": split_stride,
+        "modes": modes,
+        "seconds": round(time.monotonic() - started, 1),
+        "oracle": oracle,
+        "streams": records,
+    }
 
 
 def table(report: dict) -> dict[str, dict]:
@@ -628,29 +836,49 @@ def table(report: dict) -> dict[str, dict]:
     for mode in report["modes"]:
         rows = [r for r in report["streams"] if r["mode"] == mode]
         counts = Counter(f for r in rows for f in r["failures"])
-        out[mode] = {"streams": len(rows), "divergent": sum(1 for r in rows if r["failures"]),
-                     "in-format": sum(1 for r in rows if r.get("in_format", True)),
-                     "divergent-in-format": sum(1 for r in rows if r["failures"]
-                                                and r.get("in_format", True)),
-                     "stream-only": sum(1 for r in rows if r.get("stream_only")),
-                     **{f: counts.get(f, 0) for f in FAILURES}}
+        out[mode] = {
+            "streams": len(rows),
+            "divergent": sum(1 for r in rows if r["failures"]),
+            "in-format": sum(1 for r in rows if r.get("in_format", True)),
+            "divergent-in-format": sum(
+                1 for r in rows if r["failures"] and r.get("in_format", True)
+            ),
+            "stream-only": sum(1 for r in rows if r.get("stream_only")),
+            **{f: counts.get(f, 0) for f in FAILURES},
+        }
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the streaming census on one sglang tree.")
-    parser.add_argument("--site", required=True, type=Path,
-                        help="a folder holding sglang/ (tests/support/sglang_serving.tree)")
+    parser.add_argument(
+        "--site",
+        required=True,
+        type=Path,
+        help="a folder holding sglang/ (tests/support/sglang_serving.tree)",
+    )
     parser.add_argument("--json", required=True, type=Path, help="write the report here")
     parser.add_argument("--modes", default=",".join(MODES))
-    parser.add_argument("--samples", type=int, default=20,
-                        help="random chunkings per case for the gamma and burst modes")
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=20,
+        help="random chunkings per case for the gamma and burst modes",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", action="append", help="cases whose name contains this")
-    parser.add_argument("--split-stride", type=int, default=1,
-                        help="split mode: every Nth split point only (1: all)")
-    parser.add_argument("--line", choices=LINES, default=LINES[0],
-                        help="the model line whose output is streamed (sm12x.recipe.lines)")
+    parser.add_argument(
+        "--split-stride",
+        type=int,
+        default=1,
+        help="split mode: every Nth split point only (1: all)",
+    )
+    parser.add_argument(
+        "--line",
+        choices=LINES,
+        default=LINES[0],
+        help="the model line whose output is streamed (sm12x.recipe.lines)",
+    )
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     unknown = set(modes) - set(MODES)
@@ -658,8 +886,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown mode(s) {sorted(unknown)}; known: {', '.join(MODES)}")
     if args.samples < 1 or args.split_stride < 1:
         parser.error("--samples and --split-stride must be at least 1")
-    report = run(args.site, modes, args.samples, args.seed, args.only, args.split_stride,
-                 args.line)
+    report = run(args.site, modes, args.samples, args.seed, args.only, args.split_stride, args.line)
     tmp = args.json.with_suffix(".tmp")
     tmp.write_text(json.dumps(report, indent=1, ensure_ascii=False))
     tmp.replace(args.json)

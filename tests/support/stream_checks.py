@@ -34,8 +34,10 @@ def _streams(runner, case, plans):
     ids = runner.tokens(case)
 
     async def go():
-        return [await runner.respond(case, ids, plan(len(ids)) if callable(plan) else plan, True)
-                for plan in plans]
+        return [
+            await runner.respond(case, ids, plan(len(ids)) if callable(plan) else plan, True)
+            for plan in plans
+        ]
 
     return ids, asyncio.run(go())
 
@@ -60,8 +62,10 @@ def partial_json_value(runner):
     symptoms = {"markup-in-content", "name-or-id-missing", "exception"}
     bad = [o for o in outcomes if symptoms & set(sc.classify(case, o))]
     raised = [e for e in errors if "parse_streaming_increment" in e]
-    return not raised and not bad, (f"{len(raised)} detector errors, {len(bad)} streams with "
-                                    f"markup in content or a nameless call")
+    return not raised and not bad, (
+        f"{len(raised)} detector errors, {len(bad)} streams with "
+        f"markup in content or a nameless call"
+    )
 
 
 async def _all_splits(runner, case, ids):
@@ -88,8 +92,9 @@ def failure_keeps_markup_out(runner):
     finally:
         detector._parse_parameters_from_xml = original
     failures = [f for f in sc.classify(case, outcome) if f != "separator-in-content"]
-    return not state["left"] and not failures, f"forced={not state['left']} {failures} " \
-        f"content={outcome.content[:80]!r}"
+    return not state[
+        "left"
+    ] and not failures, f"forced={not state['left']} {failures} content={outcome.content[:80]!r}"
 
 
 def preamble(runner):
@@ -114,8 +119,11 @@ def block_whitespace(runner):
     bad = []
     for name in ("chat/plain+weather", "think/unicode+2calls", "chat/none+3calls"):
         case = CASES[name]
-        _, outcomes = _streams(runner, case, [lambda n: [[1]] * n, lambda n: [[4]] * (n // 4)
-                                              + ([[n % 4]] if n % 4 else [])])
+        _, outcomes = _streams(
+            runner,
+            case,
+            [lambda n: [[1]] * n, lambda n: [[4]] * (n // 4) + ([[n % 4]] if n % 4 else [])],
+        )
         bad += [(name, o.content[-20:]) for o in outcomes if o.content != case.content]
     return not bad, f"{len(bad)} streams with extra content, e.g. {bad[:1]}"
 
@@ -128,8 +136,10 @@ def text_after_block(runner):
         ids = runner.tokens(case)
 
         async def go(case=case, ids=ids):
-            return [await runner.respond(case, ids, [[len(ids)]], False),
-                    await runner.respond(case, ids, [[1]] * len(ids), True)]
+            return [
+                await runner.respond(case, ids, [[len(ids)]], False),
+                await runner.respond(case, ids, [[1]] * len(ids), True),
+            ]
 
         bad += [(name, o.content) for o in asyncio.run(go()) if o.content != case.content]
     return not bad, f"{bad[:2]}"
@@ -141,12 +151,20 @@ def string_values_verbatim(runner):
     ids = runner.tokens(case)
 
     async def go():
-        return [await runner.respond(case, ids, [[len(ids)]], False),
-                await runner.respond(case, ids, [[3]] * (len(ids) // 3)
-                                     + ([[len(ids) % 3]] if len(ids) % 3 else []), True)]
+        return [
+            await runner.respond(case, ids, [[len(ids)]], False),
+            await runner.respond(
+                case,
+                ids,
+                [[3]] * (len(ids) // 3) + ([[len(ids) % 3]] if len(ids) % 3 else []),
+                True,
+            ),
+        ]
 
-    got = [json.loads(o.calls[0]["arguments"])["content"] if o.calls else None
-           for o in asyncio.run(go())]
+    got = [
+        json.loads(o.calls[0]["arguments"])["content"] if o.calls else None
+        for o in asyncio.run(go())
+    ]
     want = case.calls[0].arguments["content"]
     return all(g == want for g in got), f"ends {[g[-12:] if g else g for g in got]!r}"
 
@@ -158,17 +176,25 @@ def recipe_block_newlines(runner):
     reply without calls still arrive (what the patch holds, it sends)."""
     ends_newline = sc.Case("chat/prose:ends-newline", False, None, "Done:\n\n- one\n- two\n")
     bad = []
-    for case in (CASES["chat/trailing-angle+weather"], CASES["think/trailing-angle+weather"],
-                 CASES["chat/prose:multiline"], ends_newline):
+    for case in (
+        CASES["chat/trailing-angle+weather"],
+        CASES["think/trailing-angle+weather"],
+        CASES["chat/prose:multiline"],
+        ends_newline,
+    ):
         ids = runner.tokens(case)
 
         async def go(case=case, ids=ids):
             plans = [[[len(ids)]], [[1]] * len(ids), *_splits(len(ids))]
-            return [await runner.respond(case, ids, plan, stream=i > 0)
-                    for i, plan in enumerate(plans)]
+            return [
+                await runner.respond(case, ids, plan, stream=i > 0) for i, plan in enumerate(plans)
+            ]
 
-        bad += [(case.name, o.content[-16:]) for o in asyncio.run(go())
-                if o.content != case.content or o.error]
+        bad += [
+            (case.name, o.content[-16:])
+            for o in asyncio.run(go())
+            if o.content != case.content or o.error
+        ]
     return not bad, f"{len(bad)} responses with other content, e.g. {bad[:2]!r}"
 
 
@@ -186,10 +212,16 @@ CHECKS = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--site", required=True, type=Path, action="append",
-                        help="a tree to check (repeatable: one after the other, in this process)")
-    parser.add_argument("--check", action="append", choices=list(CHECKS),
-                        help="run only these (default: all)")
+    parser.add_argument(
+        "--site",
+        required=True,
+        type=Path,
+        action="append",
+        help="a tree to check (repeatable: one after the other, in this process)",
+    )
+    parser.add_argument(
+        "--check", action="append", choices=list(CHECKS), help="run only these (default: all)"
+    )
     args = parser.parse_args(argv)
     out = {}
     for site in args.site:

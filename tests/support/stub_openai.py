@@ -39,8 +39,12 @@ class Handler(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         tokens = 0 if NO_TOKENS else 1
-        self._send({"choices": [{"index": 0, "text": "" if NO_TOKENS else " Paris"}],
-                    "usage": {"prompt_tokens": 5, "completion_tokens": tokens}})
+        self._send(
+            {
+                "choices": [{"index": 0, "text": "" if NO_TOKENS else " Paris"}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": tokens},
+            }
+        )
 
     def log_message(self, *args) -> None:
         pass

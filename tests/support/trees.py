@@ -32,7 +32,7 @@ def patched_files(version: str) -> tuple[str, ...]:
         diff = REPO / "patches" / "sglang" / version / patch["file"]
         for line in diff.read_text(encoding="utf-8").splitlines():
             if line.startswith("+++ b/"):
-                files.add(line[len("+++ b/"):].split("\t")[0])
+                files.add(line[len("+++ b/") :].split("\t")[0])
     return tuple(sorted(files))
 
 
@@ -48,18 +48,24 @@ def unpack_flashinfer(version: str, dest: Path) -> Path:
 
 
 def apply_patches(site: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(APPLY), "--site-packages", str(site), *args],
-                          capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, str(APPLY), "--site-packages", str(site), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 def sglang_in(tree: Path) -> str | None:
     """The version of the sglang unpacked in `tree`, if one is."""
     found = sorted(Path(tree).glob("sglang-*.dist-info"))
-    return found[0].name[len("sglang-"):-len(".dist-info")] if found else None
+    return found[0].name[len("sglang-") : -len(".dist-info")] if found else None
 
 
-def run_python(trees: list[Path], args: list[str], env: dict | None = None,
-               timeout: int = 900) -> subprocess.CompletedProcess:
+def run_python(
+    trees: list[Path], args: list[str], env: dict | None = None, timeout: int = 900
+) -> subprocess.CompletedProcess:
     """python ARGS with the trees first on sys.path (after the sglang tree's own pins,
     wheels.pythonpath), from a neutral folder."""
     # Small tensors everywhere: one OpenMP thread (spinning workers on a busy
@@ -67,8 +73,14 @@ def run_python(trees: list[Path], args: list[str], env: dict | None = None,
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     overlay = [p for t in trees if (v := sglang_in(t)) for p in wheels.pythonpath(v)]
     full_env["PYTHONPATH"] = os.pathsep.join([*overlay, *(str(t) for t in trees), str(REPO)])
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=trees[0])
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=trees[0],
+    )
 
 
 def selftest(trees: list[Path], out: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
@@ -93,8 +105,12 @@ def series_upto(version: str, last: str, dest: Path) -> Path:
     lines = []
     for patch in meta["patch"]:
         if version in patch["sglang"] and patch["file"] in keep:
-            (dest / version / patch["file"]).write_bytes((source / version / patch["file"]).read_bytes())
-            lines.append("[[patch]]\n" + "".join(
-                f"{key} = {json.dumps(value)}\n" for key, value in patch.items()))
+            (dest / version / patch["file"]).write_bytes(
+                (source / version / patch["file"]).read_bytes()
+            )
+            lines.append(
+                "[[patch]]\n"
+                + "".join(f"{key} = {json.dumps(value)}\n" for key, value in patch.items())
+            )
     (dest / "patches.toml").write_text("\n".join(lines))
     return dest

@@ -143,7 +143,8 @@ def pythonpath(version: str) -> list[str]:
     if not (folder / ".complete").exists():
         raise FileNotFoundError(
             f"sglang {version}'s own pins ({overlay_pins(version)}) are not installed in "
-            f"{folder}: run scripts/test (or `python tests/support/wheels.py --download`) first")
+            f"{folder}: run scripts/test (or `python tests/support/wheels.py --download`) first"
+        )
     return [str(folder)]
 
 
@@ -157,9 +158,22 @@ def build_overlay(version: str) -> None:
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".overlay-"))
     try:
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-             "--timeout", "120", "--retries", "3", "--only-binary=:all:", "--target", str(tmp),
-             *(f"{name}=={pin}" for name, pin in sorted(pins.items()))],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--timeout",
+                "120",
+                "--retries",
+                "3",
+                "--only-binary=:all:",
+                "--target",
+                str(tmp),
+                *(f"{name}=={pin}" for name, pin in sorted(pins.items())),
+            ],
             check=True,
         )
         (tmp / ".complete").write_text(repr(sorted(pins.items())) + "\n")
@@ -180,9 +194,22 @@ def download() -> None:
         except FileNotFoundError:
             pass
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-             "--timeout", "120", "--retries", "3", "--only-binary=:all:",
-             "-d", str(target), f"{dist}=={version}"],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--timeout",
+                "120",
+                "--retries",
+                "3",
+                "--only-binary=:all:",
+                "-d",
+                str(target),
+                f"{dist}=={version}",
+            ],
             check=True,
         )
         print(f"downloaded: {wheel(dist, version).name}")

@@ -4,6 +4,7 @@ docs/security.md's table shows exactly that refusal."""
 from __future__ import annotations
 
 import pytest
+
 from support.bad_inputs import CASES, error_line, normalise, prepare, row, rows_in_doc, run_case
 from support.cli import assert_one_clear_error
 

@@ -20,8 +20,9 @@ def load(name: str) -> dict:
     return lines.parse_line((FIXTURES / name).read_text().strip())
 
 
-@pytest.mark.parametrize("name", ["c16.json", "c32.json", "c64.json", "partial-c64.json",
-                                  "all-failed-c16.jsonl"])
+@pytest.mark.parametrize(
+    "name", ["c16.json", "c32.json", "c64.json", "partial-c64.json", "all-failed-c16.jsonl"]
+)
 def test_fixtures_have_exactly_sglangs_fields_in_its_order(name):
     keys = list(json.loads((FIXTURES / name).read_text(), parse_constant=float))
     # Recorded from sglang 0.5.16; the pinned sglang writes the same fields in

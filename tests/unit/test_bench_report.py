@@ -29,8 +29,17 @@ def recorded(tmp_path: Path, *names: str) -> Path:
 
 def report(tmp_path: Path, *names: str, recipe: str = "rtx-pro-6000-tp4", extra=()):
     out = tmp_path / "out"
-    result = run_sm12x("bench", "--from-jsonl", str(recorded(tmp_path, *names)), "--recipe",
-                       recipe, "--out", str(out), *extra, env=WIDE)
+    result = run_sm12x(
+        "bench",
+        "--from-jsonl",
+        str(recorded(tmp_path, *names)),
+        "--recipe",
+        recipe,
+        "--out",
+        str(out),
+        *extra,
+        env=WIDE,
+    )
     data = json.loads((out / "result.json").read_text()) if (out / "result.json").exists() else None
     return result, data, out
 
@@ -90,15 +99,17 @@ def test_three_healthy_runs(tmp_path):
 
 
 def test_failed_partial_and_missing_runs_are_reported_not_hidden(tmp_path):
-    result, data, out = report(tmp_path, "all-failed-c16.jsonl", "missing-field-c32.json",
-                               "partial-c64.json")
+    result, data, out = report(
+        tmp_path, "all-failed-c16.jsonl", "missing-field-c32.json", "partial-c64.json"
+    )
     assert result.returncode == 1
     assert "concurrency 16: failed, 0/160 requests" in result.stdout
     assert "no request completed" in result.stdout
     assert "concurrency 64: partial, 602/640 requests" in result.stdout
     assert "sglang's line has no p99_itl_ms field" in result.stdout
     assert "2 of 3 run(s) did not complete every request: c16 failed, c64 partial" in (
-        result.stderr)
+        result.stderr
+    )
     assert validate(data) == []
     assert data["passed"] is False
     runs = {r["concurrency"]: r for r in data["runs"]}
@@ -112,8 +123,12 @@ def test_failed_partial_and_missing_runs_are_reported_not_hidden(tmp_path):
 
 
 def test_ranges_and_other_engines(tmp_path):
-    result, data, _ = report(tmp_path, "c16.json", recipe="dgx-spark-tp2",
-                             extra=("--gpu", "NVIDIA GB10", "--gpu", "NVIDIA GB10"))
+    result, data, _ = report(
+        tmp_path,
+        "c16.json",
+        recipe="dgx-spark-tp2",
+        extra=("--gpu", "NVIDIA GB10", "--gpu", "NVIDIA GB10"),
+    )
     assert "191.0-290.0" in result.stdout and "~2.42-3.67x" in result.stdout
     tps = data["comparisons"][0]["figures"][0]
     assert tps["reference_max"] == 290 and tps["ratio_max"] == pytest.approx(701.5 / 290)
@@ -135,8 +150,15 @@ def test_comparable_reference_gets_a_plain_ratio():
     from sm12x.bench.result import Workload
 
     run = build_run(lines.judge(data, 16, 160))
-    workload = Workload(backend="sglang", dataset_name="random-ids", dataset_path=None,
-                        input_len=1024, output_len=512, range_ratio=1.0, concurrencies=[16])
+    workload = Workload(
+        backend="sglang",
+        dataset_name="random-ids",
+        dataset_path=None,
+        input_len=1024,
+        output_len=512,
+        range_ratio=1.0,
+        concurrencies=[16],
+    )
     comparisons = compare.compare(recipe, [run], workload)
     assert all(c.comparable for c in comparisons)
     assert str(fmt_ratio(comparisons[0].figures[0], True)) == "1.01x"
@@ -190,13 +212,20 @@ def test_chart_is_skipped_with_a_hint_without_matplotlib(tmp_path):
     """The runtime image has no matplotlib: bench still reports, and says how to get the chart."""
     path = recorded(tmp_path, "c16.json")
     out = tmp_path / "out"
-    code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "from sm12x.cli import main\n"
-            f"sys.exit(main(['bench', '--from-jsonl', {str(path)!r}, '--recipe', "
-            f"'rtx-pro-6000-tp4', '--out', {str(out)!r}]))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT),
-                                            "COLUMNS": "200"})
+    code = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "from sm12x.cli import main\n"
+        f"sys.exit(main(['bench', '--from-jsonl', {str(path)!r}, '--recipe', "
+        f"'rtx-pro-6000-tp4', '--out', {str(out)!r}]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
+    )
     assert done.returncode == 0, done.stderr
     assert "chart: skipped, matplotlib is not installed: pip install 'sm12x[bench]'" in done.stdout
     assert "sm12x bench --report RESULT.json" in done.stdout

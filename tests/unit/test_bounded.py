@@ -12,12 +12,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
-from support.cli import assert_one_clear_error, raw_recipe, run_sm12x
 
 from sm12x import bounded
 from sm12x.apikey import read_key_file
 from sm12x.errors import UserError
 from sm12x.recipe.load import MAX_BYTES, MAX_DEPTH, load_recipe
+from support.cli import raw_recipe, run_sm12x
 from verify.cli import MAX_FIELD, capped
 
 
@@ -42,8 +42,12 @@ def _within(seconds: float, fn, *args):
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "folder", "big"])
 def test_a_key_file_that_is_not_a_small_regular_file_is_refused_at_once(tmp_path, kind):
-    path = {"fifo": tmp_path / "fifo", "dev-zero": "/dev/zero", "folder": tmp_path,
-            "big": tmp_path / "big"}[kind]
+    path = {
+        "fifo": tmp_path / "fifo",
+        "dev-zero": "/dev/zero",
+        "folder": tmp_path,
+        "big": tmp_path / "big",
+    }[kind]
     if kind == "fifo":
         os.mkfifo(path)
     if kind == "big":
@@ -64,9 +68,16 @@ def test_read_bytes_caps_what_it_reads(tmp_path):
         bounded.read_bytes(tmp_path / "f", 99)
 
 
-@pytest.mark.parametrize(("text", "depth"), [
-    ("{}", 1), ('[[1], {"a": [2]}]', 3), ('{"a": "[[[[\\"[["}', 1), ('"\\\\"[[', 2), ("7", 0),
-])
+@pytest.mark.parametrize(
+    ("text", "depth"),
+    [
+        ("{}", 1),
+        ('[[1], {"a": [2]}]', 3),
+        ('{"a": "[[[[\\"[["}', 1),
+        ('"\\\\"[[', 2),
+        ("7", 0),
+    ],
+)
 def test_nesting_skips_strings_and_escapes(text, depth):
     assert bounded.nesting(text) == depth
 
@@ -105,8 +116,11 @@ def test_a_recipe_nested_past_its_depth_cap_is_refused(tmp_path, style):
     if style == "flow":
         deep = "x: " + "[" * 100_000 + "]" * 100_000 + "\n"
     else:
-        deep = "".join(f"{'  ' * i}k{i}:\n" for i in range(MAX_DEPTH + 2)) + "  " * (
-            MAX_DEPTH + 2) + "v\n"
+        deep = (
+            "".join(f"{'  ' * i}k{i}:\n" for i in range(MAX_DEPTH + 2))
+            + "  " * (MAX_DEPTH + 2)
+            + "v\n"
+        )
     with pytest.raises(UserError, match=f"nested more than {MAX_DEPTH} levels deep"):
         _within(60, load_recipe, _write_recipe(tmp_path, "deep", deep))
 
@@ -147,8 +161,10 @@ class _JustUnderTheTimeout(BaseHTTPRequestHandler):
         if self.path == "/health":
             self._send(200, b"")
         elif self.path == "/v1/models":
-            self._send(200, json.dumps({"object": "list",
-                                        "data": [{"id": MODEL, "object": "model"}]}).encode())
+            self._send(
+                200,
+                json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode(),
+            )
         else:
             self._send(404, b"{}")
 
@@ -156,14 +172,34 @@ class _JustUnderTheTimeout(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         request = json.loads(self.rfile.read(length) or b"{}")
         time.sleep(self.delay)
-        reply = {"id": "c", "object": "chat.completion", "created": 1, "model": MODEL,
-                 "choices": [{"index": 0, "finish_reason": "stop",
-                              "message": {"role": "assistant", "content": "OK"}}],
-                 "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}
+        reply = {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 1,
+            "model": MODEL,
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": "OK"},
+                }
+            ],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+        }
         if request.get("stream"):
-            chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
-                     "choices": [{"index": 0, "delta": {"role": "assistant", "content": "OK"},
-                                  "finish_reason": "stop"}]}
+            chunk = {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "created": 1,
+                "model": MODEL,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"role": "assistant", "content": "OK"},
+                        "finish_reason": "stop",
+                    }
+                ],
+            }
             body = b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n"
             self._send(200, body, "text/event-stream")
         else:
@@ -194,10 +230,23 @@ def test_verify_deadline_ends_the_run_and_writes_the_reports(slow_server, tmp_pa
     deadline = 4 * one
     report = tmp_path / "report.json"
     start = time.monotonic()
-    result = run_sm12x("verify", "--base-url", slow_server, "--timeout", str(2 * one + 1),
-                       "--deadline", f"{deadline:.2f}", "--soak-rounds", "1",
-                       "--soak-concurrency", "2", "--json", str(report),
-                       "--junit", str(tmp_path / "junit.xml"))
+    result = run_sm12x(
+        "verify",
+        "--base-url",
+        slow_server,
+        "--timeout",
+        str(2 * one + 1),
+        "--deadline",
+        f"{deadline:.2f}",
+        "--soak-rounds",
+        "1",
+        "--soak-concurrency",
+        "2",
+        "--json",
+        str(report),
+        "--junit",
+        str(tmp_path / "junit.xml"),
+    )
     took = time.monotonic() - start
     assert result.returncode == 1, result.stdout + result.stderr
     data = json.loads(report.read_text())
@@ -235,7 +284,8 @@ def test_bench_s_own_requests_refuse_deep_json():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         data, problem = provenance.get_json(
-            f"http://127.0.0.1:{server.server_address[1]}/v1/models", None, 10.0)
+            f"http://127.0.0.1:{server.server_address[1]}/v1/models", None, 10.0
+        )
     finally:
         server.shutdown()
         server.server_close()

@@ -62,12 +62,16 @@ def test_redaction_of_urls_keys_and_bearer_tokens():
     assert redact.url(url) == "http://***@gpu-box:30000"
     assert redact.url("http://gpu-box:30000/v1") == "http://gpu-box:30000/v1"
     r = redact.Redactor.for_endpoint(url, "sk-live-123456")
-    text = r.text(f"GET {url}/health failed; key sk-live-123456; password pa$$word; "
-                  "Authorization: Bearer abc.def; other https://bob:x@host/p")
+    text = r.text(
+        f"GET {url}/health failed; key sk-live-123456; password pa$$word; "
+        "Authorization: Bearer abc.def; other https://bob:x@host/p"
+    )
     for secret in ("alice", "pa%24%24word", "pa$$word", "sk-live-123456", "abc.def", "bob:x"):
         assert secret not in text, text
-    assert r({"a": ["sk-live-123456", 3, None], "sk-live-123456": "x"}) == \
-        {"a": ["***", 3, None], "***": "x"}
+    assert r({"a": ["sk-live-123456", 3, None], "sk-live-123456": "x"}) == {
+        "a": ["***", 3, None],
+        "***": "x",
+    }
 
 
 def test_only_pulls_in_what_a_check_needs():
@@ -75,8 +79,7 @@ def test_only_pulls_in_what_a_check_needs():
     run, pulled = plan({"soak"}, set())
     assert run == {"soak", "one-token", "models", "health"}
     assert pulled["health"] == "soak"
-    assert plan(set(), {"soak"})[0] >= {"health", "spec"} and "soak" not in plan(set(),
-                                                                                 {"soak"})[0]
+    assert plan(set(), {"soak"})[0] >= {"health", "spec"} and "soak" not in plan(set(), {"soak"})[0]
     with pytest.raises(ValueError, match="--only soak needs models, which --skip leaves out"):
         plan({"soak"}, {"models"})
 
@@ -95,8 +98,9 @@ def test_fail_fast_counts_each_kind_in_a_row():
 
 def test_request_kind_reads_the_stream_flag():
     assert request_kind(httpx.Request("POST", "http://x/", json={"stream": True})) == "streamed"
-    assert request_kind(httpx.Request("POST", "http://x/", json={"stream": False})) == \
-        "non-streamed"
+    assert (
+        request_kind(httpx.Request("POST", "http://x/", json={"stream": False})) == "non-streamed"
+    )
     assert request_kind(httpx.Request("GET", "http://x/health")) == "non-streamed"
 
 
@@ -115,7 +119,7 @@ def test_line_reader_caps_lines_and_events_and_wants_utf8():
     with pytest.raises(NotUtf8):
         LineReader(limits).feed(b"data: \xff\n")
     cut = LineReader(limits)
-    cut.feed(b"data: {\"a\"")
+    cut.feed(b'data: {"a"')
     assert cut.end() == ['data: {"a"']
 
 

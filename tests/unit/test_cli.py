@@ -15,7 +15,15 @@ def test_every_registered_module_defines_a_command():
         assert isinstance(command, cli.Command)
         names.append(command.name)
     assert names == [
-        "launch", "render", "healthcheck", "router", "verify", "bench", "doctor", "tune", "gate"
+        "launch",
+        "render",
+        "healthcheck",
+        "router",
+        "verify",
+        "bench",
+        "doctor",
+        "tune",
+        "gate",
     ]
     assert len(set(names)) == len(names)
 

@@ -29,22 +29,30 @@ def record(tree: str) -> dict:
 def cases():
     for tree in TREES:
         for case in record(tree)["plan"]["compact"]:
-            yield pytest.param(tree, case, id=f"{tree}-c{case['ratio']}-{case['rows']}"
-                               f"{'-req-ring' if case['req_ring'] else ''}")
+            yield pytest.param(
+                tree,
+                case,
+                id=f"{tree}-c{case['ratio']}-{case['rows']}"
+                f"{'-req-ring' if case['req_ring'] else ''}",
+            )
 
 
 @pytest.mark.parametrize("tree, case", cases())
 def test_the_model_plans_what_the_h200_planned(tree, case):
     version, state = tree.split("-")
     g = model.Geometry(case["ratio"], case["ring"], case["req_ring"])
-    planned = model.plan_writes(model.rule_of(version, state), g, case["seq_lens"],
-                                case["extend_lens"])
+    planned = model.plan_writes(
+        model.rule_of(version, state), g, case["seq_lens"], case["extend_lens"]
+    )
     assert planned == [tuple(w) for w in case["writes"]]
 
 
 def test_the_records_cover_every_rule_ring_and_width():
-    seen = {(model.rule_of(*t.split("-")), c["ratio"], c["req_ring"], c["rows"])
-            for t in TREES for c in record(t)["plan"]["compact"]}
+    seen = {
+        (model.rule_of(*t.split("-")), c["ratio"], c["req_ring"], c["rows"])
+        for t in TREES
+        for c in record(t)["plan"]["compact"]
+    }
     for rule in model.RULES:
         for ratio in (4, 128):
             for rows in ("1..8", "1..10", "1..11"):
@@ -55,8 +63,11 @@ def test_the_records_cover_every_rule_ring_and_width():
 def test_the_h200_missed_rows_only_where_the_model_says():
     # The record's own verdicts: pristine 0.5.17 loses rows at depth 7 compact;
     # 0020 and 0.5.23 plan every row the next step reads up to 10 rows.
-    verdict = {(t, c["ratio"], c["req_ring"], c["rows"]): c["missing_needed"]
-               for t in TREES for c in record(t)["plan"]["compact"]}
+    verdict = {
+        (t, c["ratio"], c["req_ring"], c["rows"]): c["missing_needed"]
+        for t in TREES
+        for c in record(t)["plan"]["compact"]
+    }
     assert verdict["0.5.17-pristine", 4, False, "1..8"] > 0
     for tree in ("0.5.17-patched", "0.5.23-pristine", "0.5.23-patched"):
         for ratio in (4, 128):
@@ -65,16 +76,22 @@ def test_the_h200_missed_rows_only_where_the_model_says():
     assert verdict["0.5.23-pristine", 4, False, "1..11"] > 0  # its own 10-row bound
 
 
-@pytest.mark.parametrize("version, state, rule", [
-    ("0.5.17", "pristine", "0.5.17-pristine"),
-    ("0.5.17", "patched", "0.5.17-patched"),
-    ("0.5.23", "pristine", "0.5.23"),
-])
+@pytest.mark.parametrize(
+    "version, state, rule",
+    [
+        ("0.5.17", "pristine", "0.5.17-pristine"),
+        ("0.5.17", "patched", "0.5.17-patched"),
+        ("0.5.23", "pristine", "0.5.23"),
+    ],
+)
 def test_the_widest_served_verify_is_the_depth_lint_s_bound(version, state, rule):
     c4 = model.widest_served(rule, model.Geometry(4, model.SPEC_RING[4]))
     c128 = model.widest_served(rule, model.Geometry(128, model.SPEC_RING[128]))
-    rows = (patch_series.UNPATCHED_VERIFY_ROWS if state == "pristine" and version == "0.5.17"
-            else patch_series.verify_rows(version).rows)
+    rows = (
+        patch_series.UNPATCHED_VERIFY_ROWS
+        if state == "pristine" and version == "0.5.17"
+        else patch_series.verify_rows(version).rows
+    )
     assert min(c4, c128) == rows
 
 
@@ -87,10 +104,12 @@ def test_0_5_23_s_per_request_ring_serves_the_same_widths():
 def test_depth_7_compact_is_served_with_the_fix_and_not_without():
     g = model.Geometry(4, 16)
     for width in range(1, 9):  # compact at depth 7: each request 1..8 rows
-        assert all(model.verify_is_served("0.5.17-patched", g, s, width)
-                   for s in range(4096, 4096 + 256))
-    assert not all(model.verify_is_served("0.5.17-pristine", g, s, 8)
-                   for s in range(4096, 4096 + 256))
+        assert all(
+            model.verify_is_served("0.5.17-patched", g, s, width) for s in range(4096, 4096 + 256)
+        )
+    assert not all(
+        model.verify_is_served("0.5.17-pristine", g, s, 8) for s in range(4096, 4096 + 256)
+    )
 
 
 def test_an_unknown_rule_is_refused():

@@ -8,18 +8,16 @@ import os
 from pathlib import Path
 
 import pytest
-from support import throughput as tp
 
 from sm12x import __version__
-from sm12x.errors import UserError
-from sm12x.launch import gpus
-from sm12x.launch import main as launch_main
-from sm12x.launch import render_cmd
-from sm12x.launch.render import LaunchContext, build_launch
-from sm12x.recipe import load
-from sm12x.recipe import load_recipe
 from sm12x import sps_tables as store
+from sm12x.errors import UserError
+from sm12x.launch import gpus, render_cmd
+from sm12x.launch import main as launch_main
+from sm12x.launch.render import LaunchContext, build_launch
+from sm12x.recipe import load, load_recipe
 from sm12x.versions import default_track, load_versions
+from support import throughput as tp
 
 PINNED_SGLANG = load_versions(default_track())["SGLANG_VERSION"]
 GPUS = gpus.parse_nvidia_smi((tp.NVIDIA_SMI / "rtx-pro-6000-x4.csv").read_text())
@@ -43,8 +41,12 @@ def launch(rig: Path, monkeypatch, *argv: str, **env: str):
     monkeypatch.setattr(os, "execvpe", lambda file, args, e: calls.append((args, e)))
     parser = argparse.ArgumentParser()
     launch_main.add_arguments(parser)
-    environ = {"SM12X_RECIPE": tp.RIG, "SM12X_MODEL_DIR": str(rig / "model"),
-               "SM12X_CACHE_DIR": str(rig / "cache"), **env}
+    environ = {
+        "SM12X_RECIPE": tp.RIG,
+        "SM12X_MODEL_DIR": str(rig / "model"),
+        "SM12X_CACHE_DIR": str(rig / "cache"),
+        **env,
+    }
     assert launch_main.run(parser.parse_args(list(argv)), environ) == 0
     return calls[0] if calls else None
 
@@ -53,8 +55,9 @@ def table_for(rig: Path, **changes) -> Path:
     """Store a table made for the throughput fixture on this machine, or, with
     changes, for something else (another gamma, layout, image or GPU)."""
     recipe = load_recipe(tp.THROUGHPUT)
-    key = store.key_for(recipe, track=default_track(), sglang=PINNED_SGLANG, sm12x=__version__,
-                        gpu=GPUS[0].name)
+    key = store.key_for(
+        recipe, track=default_track(), sglang=PINNED_SGLANG, sm12x=__version__, gpu=GPUS[0].name
+    )
     key = store.TableKey(**{**key.__dict__, **changes})
     table = '{"sample_batch_tokens": [8], "sample_steps_per_sec": [50.0]}'
     return store.write(rig / "cache", key, table)
@@ -96,15 +99,20 @@ def test_throughput_without_a_table_refuses_with_the_cost_and_the_command(rig, m
     assert "2,461 vs 1,282" in message and "`sm12x tune`" in message
 
 
-@pytest.mark.parametrize("changes, says", [
-    ({"gamma": 6, "tp": 4}, "gamma 6 (this launch: 7)"),
-    ({"dp": 2}, "layout TP4 DP2 EP4 (this launch: TP4 DP4 EP4)"),
-    ({"sglang": "0.5.16"}, "image sglang 0.5.16"),
-    ({"sm12x": "0.0.1"}, "sm12x 0.0.1"),
-    ({"gpu": "NVIDIA GeForce RTX 5090", "gpu_count": 4}, "GPU 4x NVIDIA GeForce RTX 5090"),
-], ids=["gamma", "layout", "image-sglang", "image-sm12x", "gpu"])
+@pytest.mark.parametrize(
+    "changes, says",
+    [
+        ({"gamma": 6, "tp": 4}, "gamma 6 (this launch: 7)"),
+        ({"dp": 2}, "layout TP4 DP2 EP4 (this launch: TP4 DP4 EP4)"),
+        ({"sglang": "0.5.16"}, "image sglang 0.5.16"),
+        ({"sm12x": "0.0.1"}, "sm12x 0.0.1"),
+        ({"gpu": "NVIDIA GeForce RTX 5090", "gpu_count": 4}, "GPU 4x NVIDIA GeForce RTX 5090"),
+    ],
+    ids=["gamma", "layout", "image-sglang", "image-sm12x", "gpu"],
+)
 def test_a_stale_table_is_refused_under_throughput_and_ignored_under_auto(
-        rig, monkeypatch, capsys, changes, says):
+    rig, monkeypatch, capsys, changes, says
+):
     table_for(rig, **changes)
     with pytest.raises(UserError) as caught:
         launch(rig, monkeypatch, SM12X_CONFIGURATION="throughput")
@@ -131,7 +139,8 @@ def test_naming_the_throughput_recipe_means_throughput(rig, monkeypatch):
 
 
 def test_a_dry_run_shows_the_throughput_command_with_the_refusal_as_a_warning(
-        rig, monkeypatch, capsys):
+    rig, monkeypatch, capsys
+):
     assert launch(rig, monkeypatch, "--dry-run", SM12X_CONFIGURATION="throughput") is None
     out, err = capsys.readouterr()
     assert "--speculative-dspark-block-size 7" in out
@@ -153,9 +162,15 @@ def test_render_falls_back_like_the_launch(rig, monkeypatch, capsys):
 def test_a_recipe_limited_to_another_track_is_refused_or_skipped(tmp_path, monkeypatch, capsys):
     # The fixture written for the current track only (its DP attention in 0.5.23's
     # spelling, which the lints require there).
-    text = (tp.FIXTURE.read_text().replace("tracks: [pinned]", "tracks: [current]", 1)
-            .replace("  --dp-size:\n    value: 4\n", "  --attn-dp-size:\n    value: 4\n", 1))
-    text = text[:text.index("  --enable-dp-attention:")] + text[text.index("  --enable-dp-lm-head:"):]
+    text = (
+        tp.FIXTURE.read_text()
+        .replace("tracks: [pinned]", "tracks: [current]", 1)
+        .replace("  --dp-size:\n    value: 4\n", "  --attn-dp-size:\n    value: 4\n", 1)
+    )
+    text = (
+        text[: text.index("  --enable-dp-attention:")]
+        + text[text.index("  --enable-dp-lm-head:") :]
+    )
     folder = tp.recipes_with_it(tmp_path / "recipes", text)
     monkeypatch.setattr(load, "recipes_dir", lambda: folder)
     monkeypatch.setattr(launch_main.gpus, "query_gpus", lambda *_: GPUS)

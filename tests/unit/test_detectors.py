@@ -13,21 +13,26 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.support.fake_sglang import corruption, model  # noqa: E402
-from verify import exact  # noqa: E402
 from verify import detectors as d  # noqa: E402
+from verify import exact  # noqa: E402
 
 HEALTHY_INLINE = {
     "markdown rules": "Results\n=======\n\n" + "-" * 80 + "\n" + "=" * 80 + "\nDone.\n",
     "table separators": "| a | b | c | d | e | f | g | h |\n|---|---|---|---|---|---|---|---|\n"
-                        + "".join(f"| {i} | {i*2} | {i*3} | {i*4} | {i*5} | {i*6} | {i*7} | {i*8} |\n"
-                                  for i in range(30)),
-    "closing braces": "function f() {\n  if (a) {\n    if (b) {\n      return 1;\n    }\n  }\n}\n" * 3,
-    "numbered list": "".join(f"{i}. Step {i}: configure item number {i} and check it.\n"
-                             for i in range(1, 40)),
-    "json array": "[" + ", ".join(f'{{"id": {i}, "name": "user{i}", "active": true}}'
-                                  for i in range(60)) + "]",
-    "csv": "date,open,close\n" + "".join(f"2026-01-{i:02d},{100+i}.5,{101+i}.25\n"
-                                         for i in range(1, 31)),
+    + "".join(
+        f"| {i} | {i * 2} | {i * 3} | {i * 4} | {i * 5} | {i * 6} | {i * 7} | {i * 8} |\n"
+        for i in range(30)
+    ),
+    "closing braces": "function f() {\n  if (a) {\n    if (b) {\n      return 1;\n    }\n  }\n}\n"
+    * 3,
+    "numbered list": "".join(
+        f"{i}. Step {i}: configure item number {i} and check it.\n" for i in range(1, 40)
+    ),
+    "json array": "["
+    + ", ".join(f'{{"id": {i}, "name": "user{i}", "active": true}}' for i in range(60))
+    + "]",
+    "csv": "date,open,close\n"
+    + "".join(f"2026-01-{i:02d},{100 + i}.5,{101 + i}.25\n" for i in range(1, 31)),
 }
 
 
@@ -45,8 +50,14 @@ def healthy_samples() -> dict[str, str]:
     symbols and emoji, maths with Greek letters and units, accented names,
     JSON, logs, code) and a snapshot of this repository's code and docs."""
     samples = dict(HEALTHY_INLINE)
-    samples.update({"fake code": model.CODE, "fake table": model.TABLE, "fake list": model.LIST,
-                    "fake prose": model.PROSE})
+    samples.update(
+        {
+            "fake code": model.CODE,
+            "fake table": model.TABLE,
+            "fake list": model.LIST,
+            "fake prose": model.PROSE,
+        }
+    )
     samples.update(_jsonl("model-style.jsonl"))
     samples.update(_jsonl("repo-snapshot.jsonl"))
     samples.update({f"exact answer {k}": t.expected for k, t in exact.TASKS.items()})
@@ -75,9 +86,15 @@ PROSE = model.PROSE
 def corrupted_samples() -> dict[str, tuple[str, str]]:
     """name -> (text, the detector that must fire)."""
     rng = random.Random(2)
-    glued = " ".join("".join(rng.choice(["ment", "ation", "ingly", "ness", "ered", "oid",
-                                         "tric", "ulp", "quen", "flor"]) for _ in range(3))
-                     for _ in range(60))
+    glued = " ".join(
+        "".join(
+            rng.choice(
+                ["ment", "ation", "ingly", "ness", "ered", "oid", "tric", "ulp", "quen", "flor"]
+            )
+            for _ in range(3)
+        )
+        for _ in range(60)
+    )
     return {
         "replacement char": (PROSE[:120] + "\ufffd\ufffd" + PROSE[120:], "broken_utf8"),
         "one replacement char": (PROSE.replace("throughput", "through\ufffdput"), "broken_utf8"),
@@ -89,8 +106,12 @@ def corrupted_samples() -> dict[str, tuple[str, str]]:
         "greek word": (PROSE.replace("draft", "προσχέδιο"), "script_switch"),
         "syllable salad": (PROSE[:150] + " " + corruption.nonword_salad(rng, 80), "nonwords"),
         "glued fragments": (PROSE[:150] + " " + glued, "nonwords"),
-        "salad in tool args": (json.dumps({"path": "notes.txt", "content": "Notes: "
-                                           + corruption.nonword_salad(rng, 60)}), "nonwords"),
+        "salad in tool args": (
+            json.dumps(
+                {"path": "notes.txt", "content": "Notes: " + corruption.nonword_salad(rng, 60)}
+            ),
+            "nonwords",
+        ),
     }
 
 
@@ -143,11 +164,26 @@ def test_script_switch_allows_short_greek_and_names_the_script():
 
 
 def test_prose_words_leave_out_code_identifiers_and_acronyms():
-    text = ("Run `sm12x verify --base-url x` then read GPU and DSPARK figures in "
-            "prefix_function or camelCase names at https://example.org/quextor; "
-            "```\nflarbin = quextor()\n```\nthe well-known multi-token draft's answer")
-    assert d.prose_words(text) == ["run", "then", "read", "and", "figures", "names", "the",
-                                   "well", "known", "multi", "token", "draft's", "answer"]
+    text = (
+        "Run `sm12x verify --base-url x` then read GPU and DSPARK figures in "
+        "prefix_function or camelCase names at https://example.org/quextor; "
+        "```\nflarbin = quextor()\n```\nthe well-known multi-token draft's answer"
+    )
+    assert d.prose_words(text) == [
+        "run",
+        "then",
+        "read",
+        "and",
+        "figures",
+        "names",
+        "the",
+        "well",
+        "known",
+        "multi",
+        "token",
+        "draft's",
+        "answer",
+    ]
 
 
 def test_repeating_tail_finds_the_smallest_primitive_unit():
@@ -170,18 +206,34 @@ def test_prefix_function():
 
 def test_margins(capsys):
     """The calibration figures docs/verify.md quotes: worst healthy vs best degenerate."""
+
     def worst(samples, name, pick):
-        values = [f.value for s in samples.values() for f in d.analyse(s)
-                  if f.detector == name and f.value is not None]
+        values = [
+            f.value
+            for s in samples.values()
+            for f in d.analyse(s)
+            if f.detector == name and f.value is not None
+        ]
         return pick(values)
+
     with capsys.disabled():
         print(f"\nhealthy samples {len(HEALTHY)}, degenerate {len(DEGENERATE)}")
-        for name, pick in [("distinct_trigrams", min), ("distinct_words", min),
-                           ("compression_ratio", max), ("duplicate_lines", max),
-                           ("broken_utf8", max), ("script_switch", max), ("nonwords", max)]:
+        for name, pick in [
+            ("distinct_trigrams", min),
+            ("distinct_words", min),
+            ("compression_ratio", max),
+            ("duplicate_lines", max),
+            ("broken_utf8", max),
+            ("script_switch", max),
+            ("nonwords", max),
+        ]:
             print(f"  {name}: healthy worst {worst(HEALTHY, name, pick):.3f}")
-        least = min(f.value for text, name in CORRUPTED.values() for f in d.analyse(text)
-                    if f.detector == "nonwords" and name == "nonwords")
+        least = min(
+            f.value
+            for text, name in CORRUPTED.values()
+            for f in d.analyse(text)
+            if f.detector == "nonwords" and name == "nonwords"
+        )
         print(f"  nonwords: corrupted least {least:.3f}")
     assert worst(HEALTHY, "distinct_words", min) > d.MIN_DISTINCT_WORDS
     assert worst(HEALTHY, "compression_ratio", max) < d.MAX_COMPRESSION_RATIO

@@ -51,11 +51,11 @@ from pathlib import Path
 import hcl2
 import pytest
 import yaml
+
+from sm12x.versions import load_versions
 from support import compose as compose_cli
 from support import doc_commands as dc
 from support.cli import fake_nvidia_smi
-
-from sm12x.versions import load_versions
 
 ROOT = dc.ROOT
 BENCH_LINES = ROOT / "tests" / "fixtures" / "bench"
@@ -101,104 +101,127 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
     # README.md
     "scripts/test": NotHere("the test suite itself (this test runs inside it); .ci/run runs it"),
     "hf download deepseek-ai/DeepSeek-V4-Flash-0731 --revision "
-    "9e165c30e2704aec5d9d593cce3eebd58bbef1cb --local-dir /srv/models/DeepSeek-V4-Flash-0731":
-        NotHere("downloads the 150 GB checkpoint (test_readme checks the revision is the "
-                "recipes')"),
+    "9e165c30e2704aec5d9d593cce3eebd58bbef1cb --local-dir /srv/models/DeepSeek-V4-Flash-0731": NotHere(
+        "downloads the 150 GB checkpoint (test_readme checks the revision is the recipes')"
+    ),
     "python3 -m venv .venv": Run("the host install's first step"),
     ".venv/bin/pip install -e '.[bench]'": Install(
         "the host install: sm12x on PATH, with the chart's matplotlib",
         "import matplotlib, sm12x.bench.chart; import shutil, sys; "
-        "sys.exit(0 if shutil.which('sm12x') else 'no sm12x on PATH')"),
+        "sys.exit(0 if shutil.which('sm12x') else 'no sm12x on PATH')",
+    ),
     ". .venv/bin/activate": NotHere("changes the reader's shell only"),
     "docker buildx bake image-amd64 --load": NotHere(
         "builds on sglang's real base image (Docker Hub) and flashinfer's index, neither "
         "reachable here: tests/integration/test_image.py builds the same Dockerfile on a "
-        "stand-in base; the target and its tag are checked below"),
+        "stand-in base; the target and its tag are checked below"
+    ),
     # docs/bench.md
     "python -m sglang.benchmark.serving --backend sglang --base-url URL --dataset-name "
     "random-ids --random-input-len 1024 --random-output-len 512 --random-range-ratio 1.0 "
     "--num-prompts 160 --max-concurrency 16 --output-file OUT/runs/c16.jsonl --tag "
     "sm12x:c16:n160 --ready-check-timeout-sec 60": NotHere(
         "what bench runs against a server; tests/integration/test_bench_process.py parses "
-        "this exact command with sglang's parser rebuilt from the wheels"),
+        "this exact command with sglang's parser rebuilt from the wheels"
+    ),
     "digest=$(docker image inspect --format '{{index .RepoDigests 0}}' \"$(docker inspect "
-    "--format '{{.Image}}' \"$(docker compose ps -q auto)\")\")": NotHere(
-        "needs the running container and a pulled image's registry digest"),
+    '--format \'{{.Image}}\' "$(docker compose ps -q auto)")")': NotHere(
+        "needs the running container and a pulled image's registry digest"
+    ),
     # docs/benchmarks.md
     "scripts/apply-patches --site-packages /tmp/site": NotHere(
-        GPU_BENCH + "; tests/patch/test_apply_patches.py runs apply-patches on every wheel"),
+        GPU_BENCH + "; tests/patch/test_apply_patches.py runs apply-patches on every wheel"
+    ),
     "PYTHONPATH=/tmp/site:$PWD python3 -m pytest tests/gpu -q": NotHere(
-        "needs a CUDA GPU (tests/gpu skips without one)"),
-    "PYTHONPATH=/tmp/site:$PWD python3 benchmarks/dispatch_overhead.py --json run1.json":
-        NotHere("needs a CUDA GPU"),
-    "pip download --no-deps --only-binary=:all: -d wheels sglang==0.5.16 sglang==0.5.17":
-        NotHere(GPU_BENCH + "; scripts/test fetches the same wheels (tests/support/wheels.py)"),
+        "needs a CUDA GPU (tests/gpu skips without one)"
+    ),
+    "PYTHONPATH=/tmp/site:$PWD python3 benchmarks/dispatch_overhead.py --json run1.json": NotHere(
+        "needs a CUDA GPU"
+    ),
+    "pip download --no-deps --only-binary=:all: -d wheels sglang==0.5.16 sglang==0.5.17": NotHere(
+        GPU_BENCH + "; scripts/test fetches the same wheels (tests/support/wheels.py)"
+    ),
     "pip download --no-deps --only-binary=:all: --python-version 3.12 --platform "
     "manylinux_2_28_x86_64 -d wheels apache-tvm-ffi==0.1.11": NotHere(GPU_BENCH),
     "benchmarks/dsv4_kernel_check.sh wheels out": NotHere("needs a CUDA GPU and nvcc"),
     "benchmarks/dsv4_compact_check.sh --prepare .cache/wheels/sglang-0.5.17-*.whl "
     ".cache/wheels/sglang-0.5.23-*.whl .devtrees": NotHere(
         GPU_BENCH + "; tests/patch/test_apply_patches.py patches the same wheels with the "
-        "same script"),
+        "same script"
+    ),
     "benchmarks/dsv4_compact_check.sh .devtrees out": NotHere("needs a CUDA GPU and nvcc"),
-    ".cache/venv/bin/python benchmarks/router_overhead.py --json router-overhead.json":
-        Help("a benchmark (minutes, and timing needs an idle machine)"),
-    ".cache/venv/bin/python benchmarks/verify_headroom.py --concurrency 64 --rounds 5":
-        Help("a benchmark (minutes, and timing needs an idle machine)"),
+    ".cache/venv/bin/python benchmarks/router_overhead.py --json router-overhead.json": Help(
+        "a benchmark (minutes, and timing needs an idle machine)"
+    ),
+    ".cache/venv/bin/python benchmarks/verify_headroom.py --concurrency 64 --rounds 5": Help(
+        "a benchmark (minutes, and timing needs an idle machine)"
+    ),
     "SM12X_PYTHON312=.cache/venv312/bin/python .cache/venv/bin/python "
-    "benchmarks/hostile_bounds.py --json out.json":
-        Help("a benchmark (minutes, and timing needs an idle machine)"),
+    "benchmarks/hostile_bounds.py --json out.json": Help(
+        "a benchmark (minutes, and timing needs an idle machine)"
+    ),
     # docs/image.md
     "docker pull ghcr.io/sm12x/sm12x:0.1.0-pinned": NotHere(REGISTRY),
     "scripts/test tests/integration/test_image.py": NotHere(
-        "part of the test suite this test runs in"),
+        "part of the test suite this test runs in"
+    ),
     "docker buildx bake image --push": NotHere("pushes to a registry; builds on the real base"),
     "docker build $(scripts/image-args --format flags) -t ghcr.io/sm12x/sm12x:0.1.0-pinned .": NotHere(
         "builds on sglang's real base image (Docker Hub): tests/integration/test_image.py "
-        "builds with the same scripts/image-args on a stand-in base"),
-    "scripts/pin-digests --check": Run("exit 1 while a digest is unresolved, as documented",
-                                       ok=(0, 1)),
+        "builds with the same scripts/image-args on a stand-in base"
+    ),
+    "scripts/pin-digests --check": Run(
+        "exit 1 while a digest is unresolved, as documented", ok=(0, 1)
+    ),
     "scripts/pin-digests": NotHere("needs registry access to resolve the digest"),
     "cosign verify ghcr.io/<owner>/sm12x:0.1.0 --certificate-identity-regexp "
     "'^https://github.com/<owner>/sm12x/\\.github/workflows/image\\.yml@' "
     "--certificate-oidc-issuer https://token.actions.githubusercontent.com": NotHere(REGISTRY),
-    "docker buildx imagetools inspect ghcr.io/<owner>/sm12x:0.1.0 --format '{{json .SBOM}}'":
-        NotHere(REGISTRY),
+    "docker buildx imagetools inspect ghcr.io/<owner>/sm12x:0.1.0 --format '{{json .SBOM}}'": NotHere(
+        REGISTRY
+    ),
     "docker buildx imagetools inspect ghcr.io/<owner>/sm12x:0.1.0 --format "
     "'{{json .Provenance}}'": NotHere(REGISTRY),
     "docker run --rm --entrypoint cat ghcr.io/<owner>/sm12x:0.1.0 "
     "/opt/sm12x/selftest/report.txt": NotHere(
-        REGISTRY + "; tests/integration/test_image.py reads the report of the image it builds"),
+        REGISTRY + "; tests/integration/test_image.py reads the report of the image it builds"
+    ),
     # docs/scale-out.md
     "kubectl apply -f deploy/k8s/namespace.yaml": NotHere("needs a Kubernetes cluster"),
     "kubectl -n sm12x create secret generic sm12x-api-key "
-    "--from-literal=api-key=\"$(openssl rand -hex 32)\"": NotHere("needs a Kubernetes cluster"),
+    '--from-literal=api-key="$(openssl rand -hex 32)"': NotHere("needs a Kubernetes cluster"),
     "kubectl -n sm12x create configmap sm12x-site --from-literal=NCCL_IB_HCA=rocep1s0f0 "
     "--from-literal=NCCL_SOCKET_IFNAME=enp1s0f0np0 "
     "--from-literal=GLOO_SOCKET_IFNAME=enp1s0f0np0": NotHere("needs a Kubernetes cluster"),
     "kubectl apply -f deploy/k8s/rtx-pro-6000-tp4.yaml": NotHere("needs a Kubernetes cluster"),
     "kubectl apply -f deploy/k8s/router.yaml": NotHere("needs a Kubernetes cluster"),
-    "kubectl -n sm12x scale deployment sm12x-rtx-pro-6000-tp4 --replicas 3":
-        NotHere("needs a Kubernetes cluster"),
+    "kubectl -n sm12x scale deployment sm12x-rtx-pro-6000-tp4 --replicas 3": NotHere(
+        "needs a Kubernetes cluster"
+    ),
     # docs/streaming.md
     "scripts/test tests/unit/test_dsv4_tokenizer.py": NotHere(
-        "part of the test suite this test runs in"),
-    ".cache/venv/bin/python scripts/stream-census --json census.json":
-        Help("the census takes minutes (tests/patch/test_stream_census.py runs a sample)"),
+        "part of the test suite this test runs in"
+    ),
+    ".cache/venv/bin/python scripts/stream-census --json census.json": Help(
+        "the census takes minutes (tests/patch/test_stream_census.py runs a sample)"
+    ),
     ".cache/venv/bin/python scripts/stream-census 0.5.17 0.5.17+patches 0.5.23 "
-    "0.5.23+patches --modes ragged7 --samples 5":
-        Help("the census takes minutes (tests/patch/test_stream_census.py runs a sample of "
-             "every mode, ragged7 among them)"),
+    "0.5.23+patches --modes ragged7 --samples 5": Help(
+        "the census takes minutes (tests/patch/test_stream_census.py runs a sample of "
+        "every mode, ragged7 among them)"
+    ),
     # docs/verify.md
     "python -m tests.support.fake_sglang --port 30001 --fault loop --accept-length 3.4 "
-    "--token-delay 0.001": Help("a server that runs until stopped; the integration tests "
-                                "start it with these flags"),
+    "--token-delay 0.001": Help(
+        "a server that runs until stopped; the integration tests start it with these flags"
+    ),
     ".venv/bin/pip install -e '.[accuracy]'": Install(
         "verify --accuracy's lm-eval: its chat-completions model and sm12x's own GSM8K task",
         "import lm_eval, verify.accuracy as a; from lm_eval.api.registry import get_model; "
         "from lm_eval.tasks import TaskManager; get_model('local-chat-completions'); "
         "assert a.DEFAULT_TASK in TaskManager(include_path=[str(a.TASKS_DIR)], "
-        "include_defaults=False).all_tasks"),
+        "include_defaults=False).all_tasks",
+    ),
 }
 
 COMMANDS = dc.all_commands()
@@ -244,8 +267,13 @@ def reader_env(tmp_path: Path, extra: dict[str, str] | None = None) -> dict[str,
     PATH, nvidia-smi answering as 4x RTX PRO 6000. No SM12X_ENV_FILE: the .env
     of the current folder is read, as for the reader."""
     path = fake_nvidia_smi(tmp_path, f"cat {shlex.quote(str(GPUS))}")
-    return {"PATH": f"{Path(PY).parent}:{path}", "HOME": str(tmp_path), "LANG": "C.UTF-8",
-            "PYTHONPATH": str(ROOT), **(extra or {})}
+    return {
+        "PATH": f"{Path(PY).parent}:{path}",
+        "HOME": str(tmp_path),
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": str(ROOT),
+        **(extra or {}),
+    }
 
 
 # --- sm12x ----------------------------------------------------------------------
@@ -260,10 +288,26 @@ def bench_result(tmp_path_factory) -> Path:
     lines = [(BENCH_LINES / f"c{c}.json").read_text().strip() for c in (16, 32, 64)]
     (work / "runs.jsonl").write_text("\n".join(lines) + "\n")
     done = subprocess.run(
-        [PY, "-m", "sm12x.cli", "bench", "--from-jsonl", "runs.jsonl", "--recipe",
-         "rtx-pro-6000-tp4", "--out", "out", "--no-chart"],
-        cwd=work, capture_output=True, text=True, timeout=120,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(work), "PYTHONPATH": str(ROOT)}, check=False)
+        [
+            PY,
+            "-m",
+            "sm12x.cli",
+            "bench",
+            "--from-jsonl",
+            "runs.jsonl",
+            "--recipe",
+            "rtx-pro-6000-tp4",
+            "--out",
+            "out",
+            "--no-chart",
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(work), "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return work / "out" / "result.json"
 
@@ -283,7 +327,7 @@ def stage(words: list[str], cwd: Path, bench_result: Path) -> None:
 def without_redirection(words: list[str]) -> tuple[list[str], str | None]:
     if ">" in words:
         k = words.index(">")
-        return words[:k] + words[k + 2:], words[k + 1]
+        return words[:k] + words[k + 2 :], words[k + 1]
     return words, None
 
 
@@ -299,15 +343,24 @@ def runs_for_real(sub: str, args: list[str]) -> bool:
         return True
     if sub == "verify":
         urls = [args[k + 1] for k, a in enumerate(args) if a == "--base-url"]
-        return len(urls) == 1 and bool(LOOPBACK_URL.match(urls[0])) and "--boot" not in args \
+        return (
+            len(urls) == 1
+            and bool(LOOPBACK_URL.match(urls[0]))
+            and "--boot" not in args
             and not {"--compare-url", "--accuracy", "--metrics-url"} & set(args)
+        )
     if sub == "bench":
         return not args
     return False
 
 
-def run_sm12x(words: list[str], cwd: Path, env: dict[str, str], bench_result: Path,
-              stand_in: "StandIn | None" = None) -> subprocess.CompletedProcess[str]:
+def run_sm12x(
+    words: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    bench_result: Path,
+    stand_in: StandIn | None = None,
+) -> subprocess.CompletedProcess[str]:
     words, into = without_redirection(words)
     if words[0] in ("python", "python3"):  # python -m verify ...
         words = ["sm12x", "verify", *words[3:]]
@@ -316,8 +369,9 @@ def run_sm12x(words: list[str], cwd: Path, env: dict[str, str], bench_result: Pa
     if sub == "bench" and files_only:
         stage(args, cwd, bench_result)
     argv = [str(Path(PY).parent / "sm12x"), sub, *args, *([] if files_only else ["--explain"])]
-    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
+    done = subprocess.run(
+        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     assert "Traceback" not in out, out
@@ -344,8 +398,11 @@ class StandIn:
         # loop would share one interpreter with the test on a loaded machine.
         self.log = (work / "stand-in.log").open("w")
         self.process = subprocess.Popen(
-            [PY, "-m", "tests.support.fake_sglang", "--port", str(self.port)], cwd=ROOT,
-            stdout=self.log, stderr=subprocess.STDOUT)
+            [PY, "-m", "tests.support.fake_sglang", "--port", str(self.port)],
+            cwd=ROOT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + 300
         while not self.healthy():
             assert self.process.poll() is None, (work / "stand-in.log").read_text()
@@ -359,8 +416,9 @@ class StandIn:
         except OSError:
             return False
 
-    def run(self, sub: str, args: list[str], cwd: Path,
-            env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, sub: str, args: list[str], cwd: Path, env: dict[str, str]
+    ) -> subprocess.CompletedProcess[str]:
         env = {**env, "COLUMNS": "200"}
         if sub == "verify":  # the reader's port is the stand-in's
             args = [re.sub(r":30000\b", f":{self.port}", a) for a in args]
@@ -368,18 +426,38 @@ class StandIn:
             # The reader's .env names the server (SM12X_PORT); sglang's
             # benchmark is the stand-in that parses its real flags.
             scenario = self.work / "scenario.json"
-            runs = {str(c): {"line": json.loads((BENCH_LINES / f"c{c}.json").read_text())}
-                    for c in (16, 32, 64)}
+            runs = {
+                str(c): {"line": json.loads((BENCH_LINES / f"c{c}.json").read_text())}
+                for c in (16, 32, 64)
+            }
             scenario.write_text(json.dumps({"runs": runs}))
-            env = {**env, "SM12X_PORT": str(self.port),
-                   "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "support" / "fake_bench"),
-                                                  env["PYTHONPATH"], str(ROOT / "tests")]),
-                   "SM12X_FAKE_BENCH_SCENARIO": str(scenario),
-                   "SM12X_FAKE_BENCH_RECORD": str(self.work / "bench-argv.jsonl"),
-                   **({"SM12X_CACHE": os.environ["SM12X_CACHE"]}
-                      if "SM12X_CACHE" in os.environ else {})}
-        done = subprocess.run([str(Path(PY).parent / "sm12x"), sub, *args], cwd=cwd, env=env,
-                              capture_output=True, text=True, timeout=600, check=False)
+            env = {
+                **env,
+                "SM12X_PORT": str(self.port),
+                "PYTHONPATH": os.pathsep.join(
+                    [
+                        str(ROOT / "tests" / "support" / "fake_bench"),
+                        env["PYTHONPATH"],
+                        str(ROOT / "tests"),
+                    ]
+                ),
+                "SM12X_FAKE_BENCH_SCENARIO": str(scenario),
+                "SM12X_FAKE_BENCH_RECORD": str(self.work / "bench-argv.jsonl"),
+                **(
+                    {"SM12X_CACHE": os.environ["SM12X_CACHE"]}
+                    if "SM12X_CACHE" in os.environ
+                    else {}
+                ),
+            }
+        done = subprocess.run(
+            [str(Path(PY).parent / "sm12x"), sub, *args],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         out = done.stdout + done.stderr
         assert "Traceback" not in out, out
         if sub == "doctor":
@@ -423,9 +501,15 @@ def test_sm12x_runs_as_the_readme_installs_it():
 
 def compose_config(cwd: Path, profiles: list[str]) -> dict:
     flags = [a for p in profiles for a in ("--profile", p)]
-    done = subprocess.run([str(compose_cli.binary()), *flags, "config", "--format", "json"],
-                          cwd=cwd, env={"PATH": "/usr/bin:/bin", "HOME": str(cwd)},
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [str(compose_cli.binary()), *flags, "config", "--format", "json"],
+        cwd=cwd,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(cwd)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -460,8 +544,9 @@ def run_compose(words: list[str], cwd: Path, tmp_path: Path, bench_result: Path)
                 assert under_a_mount(services[name], word), (word, mount_targets(services[name]))
         inside = tmp_path / "container"
         inside.mkdir()
-        environment = {k: v for k, v in (services[name].get("environment") or {}).items()
-                       if v is not None}
+        environment = {
+            k: v for k, v in (services[name].get("environment") or {}).items() if v is not None
+        }
         run_sm12x(inner, inside, reader_env(tmp_path, environment), bench_result)  # no server
     elif sub == "cp":
         source = args[0]
@@ -476,9 +561,15 @@ def run_compose(words: list[str], cwd: Path, tmp_path: Path, bench_result: Path)
 
 
 def run_as_written(command: dc.Command, how: Run) -> None:
-    done = subprocess.run(["bash", "-c", command.text], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={"PATH": f"{Path(PY).parent}:/usr/bin:/bin",
-                                                       "HOME": "/tmp"}, check=False)
+    done = subprocess.run(
+        ["bash", "-c", command.text],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": f"{Path(PY).parent}:/usr/bin:/bin", "HOME": "/tmp"},
+        check=False,
+    )
     assert done.returncode in how.ok, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
 
@@ -499,8 +590,9 @@ def run_help(command: dc.Command) -> None:
     else:
         assert (ROOT / words[0]).is_file(), words[0]
         program = [str(ROOT / words[0])]
-    done = subprocess.run([*program, "--help"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, check=False)
+    done = subprocess.run(
+        [*program, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
     assert done.returncode == 0, done.stderr
     for flag in (w.split("=")[0] for w in words[1:] if w.startswith("--")):
         assert flag in done.stdout, f"{words[0]} --help does not list {flag}"
@@ -510,24 +602,44 @@ def run_install(command: dc.Command, how: Install, tmp_path: Path) -> None:
     """The documented install, from the package index (pip's own configuration
     and cache, as the reader's), into a virtualenv made for it."""
     venv = tmp_path / ".venv"
-    done = subprocess.run([PY, "-m", "venv", str(venv)], capture_output=True, text=True,
-                          timeout=300, check=False)
+    done = subprocess.run(
+        [PY, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300, check=False
+    )
     assert done.returncode == 0, done.stderr
     assert command.text.startswith(".venv/bin/pip "), command.text
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env["PATH"] = f"{venv}/bin:/usr/bin:/bin"
     text = command.text.replace(".venv/", f"{venv}/", 1)
-    done = subprocess.run(["bash", "-c", text], cwd=ROOT, capture_output=True, text=True,
-                          timeout=2700, env=env, check=False)
+    done = subprocess.run(
+        ["bash", "-c", text],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=2700,
+        env=env,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    done = subprocess.run([str(venv / "bin" / "python"), "-c", how.check], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300, env=env, check=False)
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", how.check],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 def run_python_venv(tmp_path: Path) -> None:
-    done = subprocess.run([PY, "-m", "venv", "--without-pip", str(tmp_path / ".venv")],
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [PY, "-m", "venv", "--without-pip", str(tmp_path / ".venv")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -535,8 +647,9 @@ def _param(command: dc.Command):
     # An install from the package index takes minutes (lm-eval's stack is
     # ~630 MB): beyond the suite's 900 s per test on a loaded machine.
     slow = isinstance(CLASSIFIED.get(command.text), Install)
-    return pytest.param(command, id=command.id,
-                        marks=[pytest.mark.slow, pytest.mark.timeout(3000)] if slow else [])
+    return pytest.param(
+        command, id=command.id, marks=[pytest.mark.slow, pytest.mark.timeout(3000)] if slow else []
+    )
 
 
 @pytest.mark.parametrize("command", [_param(c) for c in COMMANDS])
@@ -619,9 +732,10 @@ def unquote(value):
 def bake() -> dict[str, dict]:
     """docker-bake.hcl's targets, groups and variables, names unquoted."""
     data = hcl2.loads((ROOT / "docker-bake.hcl").read_text())
-    return {kind: {unquote(name): body for entry in data.get(kind, [])
-                   for name, body in entry.items()}
-            for kind in ("target", "group", "variable")}
+    return {
+        kind: {unquote(name): body for entry in data.get(kind, []) for name, body in entry.items()}
+        for kind in ("target", "group", "variable")
+    }
 
 
 def bake_tags(name: str) -> list[str]:
@@ -639,8 +753,11 @@ def bake_tags(name: str) -> list[str]:
 
 
 def test_bake_targets_named_by_commands_exist():
-    named = [(c, c.words[c.words.index("bake") + 1]) for c in COMMANDS
-             if c.words[:3] == ["docker", "buildx", "bake"]]
+    named = [
+        (c, c.words[c.words.index("bake") + 1])
+        for c in COMMANDS
+        if c.words[:3] == ["docker", "buildx", "bake"]
+    ]
     assert named
     parsed = bake()
     for command, target in named:
@@ -669,9 +786,15 @@ def test_pip_extras_named_by_commands_exist():
     import tomllib
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]
-    named = [(c, m) for c in COMMANDS for w in c.words for m in re.findall(r"\[([\w,]+)\]", w)
-             if "pip" in c.text]
+        "optional-dependencies"
+    ]
+    named = [
+        (c, m)
+        for c in COMMANDS
+        for w in c.words
+        for m in re.findall(r"\[([\w,]+)\]", w)
+        if "pip" in c.text
+    ]
     assert named
     for command, names in named:
         for name in names.split(","):
@@ -679,17 +802,27 @@ def test_pip_extras_named_by_commands_exist():
 
 
 def test_kubernetes_names_exist_in_the_manifests():
-    docs = [d for path in sorted((ROOT / "deploy" / "k8s").glob("*.yaml"))
-            for d in yaml.safe_load_all(path.read_text()) if d]
+    docs = [
+        d
+        for path in sorted((ROOT / "deploy" / "k8s").glob("*.yaml"))
+        for d in yaml.safe_load_all(path.read_text())
+        if d
+    ]
     names = {(d["kind"].lower(), d["metadata"]["name"]) for d in docs}
     namespaces = {d["metadata"].get("namespace") for d in docs} - {None}
     secrets = {v["secret"]["secretName"] for d in docs for v in _volumes(d) if "secret" in v}
-    secrets |= {ref["secretKeyRef"]["name"] for d in docs for ref in _env_refs(d)
-                if "secretKeyRef" in ref}
-    configmaps = {ref["configMapKeyRef"]["name"] for d in docs for ref in _env_refs(d)
-                  if "configMapKeyRef" in ref}
-    configmaps |= {ref["configMapRef"]["name"] for d in docs for ref in _env_from(d)
-                   if "configMapRef" in ref}
+    secrets |= {
+        ref["secretKeyRef"]["name"] for d in docs for ref in _env_refs(d) if "secretKeyRef" in ref
+    }
+    configmaps = {
+        ref["configMapKeyRef"]["name"]
+        for d in docs
+        for ref in _env_refs(d)
+        if "configMapKeyRef" in ref
+    }
+    configmaps |= {
+        ref["configMapRef"]["name"] for d in docs for ref in _env_from(d) if "configMapRef" in ref
+    }
     for command in COMMANDS:
         words = command.words
         if words[0] != "kubectl":
@@ -723,8 +856,7 @@ def _containers(doc: dict) -> list[dict]:
 
 
 def _env_refs(doc: dict) -> list[dict]:
-    return [e["valueFrom"] for c in _containers(doc) for e in c.get("env", [])
-            if "valueFrom" in e]
+    return [e["valueFrom"] for c in _containers(doc) for e in c.get("env", []) if "valueFrom" in e]
 
 
 def _env_from(doc: dict) -> list[dict]:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import doc_commands as dc
 
 from sm12x import cli
 from sm12x.settings.model import Settings, env_name, meta
+from support import doc_commands as dc
 from verify.cli import parser as verify_parser
 
 ROOT = dc.ROOT
@@ -26,8 +26,7 @@ IDS = [p.relative_to(ROOT).as_posix() for p in DOCS]
 def snippets(path: Path) -> list[str]:
     """Every command-like piece of text: the logical lines of the sh blocks and
     the inline code spans."""
-    lines = [c.text for b in dc.blocks(path) if b.lang in dc.COMMAND_LANGS
-             for c in dc.commands(b)]
+    lines = [c.text for b in dc.blocks(path) if b.lang in dc.COMMAND_LANGS for c in dc.commands(b)]
     return lines + dc.inline_code(path)
 
 
@@ -36,8 +35,7 @@ def option_strings(parser: argparse.ArgumentParser) -> set[str]:
 
 
 def parsers() -> dict[str, set[str]]:
-    sub = next(a for a in cli.build_parser()._actions
-               if isinstance(a, argparse._SubParsersAction))
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     found = {name: option_strings(p) for name, p in sub.choices.items()}
     found["verify"] = option_strings(verify_parser())
     return found
@@ -47,7 +45,8 @@ PARSERS = parsers()
 # A command word: at the start, after `(`, `$(`, a pipe or `;`/`&&`, and
 # environment assignments; not `-n sm12x` (a namespace) or a path.
 INVOCATION = re.compile(
-    r"(?:^|[(;|&]\s*|\$\()\s*(?:[A-Za-z_]\w*=\S*\s+)*(sm12x|python3? -m verify) (.*)")
+    r"(?:^|[(;|&]\s*|\$\()\s*(?:[A-Za-z_]\w*=\S*\s+)*(sm12x|python3? -m verify) (.*)"
+)
 
 
 def invocations(text: str) -> list[tuple[str, list[str]]]:
@@ -84,9 +83,11 @@ def test_sm12x_commands_and_flags_exist(path):
                 bad.append(f"sm12x {command}: no such command ({text})")
                 continue
             # Exactly a flag of that command: argparse would also take an abbreviation.
-            bad += [f"sm12x {command} {flag}: no such flag ({text})" for flag in flags
-                    if flag not in PARSERS[command]
-                    and (command, flag) not in REFUSED_ON_PURPOSE]
+            bad += [
+                f"sm12x {command} {flag}: no such flag ({text})"
+                for flag in flags
+                if flag not in PARSERS[command] and (command, flag) not in REFUSED_ON_PURPOSE
+            ]
     assert not bad, "\n".join(bad)
 
 
@@ -106,20 +107,40 @@ def test_compose_profiles_exist(path):
     assert named <= compose_profiles(), named - compose_profiles()
 
 
-CODE_DIRS = ("sm12x", "verify", "scripts", "tests", "deploy", "benchmarks", "recipes", "patches",
-             ".github", ".ci")
-CODE_FILES = ("compose.yaml", "Dockerfile", "docker-bake.hcl", "versions.env", ".env.example",
-              "pyproject.toml")
+CODE_DIRS = (
+    "sm12x",
+    "verify",
+    "scripts",
+    "tests",
+    "deploy",
+    "benchmarks",
+    "recipes",
+    "patches",
+    ".github",
+    ".ci",
+)
+CODE_FILES = (
+    "compose.yaml",
+    "Dockerfile",
+    "docker-bake.hcl",
+    "versions.env",
+    ".env.example",
+    "pyproject.toml",
+)
 
 
 def names_outside_docs() -> str:
     """The text of everything that is not prose: code, scripts, config, workflows."""
     paths = [ROOT / name for name in CODE_FILES]
     for folder in CODE_DIRS:
-        paths += [p for p in (ROOT / folder).rglob("*")
-                  if p.is_file() and "__pycache__" not in p.parts
-                  and "fixtures" not in p.relative_to(ROOT).parts
-                  and p.suffix not in (".md", ".png", ".json", ".jsonl", ".gz")]
+        paths += [
+            p
+            for p in (ROOT / folder).rglob("*")
+            if p.is_file()
+            and "__pycache__" not in p.parts
+            and "fixtures" not in p.relative_to(ROOT).parts
+            and p.suffix not in (".md", ".png", ".json", ".jsonl", ".gz")
+        ]
     texts = []
     for path in paths:
         try:
@@ -145,8 +166,19 @@ def test_every_variable_the_docs_name_is_read_somewhere():
     assert not bad, bad
 
 
-REPO_ROOTS = ("scripts", "tests", "deploy", "benchmarks", "docs", "recipes", "patches", "sm12x",
-              "verify", ".github", ".ci")
+REPO_ROOTS = (
+    "scripts",
+    "tests",
+    "deploy",
+    "benchmarks",
+    "docs",
+    "recipes",
+    "patches",
+    "sm12x",
+    "verify",
+    ".github",
+    ".ci",
+)
 PATH_SPAN = re.compile(rf"^(?:{'|'.join(re.escape(r) for r in REPO_ROOTS)})/[\w./<>*{{}},@-]*$")
 
 

@@ -10,9 +10,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import checkpoint
-from support.doctor_rigs import GIB, IBV, IMAGE_ID, failing, rig, spark_rig
-from support.doctor_rigs import run_doctor as run
 
 from sm12x import cli
 from sm12x.doctor import main as doctor_main
@@ -20,7 +17,9 @@ from sm12x.doctor import rdma
 from sm12x.doctor.checks import Doctor, Options
 from sm12x.doctor.host import Host, Output
 from sm12x.errors import UserError
-
+from support import checkpoint
+from support.doctor_rigs import GIB, IBV, IMAGE_ID, failing, rig, spark_rig
+from support.doctor_rigs import run_doctor as run
 
 # --- every rig, healthy --------------------------------------------------------------------------
 
@@ -39,10 +38,24 @@ def test_healthy_single_node_rigs_are_ready(tmp_path, fixture, recipe):
     assert result["failed"] == []
     checks = result["checks"]
     assert checks["recipe"].data["recipe"] == recipe
-    for id in ("gpus", "driver", "recipe", "gpu-memory", "docker", "compose", "buildx",
-               "nvidia-runtime", "image", "model-dir", "model-config", "model-shards",
-               "model-revision",
-               "tokenizer", "disk", "shm"):
+    for id in (
+        "gpus",
+        "driver",
+        "recipe",
+        "gpu-memory",
+        "docker",
+        "compose",
+        "buildx",
+        "nvidia-runtime",
+        "image",
+        "model-dir",
+        "model-config",
+        "model-shards",
+        "model-revision",
+        "tokenizer",
+        "disk",
+        "shm",
+    ):
         assert checks[id].verdict == "ok", (id, checks[id])
     # No Spark-pair check on a single-node rig.
     assert "rdma" not in checks and "peer" not in checks
@@ -54,8 +67,14 @@ def test_healthy_spark_node_runs_the_pair_checks(tmp_path):
     assert result["failed"] == []
     assert checks["recipe"].data["recipe"] == "dgx-spark-tp2"
     assert checks["gpu-memory"].verdict == "ok" and "unified" in checks["gpu-memory"].detail
-    for id in ("rdma", "roce-gid", "nccl-socket-ifname", "gloo-socket-ifname", "peer",
-               "same-image"):
+    for id in (
+        "rdma",
+        "roce-gid",
+        "nccl-socket-ifname",
+        "gloo-socket-ifname",
+        "peer",
+        "same-image",
+    ):
         assert checks[id].verdict == "ok", (id, checks[id])
     assert "rocep1s0f0" in checks["rdma"].detail
     assert "192.168.100.1" in checks["peer"].detail and "enp1s0f0np0" in checks["peer"].detail
@@ -112,8 +131,9 @@ def test_no_nvidia_smi(tmp_path):
 
 def test_old_driver(tmp_path):
     host = rig(tmp_path, "rtx-pro-6000-x4.csv")
-    host.nvidia_smi("NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 4, 12.0, "
-                "97887 MiB, 575.51.03\n" * 4)
+    host.nvidia_smi(
+        "NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 4, 12.0, 97887 MiB, 575.51.03\n" * 4
+    )
     result = run(host)
     assert result["failed"] == ["driver"]
     assert "575.51.03" in result["checks"]["driver"].detail
@@ -122,8 +142,9 @@ def test_old_driver(tmp_path):
 
 def test_small_cards_for_the_recipe(tmp_path):
     host = rig(tmp_path, "rtx-pro-6000-x4.csv")
-    host.nvidia_smi("NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 4, 12.0, "
-                "49152 MiB, 580.95.05\n" * 4)
+    host.nvidia_smi(
+        "NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 4, 12.0, 49152 MiB, 580.95.05\n" * 4
+    )
     result = run(host)
     assert result["failed"] == ["gpu-memory"]
 
@@ -133,8 +154,10 @@ def test_small_cards_for_the_recipe(tmp_path):
 
 def test_docker_daemon_down(tmp_path):
     host = rig(tmp_path, "rtx-pro-6000-x4.csv")
-    host.answer(("docker", "version"), failing(
-        "Cannot connect to the Docker daemon at unix:///var/run/docker.sock."))
+    host.answer(
+        ("docker", "version"),
+        failing("Cannot connect to the Docker daemon at unix:///var/run/docker.sock."),
+    )
     result = run(host)
     assert result["failed"] == ["docker"]
     checks = result["checks"]
@@ -148,8 +171,12 @@ def test_docker_daemon_down(tmp_path):
 def test_compose_missing_while_the_daemon_is_down_is_still_reported(tmp_path):
     host = rig(tmp_path, "rtx-pro-6000-x4.csv")
     host.answer(("docker", "version"), failing("Cannot connect to the Docker daemon"))
-    host.answer(("docker", "compose", "version"), failing(
-        "docker: unknown command: docker compose\n\nRun 'docker --help' for more information"))
+    host.answer(
+        ("docker", "compose", "version"),
+        failing(
+            "docker: unknown command: docker compose\n\nRun 'docker --help' for more information"
+        ),
+    )
     result = run(host)
     assert result["failed"] == ["docker", "compose"]
     assert "unknown shorthand flag: 'd'" in result["checks"]["compose"].detail
@@ -178,16 +205,20 @@ OS_RELEASE = {  # written from the format; Debian and Ubuntu: tests/unit/test_do
         ("arch", False, "docker-compose-plugin from Docker's repository"),
     ],
 )
-def test_no_compose_plugin_outside_debian_names_docker_s_package(tmp_path, system, docker_ce,
-                                                                 fix):
+def test_no_compose_plugin_outside_debian_names_docker_s_package(tmp_path, system, docker_ce, fix):
     host = rig(tmp_path, "rtx-pro-6000-x4.csv")
-    host.answer(("docker", "compose", "version"),
-                failing("docker: 'compose' is not a docker command."))
+    host.answer(
+        ("docker", "compose", "version"), failing("docker: 'compose' is not a docker command.")
+    )
     (host.root / "etc").mkdir(exist_ok=True)
     (host.root / "etc" / "os-release").write_text(OS_RELEASE[system])
     host.tools |= {"rpm"}
-    host.answer(("rpm",), "docker-ce-cli-28.0.1-1.fc41.x86_64\n" if docker_ce else failing(
-        "package docker-ce-cli is not installed"))
+    host.answer(
+        ("rpm",),
+        "docker-ce-cli-28.0.1-1.fc41.x86_64\n"
+        if docker_ce
+        else failing("package docker-ce-cli is not installed"),
+    )
     check = run(host)["checks"]["compose"]
     assert check.verdict == "fail"
     assert fix in check.fix, check.fix
@@ -205,8 +236,9 @@ def test_no_nvidia_container_toolkit(tmp_path):
 
 def test_no_compose_plugin(tmp_path):
     host = rig(tmp_path, "rtx-pro-6000-x4.csv")
-    host.answer(("docker", "compose", "version"),
-                failing("docker: 'compose' is not a docker command."))
+    host.answer(
+        ("docker", "compose", "version"), failing("docker: 'compose' is not a docker command.")
+    )
     result = run(host)
     assert result["failed"] == ["compose"]
 
@@ -314,8 +346,13 @@ def test_other_revision_is_a_warning(tmp_path):
 
 def test_hub_cache_snapshot_revision(tmp_path):
     host = rig(tmp_path, "rtx-pro-6000-x4.csv")
-    snapshot = tmp_path / "hub" / "models--deepseek-ai--DeepSeek-V4-Flash-0731" / "snapshots" / (
-        checkpoint.REVISION)
+    snapshot = (
+        tmp_path
+        / "hub"
+        / "models--deepseek-ai--DeepSeek-V4-Flash-0731"
+        / "snapshots"
+        / (checkpoint.REVISION)
+    )
     checkpoint.write_checkpoint(snapshot, metadata=False)
     host.environ["SM12X_MODEL_DIR"] = str(snapshot)
     checks = run(host)["checks"]
@@ -448,8 +485,7 @@ def test_peer_image_from_its_report(tmp_path):
 
 def test_ibv_devinfo_parser():
     devices = rdma.parse_ibv_devinfo((IBV / "dgx-spark.txt").read_text())
-    assert [d.name for d in devices] == ["rocep1s0f0", "rocep1s0f1", "roceP2p1s0f0",
-                                         "roceP2p1s0f1"]
+    assert [d.name for d in devices] == ["rocep1s0f0", "rocep1s0f1", "roceP2p1s0f0", "roceP2p1s0f1"]
     assert [d.active for d in devices] == [True, False, True, False]
     assert devices[0].ports[0].link_layer == "Ethernet"
     assert devices[0].fields["vendor_part_id"] == "4129"
@@ -559,8 +595,7 @@ def test_the_cli_refuses_a_peer_that_is_not_a_host(tmp_path):
 # --- .env and git: the real git, in a repository made for the test ----------------------------
 
 
-def env_in_git(tmp_path, key: str, *, track: bool = False, ignore: bool = False,
-               git: bool = True):
+def env_in_git(tmp_path, key: str, *, track: bool = False, ignore: bool = False, git: bool = True):
     repo = tmp_path / "checkout"
     repo.mkdir()
     if git:
@@ -577,15 +612,19 @@ def env_in_git(tmp_path, key: str, *, track: bool = False, ignore: bool = False,
     return Doctor(host, Options(env_file=env_file)).run()
 
 
-@pytest.mark.parametrize(("key", "track", "ignore", "git", "verdict", "says"), [
-    ("s3cret", True, True, True, "warn", "git tracks it"),
-    ("s3cret", False, False, True, "warn", "`git add -A` would commit it"),
-    ("s3cret", False, True, True, "ok", "git ignores it"),
-    ("", True, False, True, "ok", "holds no key"),
-    ("s3cret", False, False, False, "ok", "not in a git work tree"),
-])
-def test_a_key_bearing_env_file_in_git_is_a_warning(tmp_path, key, track, ignore, git, verdict,
-                                                     says):
+@pytest.mark.parametrize(
+    ("key", "track", "ignore", "git", "verdict", "says"),
+    [
+        ("s3cret", True, True, True, "warn", "git tracks it"),
+        ("s3cret", False, False, True, "warn", "`git add -A` would commit it"),
+        ("s3cret", False, True, True, "ok", "git ignores it"),
+        ("", True, False, True, "ok", "holds no key"),
+        ("s3cret", False, False, False, "ok", "not in a git work tree"),
+    ],
+)
+def test_a_key_bearing_env_file_in_git_is_a_warning(
+    tmp_path, key, track, ignore, git, verdict, says
+):
     checks = {c.id: c for c in env_in_git(tmp_path, key, track=track, ignore=ignore, git=git)}
     check = checks["env-git"]
     assert (check.verdict, check.required) == (verdict, False), check
@@ -597,8 +636,12 @@ def test_a_key_bearing_env_file_in_git_is_a_warning(tmp_path, key, track, ignore
 
 def test_every_check_is_a_row_of_docs_doctor_md(tmp_path):
     doc = (Path(__file__).parents[2] / "docs" / "doctor.md").read_text()
-    rows = {name for line in doc.splitlines() if line.startswith("| `")
-            for name in re.findall(r"`([a-z0-9-]+)`", line.split("|")[1])}
+    rows = {
+        name
+        for line in doc.splitlines()
+        if line.startswith("| `")
+        for name in re.findall(r"`([a-z0-9-]+)`", line.split("|")[1])
+    }
     ids = {c.id for c in Doctor(spark_rig(tmp_path / "spark"), Options(env_file=os.devnull)).run()}
     ids |= set(run(rig(tmp_path / "rtx", "rtx-pro-6000-x4.csv"))["checks"])
     assert {"buildx", "env-git", "compose"} <= ids
@@ -636,10 +679,16 @@ def test_a_v41_checkpoint_passes_for_the_v41_recipe(tmp_path):
     "config, says, fix",
     [
         (None, "is DeepSeek-V4-Flash-0731", "deepseek-ai/DeepSeek-V4.1-Flash"),
-        ({**checkpoint.V41_CONFIG, "architectures": ["DeepseekV41ForConditionalGeneration"]},
-         "maps only DeepseekV41ForCausalLM", "DeepseekV41ForCausalLM"),
-        ({k: v for k, v in checkpoint.V41_CONFIG.items() if k != "vision_config"},
-         "has no vision_config", "model.vision: false"),
+        (
+            {**checkpoint.V41_CONFIG, "architectures": ["DeepseekV41ForConditionalGeneration"]},
+            "maps only DeepseekV41ForCausalLM",
+            "DeepseekV41ForCausalLM",
+        ),
+        (
+            {k: v for k, v in checkpoint.V41_CONFIG.items() if k != "vision_config"},
+            "has no vision_config",
+            "model.vision: false",
+        ),
     ],
 )
 def test_a_v41_recipe_refuses_another_checkpoint(tmp_path, config, says, fix):

@@ -8,11 +8,11 @@ import json
 import shutil
 
 import pytest
-from support.doctor_rigs import PACKAGES, FakeHost, failing, on_distribution, rig
-from support.doctor_rigs import run_doctor as run
 
 from sm12x.doctor import packages
 from sm12x.doctor.host import Host, Output
+from support.doctor_rigs import PACKAGES, FakeHost, failing, on_distribution, rig
+from support.doctor_rigs import run_doctor as run
 
 # distribution -> (what the Compose fix must say, what the buildx fix must say)
 EXPECTED = {
@@ -22,32 +22,38 @@ EXPECTED = {
         f"({packages.DEBIAN_DOCKER_REPO}) and sudo apt-get install docker-compose-plugin",
         "Debian GNU/Linux 12 (bookworm)'s archive has no buildx package: add Docker's apt "
         f"repository ({packages.DEBIAN_DOCKER_REPO}) and sudo apt-get install "
-        "docker-buildx-plugin"),
+        "docker-buildx-plugin",
+    ),
     "debian-12-docker-ce": (
         "docker-compose-plugin, from Docker's repository like this machine's docker-ce-cli "
         "(2.34.0-1~debian.12~bookworm offered): sudo apt-get install docker-compose-plugin",
         "docker-buildx-plugin, from Docker's repository like this machine's docker-ce-cli "
-        "(0.22.0-1~debian.12~bookworm offered): sudo apt-get install docker-buildx-plugin"),
+        "(0.22.0-1~debian.12~bookworm offered): sudo apt-get install docker-buildx-plugin",
+    ),
     "debian-13": (
         "docker-compose, Debian GNU/Linux 13 (trixie)'s Compose v2 for its docker.io "
         "(2.26.1-4 offered): sudo apt-get install docker-compose",
         "docker-buildx, Debian GNU/Linux 13 (trixie)'s buildx for its docker.io "
-        "(0.13.1+ds1-3 offered): sudo apt-get install docker-buildx"),
+        "(0.13.1+ds1-3 offered): sudo apt-get install docker-buildx",
+    ),
     "ubuntu-22.04": (
         "docker-compose-v2, Ubuntu 22.04.5 LTS's Compose v2 for its docker.io "
         "(2.24.6-0ubuntu1~22.04.1 offered): sudo apt-get install docker-compose-v2",
         "docker-buildx, Ubuntu 22.04.5 LTS's buildx for its docker.io "
-        "(0.30.1-0ubuntu1~22.04.1 offered): sudo apt-get install docker-buildx"),
+        "(0.30.1-0ubuntu1~22.04.1 offered): sudo apt-get install docker-buildx",
+    ),
     "ubuntu-24.04": (
         "docker-compose-v2, Ubuntu 24.04.3 LTS's Compose v2 for its docker.io "
         "(2.24.6+ds1-0ubuntu2 offered): sudo apt-get install docker-compose-v2",
         "docker-buildx, Ubuntu 24.04.3 LTS's buildx for its docker.io "
-        "(0.30.1-0ubuntu1~24.04.1 offered): sudo apt-get install docker-buildx"),
+        "(0.30.1-0ubuntu1~24.04.1 offered): sudo apt-get install docker-buildx",
+    ),
     "dgx-os": (
         "docker-compose-plugin, from Docker's repository like this machine's docker-ce-cli "
         "(2.34.0-1~ubuntu.24.04~noble offered): sudo apt-get install docker-compose-plugin",
         "docker-buildx-plugin, from Docker's repository like this machine's docker-ce-cli "
-        "(0.22.0-1~ubuntu.24.04~noble offered): sudo apt-get install docker-buildx-plugin"),
+        "(0.22.0-1~ubuntu.24.04~noble offered): sudo apt-get install docker-buildx-plugin",
+    ),
 }
 
 
@@ -78,8 +84,11 @@ def test_debian_12_s_not_installed_docker_ce_cli_is_not_installed(tmp_path):
     """The recorded answer: dpkg-query exits 0 with `unknown ok not-installed`
     for a package it has only heard of. That is not Docker's CLI."""
     recorded = json.loads((PACKAGES / "debian-12.json").read_text())
-    answer = next(c for c in recorded["commands"]
-                  if c["argv"] == ["dpkg-query", "-W", "-f=${Status}", "docker-ce-cli"])
+    answer = next(
+        c
+        for c in recorded["commands"]
+        if c["argv"] == ["dpkg-query", "-W", "-f=${Status}", "docker-ce-cli"]
+    )
     assert (answer["stdout"], answer["returncode"]) == ("unknown ok not-installed", 0)
     host = on_distribution(rig(tmp_path, "rtx-pro-6000-x4.csv"), "debian-12")
     assert packages.dpkg_state(host, "docker-ce-cli") == "not-installed"
@@ -90,13 +99,16 @@ def test_debian_12_s_not_installed_docker_ce_cli_is_not_installed(tmp_path):
     assert "unknown command: docker compose" in check.detail
 
 
-@pytest.mark.parametrize(("status", "code", "state"), [
-    ("install ok installed", 0, "installed"),
-    ("hold ok installed", 0, "installed"),
-    ("unknown ok not-installed", 0, "not-installed"),
-    ("deinstall ok config-files", 0, "config-files"),
-    ("install ok half-configured", 0, "half-configured"),
-])
+@pytest.mark.parametrize(
+    ("status", "code", "state"),
+    [
+        ("install ok installed", 0, "installed"),
+        ("hold ok installed", 0, "installed"),
+        ("unknown ok not-installed", 0, "not-installed"),
+        ("deinstall ok config-files", 0, "config-files"),
+        ("install ok half-configured", 0, "half-configured"),
+    ],
+)
 def test_dpkg_state_is_the_third_word(tmp_path, status, code, state):
     host = FakeHost(environ={"PATH": "/usr/bin"}, root=tmp_path, tools={"dpkg-query"})
     host.answer(("dpkg-query",), Output((), status, "", code))
@@ -115,10 +127,15 @@ def test_dpkg_without_a_record_or_without_dpkg(tmp_path):
 def test_apt_candidate_reads_the_named_package_s_block(tmp_path):
     host = FakeHost(environ={"PATH": "/usr/bin"}, root=tmp_path, tools={"apt-cache"})
     host.answer(("apt-cache", "policy", "a"), "")  # no source knows it: nothing printed
-    host.answer(("apt-cache", "policy", "b"), "b:\n  Installed: (none)\n  Candidate: (none)\n"
-                "  Version table:\n")
-    host.answer(("apt-cache", "policy", "c"), "c-doc:\n  Installed: (none)\n  Candidate: 9\n"
-                "c:\n  Installed: (none)\n  Candidate: 1:2.0-1\n  Version table:\n")
+    host.answer(
+        ("apt-cache", "policy", "b"),
+        "b:\n  Installed: (none)\n  Candidate: (none)\n  Version table:\n",
+    )
+    host.answer(
+        ("apt-cache", "policy", "c"),
+        "c-doc:\n  Installed: (none)\n  Candidate: 9\n"
+        "c:\n  Installed: (none)\n  Candidate: 1:2.0-1\n  Version table:\n",
+    )
     assert packages.apt_candidate(host, "a") is None
     assert packages.apt_candidate(host, "b") is None
     assert packages.apt_candidate(host, "c") == "1:2.0-1"
@@ -129,8 +146,10 @@ def test_a_debian_archive_whose_docker_compose_is_still_v1_is_not_offered(tmp_pa
     """A Debian release the table puts on v2 whose archive turns out to carry
     v1 (a backport pinned back, a mirror behind): the candidate's version decides."""
     host = on_distribution(rig(tmp_path, "rtx-pro-6000-x4.csv"), "debian-13")
-    host.answer(("apt-cache", "policy", "docker-compose"),
-                "docker-compose:\n  Installed: (none)\n  Candidate: 1.29.2-6\n")
+    host.answer(
+        ("apt-cache", "policy", "docker-compose"),
+        "docker-compose:\n  Installed: (none)\n  Candidate: 1.29.2-6\n",
+    )
     fix = run(host)["checks"]["compose"].fix
     assert "is Compose v1" in fix and "docker-compose-plugin" in fix
 
@@ -162,8 +181,10 @@ def test_buildx_whose_bake_answer_is_docker_s_own_help(tmp_path):
     assert "docker-buildx-plugin" in check.fix
 
 
-@pytest.mark.skipif(shutil.which("dpkg-query") is None or shutil.which("apt-cache") is None,
-                    reason="not a Debian-like machine")
+@pytest.mark.skipif(
+    shutil.which("dpkg-query") is None or shutil.which("apt-cache") is None,
+    reason="not a Debian-like machine",
+)
 def test_the_parsers_read_this_machine_s_real_tools():
     host = Host()
     assert packages.dpkg_state(host, "dpkg") == "installed"

@@ -9,10 +9,10 @@ import shutil
 import zipfile
 
 import pytest
-from support import compose, wheels
-from support.cli import run_sm12x
 
 from sm12x.doctor.model_dir import ARCHITECTURE
+from support import compose, wheels
+from support.cli import run_sm12x
 
 
 def test_doctor_process_on_a_machine_without_gpus(tmp_path):
@@ -39,21 +39,29 @@ def test_doctor_table_process(tmp_path):
 def test_architecture_is_sglangs_deepseek_v4_entry_class(version):
     with zipfile.ZipFile(wheels.wheel("sglang", version)) as archive:
         tree = ast.parse(archive.read("sglang/srt/models/deepseek_v4.py").decode())
-    entry = next(n for n in tree.body if isinstance(n, ast.Assign)
-                 and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in n.targets))
+    entry = next(
+        n
+        for n in tree.body
+        if isinstance(n, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in n.targets)
+    )
     assert ARCHITECTURE in [e.id for e in entry.value.elts]
 
 
-@pytest.mark.skipif(shutil.which("docker", path="/usr/bin:/bin") is None,
-                    reason="no docker CLI on this machine (scripts/test installs docker.io)")
+@pytest.mark.skipif(
+    shutil.which("docker", path="/usr/bin:/bin") is None,
+    reason="no docker CLI on this machine (scripts/test installs docker.io)",
+)
 def test_compose_is_checked_by_the_real_cli_without_a_daemon(tmp_path):
     """The docker CLI with the real Compose v2 binary as its plugin, and no daemon
     (DOCKER_HOST points at nothing): Compose is still checked, not skipped."""
     plugins = tmp_path / "docker-config" / "cli-plugins"
     plugins.mkdir(parents=True)
     (plugins / "docker-compose").symlink_to(compose.binary())
-    env = {"DOCKER_CONFIG": str(tmp_path / "docker-config"),
-           "DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock"}
+    env = {
+        "DOCKER_CONFIG": str(tmp_path / "docker-config"),
+        "DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock",
+    }
     result = run_sm12x("doctor", "--json", "--timeout", "20", env=env, cwd=tmp_path)
     checks = {c["id"]: c for c in json.loads(result.stdout)["checks"]}
     assert checks["docker"]["verdict"] == "fail"
@@ -64,13 +72,21 @@ def test_compose_is_checked_by_the_real_cli_without_a_daemon(tmp_path):
     result = run_sm12x("doctor", "--json", "--timeout", "20", env=env, cwd=tmp_path)
     check = {c["id"]: c for c in json.loads(result.stdout)["checks"]}["compose"]
     assert check["verdict"] == "fail" and "unknown shorthand flag: 'd'" in check["detail"]
-    assert re.search(r"docker-compose-plugin|docker-compose-v2|sudo apt-get install "
-                     r"docker-compose", check["fix"]), check["fix"]
+    assert re.search(
+        r"docker-compose-plugin|docker-compose-v2|sudo apt-get install "
+        r"docker-compose",
+        check["fix"],
+    ), check["fix"]
 
 
 def compose_version() -> str:
     import subprocess
 
-    out = subprocess.run([str(compose.binary()), "version", "--short"], capture_output=True,
-                         text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [str(compose.binary()), "version", "--short"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return out.stdout.strip()

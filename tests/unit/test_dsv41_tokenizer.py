@@ -8,9 +8,22 @@ from support import dsv4_tokenizer, dsv41_tokenizer
 
 # What deepseek-recipe 0.2.0's DeepseekV41Encoding writes (SpecialToken.default_str(),
 # with sglang's image spelling), and the DSML token of its tool-call block.
-SPECIALS = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<think>", "</think>",
-            "<｜System｜>", "<｜User｜>", "<｜Assistant｜>", "<｜latest_reminder｜>", "｜DSML｜",
-            dsv41_tokenizer.IMAGE_TOKEN, "<｜ref｜>", "<｜/ref｜>", "<｜box｜>", "<｜/box｜>"]
+SPECIALS = [
+    "<｜begin▁of▁sentence｜>",
+    "<｜end▁of▁sentence｜>",
+    "<think>",
+    "</think>",
+    "<｜System｜>",
+    "<｜User｜>",
+    "<｜Assistant｜>",
+    "<｜latest_reminder｜>",
+    "｜DSML｜",
+    dsv41_tokenizer.IMAGE_TOKEN,
+    "<｜ref｜>",
+    "<｜/ref｜>",
+    "<｜box｜>",
+    "<｜/box｜>",
+]
 
 
 def test_every_special_token_of_v41_s_encoder_is_one_token():

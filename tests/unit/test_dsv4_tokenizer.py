@@ -21,8 +21,14 @@ from tests.support import dsv4_tokenizer, sglang_serving, stream_census  # noqa:
 @pytest.fixture(scope="module")
 def enc():
     """sglang 0.5.17's encoding_dsv4.py, loaded on its own (it imports nothing of sglang)."""
-    path = (sglang_serving.tree("0.5.17", patched=False)
-            / "sglang" / "srt" / "entrypoints" / "openai" / "encoding_dsv4.py")
+    path = (
+        sglang_serving.tree("0.5.17", patched=False)
+        / "sglang"
+        / "srt"
+        / "entrypoints"
+        / "openai"
+        / "encoding_dsv4.py"
+    )
     spec = importlib.util.spec_from_file_location("encoding_dsv4_under_test", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -35,9 +41,17 @@ def tok():
 
 
 def _specials(enc) -> list[str]:
-    return [enc.bos_token, enc.eos_token, enc.thinking_start_token, enc.thinking_end_token,
-            enc.dsml_token, enc.USER_SP_TOKEN, enc.ASSISTANT_SP_TOKEN,
-            enc.LATEST_REMINDER_SP_TOKEN, *enc.DS_TASK_SP_TOKENS.values()]
+    return [
+        enc.bos_token,
+        enc.eos_token,
+        enc.thinking_start_token,
+        enc.thinking_end_token,
+        enc.dsml_token,
+        enc.USER_SP_TOKEN,
+        enc.ASSISTANT_SP_TOKEN,
+        enc.LATEST_REMINDER_SP_TOKEN,
+        *enc.DS_TASK_SP_TOKENS.values(),
+    ]
 
 
 def test_the_package_ships_a_tokenizer_json():
@@ -87,9 +101,14 @@ def test_loaded_as_autotokenizer_loads_it(tok, enc):
     auto = AutoTokenizer.from_pretrained(str(dsv4_tokenizer.folder()))
     assert type(auto) is type(tok) and len(auto) == len(tok)
     assert (auto.bos_token, auto.eos_token, auto.eos_token_id) == (
-        tok.bos_token, tok.eos_token, tok.eos_token_id)
+        tok.bos_token,
+        tok.eos_token,
+        tok.eos_token_id,
+    )
     text = stream_census.render(enc, stream_census.cases()[-1])
     ids = auto.encode(text, add_special_tokens=False)
     assert tok.encode(text, add_special_tokens=False) == ids
     for skip in (True, False):
-        assert tok.decode(ids, skip_special_tokens=skip) == auto.decode(ids, skip_special_tokens=skip)
+        assert tok.decode(ids, skip_special_tokens=skip) == auto.decode(
+            ids, skip_special_tokens=skip
+        )

@@ -7,10 +7,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from support.cli import assert_one_clear_error, run_sm12x
 
 from sm12x.launch.health import default_url
 from sm12x.settings import load
+from support.cli import assert_one_clear_error, run_sm12x
 
 
 class FakeServer:

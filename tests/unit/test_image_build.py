@@ -40,8 +40,15 @@ def load_module():
     return module
 
 
-def dist(site: Path, name: str, version: str, *, package: str | None = None,
-         requires: tuple[str, ...] = (), wheel_tag: str | None = None) -> None:
+def dist(
+    site: Path,
+    name: str,
+    version: str,
+    *,
+    package: str | None = None,
+    requires: tuple[str, ...] = (),
+    wheel_tag: str | None = None,
+) -> None:
     info = site / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True)
     meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
@@ -60,8 +67,14 @@ def dist(site: Path, name: str, version: str, *, package: str | None = None,
 def run(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
     # -S: only the fake site (and the standard library) is importable.
     env = {**os.environ, "PYTHONPATH": str(site)}
-    return subprocess.run([sys.executable, "-S", str(SCRIPT), *args], capture_output=True,
-                          text=True, timeout=60, env=env, cwd=site)
+    return subprocess.run(
+        [sys.executable, "-S", str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=site,
+    )
 
 
 def test_check_base_accepts_the_pinned_sglang(tmp_path):
@@ -75,8 +88,9 @@ def test_check_base_names_both_versions_when_they_differ(tmp_path):
     dist(tmp_path, "sglang", "0.5.17", package="sglang")
     proc = run(tmp_path, "check-base", "--sglang", "0.5.16")
     assert proc.returncode == 1
-    assert ("image-build: error: the base has sglang 0.5.17, versions.env pins "
-            "SGLANG_VERSION=0.5.16") in proc.stderr
+    assert (
+        "image-build: error: the base has sglang 0.5.17, versions.env pins SGLANG_VERSION=0.5.16"
+    ) in proc.stderr
 
 
 def test_check_base_refuses_a_base_without_sglang(tmp_path):
@@ -90,8 +104,9 @@ def test_check_patches_refuses_a_label_that_would_lie(tmp_path):
     (tmp_path / "sglang" / ".sm12x-patches.json").write_text(json.dumps(record))
     ok = run(tmp_path, "check-patches", "--sglang", "0.5.16", "--expect", "0001-a.patch")
     assert ok.returncode == 0, ok.stderr
-    lie = run(tmp_path, "check-patches", "--sglang", "0.5.16",
-              "--expect", "0001-a.patch,0002-b.patch")
+    lie = run(
+        tmp_path, "check-patches", "--sglang", "0.5.16", "--expect", "0001-a.patch,0002-b.patch"
+    )
     assert lie.returncode == 1
     assert "applied 0001-a.patch but the image is labelled" in lie.stderr
     other = run(tmp_path, "check-patches", "--sglang", "0.5.17", "--expect", "0001-a.patch")
@@ -104,16 +119,23 @@ def test_check_patches_without_a_record(tmp_path):
     assert proc.returncode == 1 and "apply-patches did not finish" in proc.stderr
 
 
-@pytest.mark.parametrize("arch, amd64, arm64, expected", [
-    ("x86_64", "", "", "0.6.15.post1+cu130"),
-    ("aarch64", "", "", "0.6.15.post1+cu130"),
-    ("aarch64", "", "0.6.15.post2", "0.6.15.post2+cu130"),
-    ("x86_64", "0.6.15.post1+cu129", "", "0.6.15.post1+cu129"),
-])
+@pytest.mark.parametrize(
+    "arch, amd64, arm64, expected",
+    [
+        ("x86_64", "", "", "0.6.15.post1+cu130"),
+        ("aarch64", "", "", "0.6.15.post1+cu130"),
+        ("aarch64", "", "0.6.15.post2", "0.6.15.post2+cu130"),
+        ("x86_64", "0.6.15.post1+cu129", "", "0.6.15.post1+cu129"),
+    ],
+)
 def test_jit_cache_version_per_arch(arch, amd64, arm64, expected):
     module = load_module()
-    args = module.argparse.Namespace(jit_cache_version="0.6.15.post1", cuda="13.0",
-                                     jit_cache_version_amd64=amd64, jit_cache_version_arm64=arm64)
+    args = module.argparse.Namespace(
+        jit_cache_version="0.6.15.post1",
+        cuda="13.0",
+        jit_cache_version_amd64=amd64,
+        jit_cache_version_arm64=arm64,
+    )
     assert module.jit_cache_version(args, arch) == expected
 
 
@@ -125,20 +147,29 @@ def test_targetarch_maps_to_the_wheel_machine_and_refuses_others():
 
 
 # Loads the script as module `mod` in a subprocess (whose sys.path is the fake site).
-LOAD = ("import importlib.machinery as m, importlib.util as u; "
-        f"loader = m.SourceFileLoader('b', {str(SCRIPT)!r}); "
-        "mod = u.module_from_spec(u.spec_from_loader('b', loader)); loader.exec_module(mod)\n")
+LOAD = (
+    "import importlib.machinery as m, importlib.util as u; "
+    f"loader = m.SourceFileLoader('b', {str(SCRIPT)!r}); "
+    "mod = u.module_from_spec(u.spec_from_loader('b', loader)); loader.exec_module(mod)\n"
+)
 
 
 def check_flashinfer_in(site: Path, prebuilt: bool, arch: str = "x86_64") -> str:
-    code = (LOAD + "import argparse; "
-            "args = argparse.Namespace(version='0.6.15.post1', cubin_version='0.6.15.post1', "
-            "jit_cache_version='0.6.15.post1', jit_cache_version_amd64='', "
-            "jit_cache_version_arm64='', cuda='13.0')\n"
-            f"try:\n    mod.check_flashinfer(args, {arch!r}, {prebuilt})\n"
-            "except mod.BuildError as e:\n    print('ERROR', e)\n")
-    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHONPATH": str(site)})
+    code = (
+        LOAD + "import argparse; "
+        "args = argparse.Namespace(version='0.6.15.post1', cubin_version='0.6.15.post1', "
+        "jit_cache_version='0.6.15.post1', jit_cache_version_amd64='', "
+        "jit_cache_version_arm64='', cuda='13.0')\n"
+        f"try:\n    mod.check_flashinfer(args, {arch!r}, {prebuilt})\n"
+        "except mod.BuildError as e:\n    print('ERROR', e)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(site)},
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -146,8 +177,12 @@ def check_flashinfer_in(site: Path, prebuilt: bool, arch: str = "x86_64") -> str
 def test_check_flashinfer_prebuilt_wants_all_three_at_one_version_for_this_arch(tmp_path):
     dist(tmp_path, "flashinfer-python", "0.6.15.post1", requires=("torch",))
     dist(tmp_path, "flashinfer-cubin", "0.6.15.post1")
-    dist(tmp_path, "flashinfer-jit-cache", "0.6.15.post1+cu130",
-         wheel_tag="cp39-abi3-manylinux_2_28_x86_64")
+    dist(
+        tmp_path,
+        "flashinfer-jit-cache",
+        "0.6.15.post1+cu130",
+        wheel_tag="cp39-abi3-manylinux_2_28_x86_64",
+    )
     out = check_flashinfer_in(tmp_path, True)
     assert "ERROR" not in out, out
     assert "requires torch, not installed" in out  # --no-deps leftovers are reported
@@ -158,31 +193,54 @@ def test_check_flashinfer_prebuilt_wants_all_three_at_one_version_for_this_arch(
 def test_check_flashinfer_catches_a_stale_cubin(tmp_path):
     dist(tmp_path, "flashinfer-python", "0.6.15.post1")
     dist(tmp_path, "flashinfer-cubin", "0.6.14")
-    assert "ERROR flashinfer-cubin is 0.6.14, not 0.6.15.post1" in check_flashinfer_in(tmp_path,
-                                                                                      True)
-    assert "ERROR FLASHINFER_PREBUILT=0 but flashinfer-cubin" in check_flashinfer_in(tmp_path,
-                                                                                    False)
+    assert "ERROR flashinfer-cubin is 0.6.14, not 0.6.15.post1" in check_flashinfer_in(
+        tmp_path, True
+    )
+    assert "ERROR FLASHINFER_PREBUILT=0 but flashinfer-cubin" in check_flashinfer_in(
+        tmp_path, False
+    )
 
 
 def test_sglang_exact_pins_become_constraints_for_what_is_missing(tmp_path):
-    dist(tmp_path, "sglang", "0.5.16", package="sglang", requires=(
-        "openai==2.6.1", "flashinfer_python[cu13]==0.6.14", "numpy", "pytest==8.0; extra == 'test'",
-        "uvloop==0.21.0; sys_platform == 'win32'"))
+    dist(
+        tmp_path,
+        "sglang",
+        "0.5.16",
+        package="sglang",
+        requires=(
+            "openai==2.6.1",
+            "flashinfer_python[cu13]==0.6.14",
+            "numpy",
+            "pytest==8.0; extra == 'test'",
+            "uvloop==0.21.0; sys_platform == 'win32'",
+        ),
+    )
     code = LOAD + "print(sorted(mod.sglang_exact_pins().values()))"
     # Without -S: the pins are read with pip's vendored packaging.
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "['flashinfer-python==0.6.14', 'openai==2.6.1']"
 
 
 def sparse_mla_in(site: Path, bindir: Path, required: bool) -> subprocess.CompletedProcess[str]:
-    code = (LOAD + f"mod.CUDA_BIN = mod.Path({str(bindir / 'no-cuda')!r})\n"
-            f"try:\n    mod.sparse_mla(required={required})\n"
-            "except mod.BuildError as e:\n    print('ERROR', e)\n")
-    return subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHONPATH": str(site),
-                                           "PATH": str(bindir)})
+    code = (
+        LOAD + f"mod.CUDA_BIN = mod.Path({str(bindir / 'no-cuda')!r})\n"
+        f"try:\n    mod.sparse_mla(required={required})\n"
+        "except mod.BuildError as e:\n    print('ERROR', e)\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(site), "PATH": str(bindir)},
+    )
 
 
 def fake_tool(bindir: Path, name: str, output: str = "") -> None:
@@ -199,8 +257,12 @@ def test_sparse_mla_report_names_the_prebuilt_archs(tmp_path):
     module.mkdir(parents=True)
     (site / "flashinfer_jit_cache" / "__init__.py").write_text("")
     (module / "sparse_mla_sm120.so").write_bytes(b"\x7fELF")
-    fake_tool(bindir, "cuobjdump", "ELF file    1: sparse_mla_sm120.1.sm_120a.cubin\n"
-                                   "ELF file    2: sparse_mla_sm120.2.sm_121a.cubin")
+    fake_tool(
+        bindir,
+        "cuobjdump",
+        "ELF file    1: sparse_mla_sm120.1.sm_120a.cubin\n"
+        "ELF file    2: sparse_mla_sm120.2.sm_121a.cubin",
+    )
     proc = sparse_mla_in(site, bindir, required=True)
     assert proc.returncode == 0, proc.stderr
     assert "sparse_mla_sm120: prebuilt in flashinfer-jit-cache (sm_120a, sm_121a)" in proc.stdout
@@ -217,10 +279,14 @@ def test_sparse_mla_compiled_at_first_use_when_only_nvcc_is_there(tmp_path):
 def test_sparse_mla_with_neither_fails_a_real_build_only(tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    assert "ERROR sparse_mla_sm120 is neither in flashinfer-jit-cache nor compilable" in \
-        sparse_mla_in(tmp_path, bindir, required=True).stdout
-    assert "acceptable only for a stand-in build" in sparse_mla_in(tmp_path, bindir,
-                                                                  required=False).stdout
+    assert (
+        "ERROR sparse_mla_sm120 is neither in flashinfer-jit-cache nor compilable"
+        in sparse_mla_in(tmp_path, bindir, required=True).stdout
+    )
+    assert (
+        "acceptable only for a stand-in build"
+        in sparse_mla_in(tmp_path, bindir, required=False).stdout
+    )
 
 
 def test_only_versions_pip_accepts_become_constraints():
@@ -238,23 +304,38 @@ def kernel_site(site: Path, dist_name: str, package: str, elf: str, ptx: str = "
     """A kernel distribution whose one .so stands for the given device code."""
     dist(site, dist_name, "0.4.5", package=package)
     library = site / package / "common_ops.abi3.so"
-    library.write_bytes(b"\x7fELF\0host code\n" + f"SM12X-FAKE-DEVICE-CODE elf={elf} ptx={ptx}\n"
-                        .encode())
+    library.write_bytes(
+        b"\x7fELF\0host code\n" + f"SM12X-FAKE-DEVICE-CODE elf={elf} ptx={ptx}\n".encode()
+    )
     record = next(site.glob(f"{dist_name.replace('-', '_')}-*.dist-info")) / "RECORD"
     record.write_text(record.read_text() + f"{package}/common_ops.abi3.so,,\n")
     return library
 
 
-def check_kernels_in(site: Path, tmp_path: Path, targetarch: str,
-                     required: str = "1") -> subprocess.CompletedProcess[str]:
+def check_kernels_in(
+    site: Path, tmp_path: Path, targetarch: str, required: str = "1"
+) -> subprocess.CompletedProcess[str]:
     bindir = tmp_path / "cuda-bin"
     bindir.mkdir(exist_ok=True)
     if not (bindir / "cuobjdump").exists():
         (bindir / "cuobjdump").symlink_to(FAKE_CUOBJDUMP)
     env = {**os.environ, "PYTHONPATH": str(site), "PATH": f"{bindir}:{os.environ['PATH']}"}
-    return subprocess.run([sys.executable, "-S", str(SCRIPT), "check-kernels", "--targetarch",
-                           targetarch, "--required", required], capture_output=True, text=True,
-                          timeout=60, env=env)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-S",
+            str(SCRIPT),
+            "check-kernels",
+            "--targetarch",
+            targetarch,
+            "--required",
+            required,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 def test_gpu_arch_per_image_arch_is_what_the_recipes_run_on():
@@ -268,13 +349,21 @@ def test_gpu_arch_per_image_arch_is_what_the_recipes_run_on():
     assert {arch: {cc} for arch, cc in module.GPU_ARCH.items()} == wanted
 
 
-@pytest.mark.parametrize("kind, code, target, runs", [
-    ("elf", "sm_121a", (12, 1), True), ("elf", "sm_120a", (12, 1), False),
-    ("elf", "sm_120f", (12, 1), True), ("elf", "sm_120", (12, 1), True),
-    ("elf", "sm_121", (12, 0), False), ("elf", "sm_100a", (12, 0), False),
-    ("elf", "sm_90", (12, 0), False), ("ptx", "sm_90", (12, 1), True),
-    ("ptx", "sm_90a", (12, 1), False), ("elf", "sm_120a", (12, 0), True),
-])
+@pytest.mark.parametrize(
+    "kind, code, target, runs",
+    [
+        ("elf", "sm_121a", (12, 1), True),
+        ("elf", "sm_120a", (12, 1), False),
+        ("elf", "sm_120f", (12, 1), True),
+        ("elf", "sm_120", (12, 1), True),
+        ("elf", "sm_121", (12, 0), False),
+        ("elf", "sm_100a", (12, 0), False),
+        ("elf", "sm_90", (12, 0), False),
+        ("ptx", "sm_90", (12, 1), True),
+        ("ptx", "sm_90a", (12, 1), False),
+        ("elf", "sm_120a", (12, 0), True),
+    ],
+)
 def test_cuda_compatibility_rules(kind, code, target, runs):
     module = load_module()
     assert module.runs_on(kind, *module.parse_code(code), target) is runs
@@ -285,8 +374,10 @@ def test_arm64_refuses_a_kernel_library_without_sm_121_code_and_names_it(tmp_pat
     kernel_site(site, "sglang-kernel", "sgl_kernel", "sm_90a,sm_100a,sm_120a")
     proc = check_kernels_in(site, tmp_path, "arm64")
     assert proc.returncode == 1
-    assert ("image-build: error: kernel libraries without sm_121 code (aarch64 images run on "
-            "sm_121 GPUs") in proc.stderr, proc.stderr
+    assert (
+        "image-build: error: kernel libraries without sm_121 code (aarch64 images run on "
+        "sm_121 GPUs"
+    ) in proc.stderr, proc.stderr
     assert "sglang-kernel 0.4.5: common_ops.abi3.so has sm_90a, sm_100a, sm_120a" in proc.stderr
     # The same library serves the x86_64 image's sm_120 cards.
     amd64 = check_kernels_in(site, tmp_path, "amd64")
@@ -322,30 +413,51 @@ def test_check_kernels_on_a_stand_in_with_no_kernel_library(tmp_path):
 
 # --- flashinfer-jit-cache 0.7: the shim and its providers -----------------------------------
 
+
 def check_providers_in(site: Path) -> str:
-    code = LOAD + ("try:\n    mod.check_providers('0.7.2+cu130')\n"
-                   "except mod.BuildError as e:\n    print('ERROR', e)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHONPATH": str(site)})
+    code = LOAD + (
+        "try:\n    mod.check_providers('0.7.2+cu130')\n"
+        "except mod.BuildError as e:\n    print('ERROR', e)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(site)},
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
 
 def test_a_jit_cache_shim_without_its_providers_fails(tmp_path):
-    dist(tmp_path, "flashinfer-jit-cache", "0.7.2+cu130", requires=(
-        "flashinfer-jit-cache-sm120f==0.7.2+cu130; platform_machine == 'x86_64' or "
-        "platform_machine == 'aarch64'", "flashinfer-jit-cache-sm90a==0.7.2+cu130; extra == 'all'"))
+    dist(
+        tmp_path,
+        "flashinfer-jit-cache",
+        "0.7.2+cu130",
+        requires=(
+            "flashinfer-jit-cache-sm120f==0.7.2+cu130; platform_machine == 'x86_64' or "
+            "platform_machine == 'aarch64'",
+            "flashinfer-jit-cache-sm90a==0.7.2+cu130; extra == 'all'",
+        ),
+    )
     out = check_providers_in(tmp_path)
-    assert ("ERROR flashinfer-jit-cache 0.7.2+cu130 is a shim without its kernel providers: "
-            "flashinfer-jit-cache-sm120f==0.7.2+cu130 (not installed)") in out
+    assert (
+        "ERROR flashinfer-jit-cache 0.7.2+cu130 is a shim without its kernel providers: "
+        "flashinfer-jit-cache-sm120f==0.7.2+cu130 (not installed)"
+    ) in out
     assert "FLASHINFER_PREBUILT=0" in out and "sm90a" not in out  # an extra is not required
     dist(tmp_path, "flashinfer-jit-cache-sm120f", "0.7.2+cu129")
     assert "(installed: 0.7.2+cu129)" in check_providers_in(tmp_path)
 
 
 def test_a_jit_cache_shim_with_its_providers_passes(tmp_path):
-    dist(tmp_path, "flashinfer-jit-cache", "0.7.2+cu130",
-         requires=("flashinfer-jit-cache-sm120f==0.7.2+cu130",))
+    dist(
+        tmp_path,
+        "flashinfer-jit-cache",
+        "0.7.2+cu130",
+        requires=("flashinfer-jit-cache-sm120f==0.7.2+cu130",),
+    )
     dist(tmp_path, "flashinfer-jit-cache-sm120f", "0.7.2+cu130")
     out = check_providers_in(tmp_path)
     assert "ERROR" not in out
@@ -354,28 +466,42 @@ def test_a_jit_cache_shim_with_its_providers_passes(tmp_path):
 
 # --- compile-bytecode, the router, the runtime caches ---------------------------------------
 
+
 def test_bytecode_is_compiled_and_a_later_change_is_caught(tmp_path):
     dist(tmp_path, "sglang", "0.5.17", package="sglang")
     module = tmp_path / "sglang" / "kernels.py"
     module.write_text("X = 1\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    made = subprocess.run([sys.executable, "-S", str(SCRIPT), "compile-bytecode"],
-                          capture_output=True, text=True, timeout=60, env=env)
+    made = subprocess.run(
+        [sys.executable, "-S", str(SCRIPT), "compile-bytecode"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert made.returncode == 0, made.stderr
     assert "bytecode: 2 modules of sglang" in made.stdout
     module.write_text("X = 22\n")  # a patch after compileall: size (and mtime) differ
-    stale = subprocess.run([sys.executable, "-S", str(SCRIPT), "compile-bytecode",
-                            "--check-only"], capture_output=True, text=True, timeout=60, env=env)
+    stale = subprocess.run(
+        [sys.executable, "-S", str(SCRIPT), "compile-bytecode", "--check-only"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert stale.returncode == 1
     assert "1 of sglang's modules have no fresh bytecode" in stale.stderr
     assert "sglang/kernels.py" in stale.stderr
 
 
-@pytest.mark.parametrize("base, line", [
-    (None, "the base has none; installed 0.3.2 from PyPI"),
-    ("0.3.1", "the base's own 0.3.1 replaced by PyPI's 0.3.2"),
-    ("0.3.2", "the base's own 0.3.2 replaced by PyPI's 0.3.2 (same version, reinstalled"),
-])
+@pytest.mark.parametrize(
+    "base, line",
+    [
+        (None, "the base has none; installed 0.3.2 from PyPI"),
+        ("0.3.1", "the base's own 0.3.1 replaced by PyPI's 0.3.2"),
+        ("0.3.2", "the base's own 0.3.2 replaced by PyPI's 0.3.2 (same version, reinstalled"),
+    ],
+)
 def test_the_router_s_fate_is_said_and_kept(tmp_path, capsys, base, line):
     module = load_module()
     module.ROUTER_NOTE = tmp_path / "router.txt"
@@ -396,12 +522,24 @@ def test_runtime_caches_names_one_the_runtime_user_cannot_write():
     tmp_path.chmod(0o755)
     caches["TRITON_CACHE_DIR"].chmod(0o555)
     env = {**os.environ, **{k: str(v) for k, v in caches.items()}}
-    proc = subprocess.run([sys.executable, str(SCRIPT), "runtime-caches", "--uid", "10001"],
-                          capture_output=True, text=True, timeout=60, env=env)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "runtime-caches", "--uid", "10001"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert proc.returncode == 1
-    assert ("the runtime user (uid 10001, gid 0) cannot write "
-            f"TRITON_CACHE_DIR={caches['TRITON_CACHE_DIR']} (Permission denied)") in proc.stderr
+    assert (
+        "the runtime user (uid 10001, gid 0) cannot write "
+        f"TRITON_CACHE_DIR={caches['TRITON_CACHE_DIR']} (Permission denied)"
+    ) in proc.stderr
     caches["TRITON_CACHE_DIR"].chmod(0o777)
-    ok = subprocess.run([sys.executable, str(SCRIPT), "runtime-caches", "--uid", "10001"],
-                        capture_output=True, text=True, timeout=60, env=env)
+    ok = subprocess.run(
+        [sys.executable, str(SCRIPT), "runtime-caches", "--uid", "10001"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert ok.returncode == 0, ok.stderr

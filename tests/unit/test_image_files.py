@@ -34,8 +34,13 @@ PINS = load_versions()  # the default track's
 # versions.env keys the Dockerfile takes as build arguments: each track's own
 # (TRACK_KEYS less the two that are no build argument) and the shared ones.
 TRACK_ARGS = tuple(k for k in TRACK_KEYS if k not in ("TORCH_VERSION", "BASE_IMAGE_DIGEST_SEEN"))
-SHARED_ARGS = ("FLASHINFER_CUBIN_INDEX_URL", "FLASHINFER_JIT_CACHE_INDEX_URL", "CUDA_VERSION",
-               "SGLANG_ROUTER_VERSION", "SM12X_VERSION")
+SHARED_ARGS = (
+    "FLASHINFER_CUBIN_INDEX_URL",
+    "FLASHINFER_JIT_CACHE_INDEX_URL",
+    "CUDA_VERSION",
+    "SGLANG_ROUTER_VERSION",
+    "SM12X_VERSION",
+)
 PINNED_ARGS = (*TRACK_ARGS, *SHARED_ARGS)
 NOT_BUILD_ARGS = ("IMAGE_REPO", "TAGS", "COMMIT_TAGS")
 
@@ -67,25 +72,44 @@ def stages() -> list[tuple[str, list[dict]]]:
 
 
 def clean_env(env: dict | None = None) -> dict[str, str]:
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("GITHUB_", "SM12X_IMAGE_REPO"))}
+    clean = {
+        k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "SM12X_IMAGE_REPO"))
+    }
     return {**clean, **(env or {})}
 
 
-def image_args(*overrides: str, env: dict | None = None, track: str | None = None
-               ) -> dict[str, str]:
+def image_args(
+    *overrides: str, env: dict | None = None, track: str | None = None
+) -> dict[str, str]:
     chosen = ["--track", track] if track else []
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "image-args"), "--format",
-                           "json", *chosen, *overrides], capture_output=True, text=True,
-                          timeout=60, check=True, env=clean_env(env))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "image-args"),
+            "--format",
+            "json",
+            *chosen,
+            *overrides,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env=clean_env(env),
+    )
     return json.loads(proc.stdout)
 
 
 def bake_args(*overrides: str, env: dict | None = None) -> dict[str, str]:
     """`scripts/image-args --format bake`: what CI exports for docker-bake.hcl."""
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "image-args"), "--format",
-                           "bake", *overrides], capture_output=True, text=True, timeout=60,
-                          check=True, env=clean_env(env))
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "image-args"), "--format", "bake", *overrides],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env=clean_env(env),
+    )
     return dict(line.split("=", 1) for line in proc.stdout.splitlines())
 
 
@@ -99,9 +123,11 @@ def hadolint() -> str:
 
 # --- Dockerfile --------------------------------------------------------------------------
 
+
 def test_hadolint_finds_nothing():
-    proc = subprocess.run([hadolint(), "--no-color", str(DOCKERFILE)], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [hadolint(), "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
 
 
@@ -116,16 +142,18 @@ def test_arg_defaults_are_versions_env_s_default_track():
     for key in PINNED_ARGS:
         assert key in args, f"the Dockerfile takes no {key} build argument"
         written = track_key(default_track(), key) if key in TRACK_ARGS else key
-        assert args[key] == PINS[key], f"Dockerfile ARG {key}={args[key]} but versions.env has " \
-            f"{written}={PINS[key]}"
+        assert args[key] == PINS[key], (
+            f"Dockerfile ARG {key}={args[key]} but versions.env has {written}={PINS[key]}"
+        )
 
 
 @pytest.mark.parametrize("track", tracks())
 def test_the_other_arg_defaults_are_what_image_args_computes(track):
     computed = image_args(track=track)
     args = global_args()
-    assert set(args) == {k for k in computed if k not in NOT_BUILD_ARGS}, \
+    assert set(args) == {k for k in computed if k not in NOT_BUILD_ARGS}, (
         "scripts/image-args and the Dockerfile disagree on the build arguments"
+    )
     assert computed["SM12X_TRACK"] == track
     for key in PINNED_ARGS:
         assert computed[key] == load_versions(track)[key], key
@@ -143,8 +171,9 @@ def test_stage_order_and_the_self_test_gates_the_runtime():
     names = [name for name, _ in stages()]
     assert names == ["base", "wheel", "stack", "patched", "app", "selftest", "runtime"]
     runtime = dict(stages())["runtime"]
-    assert any(i["instruction"] == "COPY" and "--from=selftest" in i["value"] for i in runtime), \
+    assert any(i["instruction"] == "COPY" and "--from=selftest" in i["value"] for i in runtime), (
         "the runtime stage must copy the self-test's report, or BuildKit skips the self-test"
+    )
     selftest = " ".join(i["value"] for i in dict(stages())["selftest"])
     assert "python3 -m sm12x.selftest" in selftest and "--quick" not in selftest
 
@@ -193,8 +222,12 @@ def test_entrypoint_and_healthcheck_are_compose_s():
     health = next(i for i in items if i["instruction"] == "HEALTHCHECK")["value"]
     flags = dict(re.findall(r"--([\w-]+)=(\S+)", health))
     compose = compose_service()["healthcheck"]
-    assert flags == {"interval": compose["interval"], "timeout": compose["timeout"],
-                     "start-period": compose["start_period"], "retries": str(compose["retries"])}
+    assert flags == {
+        "interval": compose["interval"],
+        "timeout": compose["timeout"],
+        "start-period": compose["start_period"],
+        "retries": str(compose["retries"]),
+    }
     assert json.loads(health.split("CMD", 1)[1]) == compose["test"][1:]
 
 
@@ -206,6 +239,7 @@ def test_runs_as_a_numeric_non_root_user_in_group_0():
 
 # --- .dockerignore --------------------------------------------------------------------------
 
+
 def ignored(path: str, patterns: list[str]) -> bool:
     """Docker's rule: the last pattern matching the path or a parent decides."""
     parts = path.strip("/").split("/")
@@ -216,16 +250,19 @@ def ignored(path: str, patterns: list[str]) -> bool:
         for depth in range(1, len(parts) + 1):
             prefix = "/".join(parts[:depth])
             if fnmatch.fnmatchcase(prefix, pattern) or (
-                    pattern.startswith("**/") and fnmatch.fnmatchcase(parts[depth - 1],
-                                                                     pattern[3:])):
+                pattern.startswith("**/") and fnmatch.fnmatchcase(parts[depth - 1], pattern[3:])
+            ):
                 verdict = not negate
                 break
     return verdict
 
 
 def test_dockerignore_admits_what_the_dockerfile_copies_and_nothing_big():
-    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     sources = []
     for item in instructions():
         if item["instruction"] == "COPY" and "--from=" not in item["value"]:
@@ -239,6 +276,7 @@ def test_dockerignore_admits_what_the_dockerfile_copies_and_nothing_big():
 
 
 # --- docker-bake.hcl --------------------------------------------------------------------------
+
 
 def unquote(value):
     if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
@@ -267,8 +305,14 @@ def test_bake_variable_defaults_are_what_image_args_exports():
             continue
         assert variables[key] == value, f"bake default {key}={variables[key]}, image-args {value}"
     assert variables["SM12X_REVISION"] == "unknown"
-    raw = {k: v for k, v in (line.split("=", 1) for line in (ROOT / "versions.env").read_text()
-                             .splitlines() if "=" in line and not line.startswith("#"))}
+    raw = {
+        k: v
+        for k, v in (
+            line.split("=", 1)
+            for line in (ROOT / "versions.env").read_text().splitlines()
+            if "=" in line and not line.startswith("#")
+        )
+    }
     for track in tracks():
         for key in TRACK_ARGS:
             assert variables[track_key(track, key)] == raw[track_key(track, key)], key
@@ -306,8 +350,9 @@ def test_each_track_s_target_passes_every_build_argument_from_its_variables(trac
         if name == "SM12X_TRACK":
             assert value == track
         elif name in (*TRACK_ARGS, "SM12X_PATCHES"):
-            assert value in (track_key(track, name), f"${{{track_key(track, name)}}}"), \
+            assert value in (track_key(track, name), f"${{{track_key(track, name)}}}"), (
                 f"arg {name} is not variable {track_key(track, name)}"
+            )
         else:
             assert value in (name, f"${{{name}}}"), f"arg {name} is not variable {name}"
 
@@ -323,15 +368,19 @@ def test_bake_has_one_target_per_track_and_arch_and_one_for_both():
     for suffix in ("-amd64", "-arm64", ""):
         assert target_args(f"image{suffix}") == target_args(f"image-{default_track()}{suffix}")
         assert target_platforms(f"image{suffix}") == target_platforms(
-            f"image-{default_track()}{suffix}")
+            f"image-{default_track()}{suffix}"
+        )
     groups = {name: [unquote(t) for t in body["targets"]] for name, body in bake()["group"].items()}
     assert groups["default"] == ["image"]
     assert groups["all"] == [f"image-{t}" for t in tracks()]
 
 
 def render(template: str, values: dict[str, str]) -> str:
-    template = re.sub(r"\$\{substr\((\w+),\s*(\d+),\s*(\d+)\)\}",
-                      lambda m: values[m[1]][int(m[2]):int(m[2]) + int(m[3])], template)
+    template = re.sub(
+        r"\$\{substr\((\w+),\s*(\d+),\s*(\d+)\)\}",
+        lambda m: values[m[1]][int(m[2]) : int(m[2]) + int(m[3])],
+        template,
+    )
     return re.sub(r"\$\{(\w+)\}", lambda m: values[m[1]], template)
 
 
@@ -353,41 +402,64 @@ def test_bake_tags_are_image_args_tags(track):
 
 # --- scripts/image-args -------------------------------------------------------------------------
 
+
 def test_image_args_reads_the_checkout_and_github():
     local = image_args()
     assert local["IMAGE_REPO"] == PINS["SM12X_IMAGE_REPO"]
-    assert PINS["SM12X_IMAGE"] == f"{PINS['SM12X_IMAGE_REPO']}:{PINS['SM12X_VERSION']}-" \
+    assert (
+        PINS["SM12X_IMAGE"] == f"{PINS['SM12X_IMAGE_REPO']}:{PINS['SM12X_VERSION']}-"
         f"{default_track()}"
+    )
     assert re.fullmatch(r"[0-9a-f]{40}|unknown", local["SM12X_REVISION"])
-    ci = image_args(env={"GITHUB_SHA": "f" * 40, "GITHUB_SERVER_URL": "https://github.com",
-                         "GITHUB_REPOSITORY": "Some-Org/sm12x",
-                         "SM12X_IMAGE_REPO": "ghcr.io/Some-Org/sm12x"})
+    ci = image_args(
+        env={
+            "GITHUB_SHA": "f" * 40,
+            "GITHUB_SERVER_URL": "https://github.com",
+            "GITHUB_REPOSITORY": "Some-Org/sm12x",
+            "SM12X_IMAGE_REPO": "ghcr.io/Some-Org/sm12x",
+        }
+    )
     assert ci["SM12X_REVISION"] == "f" * 40
     assert ci["SM12X_SOURCE"] == "https://github.com/Some-Org/sm12x"
     assert ci["IMAGE_REPO"] == "ghcr.io/some-org/sm12x"  # registries want lower case
     assert ci["TAGS"].split(",")[-1] == "ghcr.io/some-org/sm12x:sha-ffffffffffff"
-    assert bake_args(env={"SM12X_IMAGE_REPO": "ghcr.io/Some-Org/sm12x"})["IMAGE_REPO"] == \
-        "ghcr.io/some-org/sm12x"
+    assert (
+        bake_args(env={"SM12X_IMAGE_REPO": "ghcr.io/Some-Org/sm12x"})["IMAGE_REPO"]
+        == "ghcr.io/some-org/sm12x"
+    )
 
 
 def test_image_args_overrides_and_flags():
-    values = image_args("BASE_IMAGE=local/base:1", "FLASHINFER_PREBUILT=0",
-                        "IMAGE_REPO=localhost:5000/me/sm12x")
+    values = image_args(
+        "BASE_IMAGE=local/base:1", "FLASHINFER_PREBUILT=0", "IMAGE_REPO=localhost:5000/me/sm12x"
+    )
     assert values["BASE_IMAGE"] == "local/base:1" and values["FLASHINFER_PREBUILT"] == "0"
     assert values["TAGS"].startswith("localhost:5000/me/sm12x:")
-    flags = subprocess.run([sys.executable, str(ROOT / "scripts" / "image-args"), "--format",
-                            "flags"], capture_output=True, text=True, timeout=60,
-                           check=True).stdout.split()
+    flags = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "image-args"), "--format", "flags"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split()
     assert flags[::2] == ["--build-arg"] * (len(flags) // 2)
     assert {f.split("=", 1)[0] for f in flags[1::2]} == set(global_args())
-    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "image-args"), "nope"],
-                         capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "image-args"), "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "expected KEY=value" in bad.stderr
 
 
 def test_image_args_refuses_an_sglang_without_patches():
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "image-args"),
-                           "SGLANG_VERSION=0.4.0"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "image-args"), "SGLANG_VERSION=0.4.0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode != 0 and "sglang 0.4.0 has no patch series" in proc.stderr
     assert "not every other patch is retired for it" in proc.stderr
 
@@ -395,8 +467,12 @@ def test_image_args_refuses_an_sglang_without_patches():
 def test_image_args_refuses_a_release_whose_series_leaves_a_fix_behind():
     """An image is a track: every patch in its series or retired. 0.5.16's series
     predates the streaming and serving fixes, so it makes no image."""
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "image-args"),
-                           "SGLANG_VERSION=0.5.16"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "image-args"), "SGLANG_VERSION=0.5.16"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode != 0 and "sglang 0.5.16 has a series in" in proc.stderr
     assert "0010-dsv4-prompt-tools-as-sent.patch: retired from sglang 0.5.23" in proc.stderr
 
@@ -407,32 +483,46 @@ def test_image_args_takes_a_track_and_refuses_an_unknown_one():
         assert values["SGLANG_VERSION"] == load_versions(track)["SGLANG_VERSION"]
         assert values["SM12X_TRACK"] == track
     script = [sys.executable, str(ROOT / "scripts" / "image-args")]
-    proc = subprocess.run([*script, "--track", "nightly"], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [*script, "--track", "nightly"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2
     assert f"unknown track 'nightly': versions.env has {', '.join(tracks())}" in proc.stderr
-    proc = subprocess.run([*script, "--format", "bake", "--track", tracks()[0]],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [*script, "--format", "bake", "--track", tracks()[0]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "--format bake writes every track" in proc.stderr
-    proc = subprocess.run([*script, "--format", "bake", "SGLANG_VERSION=1"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [*script, "--format", "bake", "SGLANG_VERSION=1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode != 0 and "SGLANG_VERSION is not a bake variable" in proc.stderr
     assert bake_args("CURRENT_SGLANG_VERSION=9.9.9")["CURRENT_SGLANG_VERSION"] == "9.9.9"
 
 
 # --- the workflow -----------------------------------------------------------------------------
 
+
 def workflow() -> dict:
     return yaml.safe_load(WORKFLOW.read_text())
 
 
 def test_every_action_is_pinned_to_a_full_commit_sha_with_its_version():
-    uses = [line.strip() for line in WORKFLOW.read_text().splitlines()
-            if re.match(r"\s*(-\s+)?uses:", line)]
+    uses = [
+        line.strip()
+        for line in WORKFLOW.read_text().splitlines()
+        if re.match(r"\s*(-\s+)?uses:", line)
+    ]
     assert uses
     for line in uses:
-        assert re.fullmatch(r"(-\s+)?uses: [\w.-]+/[\w.-]+@[0-9a-f]{40} # v\d+(\.\d+)*", line), \
+        assert re.fullmatch(r"(-\s+)?uses: [\w.-]+/[\w.-]+@[0-9a-f]{40} # v\d+(\.\d+)*", line), (
             f"not pinned to a 40-hex commit with a # vX.Y.Z comment: {line}"
+        )
 
 
 def test_each_track_and_arch_builds_on_its_own_runner_from_bake():
@@ -447,7 +537,7 @@ def test_each_track_and_arch_builds_on_its_own_runner_from_bake():
     targets = bake()["target"]
     assert all(f"image-{t}-{a}" in targets for t in tracks() for a in runners)
     text = WORKFLOW.read_text()
-    assert "docker buildx bake \"$TARGET\"" in text
+    assert 'docker buildx bake "$TARGET"' in text
     assert "image-${{ matrix.track }}-${{ matrix.arch }}" in text
     assert "digest-${{ matrix.track }}-${{ matrix.arch }}" in text
     assert "pattern: digest-${{ matrix.track }}-*" in text
@@ -455,12 +545,19 @@ def test_each_track_and_arch_builds_on_its_own_runner_from_bake():
 
 def test_push_by_digest_merge_attest_and_sign():
     text = WORKFLOW.read_text()
-    for needle in ("push-by-digest=true", "name-canonical=true", "--sbom=true",
-                   "--provenance=mode=max", "docker buildx imagetools create",
-                   "cosign sign --yes --recursive", "cosign verify",
-                   "scripts/image-args --format bake",
-                   "scripts/image-args --track \"$TRACK\" --format env",
-                   "PUBLISH_TAGS=$COMMIT_TAGS", "scripts/pin-digests --check"):
+    for needle in (
+        "push-by-digest=true",
+        "name-canonical=true",
+        "--sbom=true",
+        "--provenance=mode=max",
+        "docker buildx imagetools create",
+        "cosign sign --yes --recursive",
+        "cosign verify",
+        "scripts/image-args --format bake",
+        'scripts/image-args --track "$TRACK" --format env',
+        "PUBLISH_TAGS=$COMMIT_TAGS",
+        "scripts/pin-digests --check",
+    ):
         assert needle in text, needle
     jobs = workflow()["jobs"]
     assert jobs["publish"]["needs"] == "build"
@@ -480,6 +577,10 @@ def test_zizmor_finds_nothing_in_the_workflow():
     tool = str(candidate) if candidate.is_file() else shutil.which("zizmor")
     if not tool:
         pytest.fail("zizmor is missing: scripts/test installs it (the [test] extra)")
-    proc = subprocess.run([tool, "--offline", "--no-progress", str(WORKFLOW)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [tool, "--offline", "--no-progress", str(WORKFLOW)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr

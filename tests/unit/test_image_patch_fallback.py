@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import trees
 
+from support import trees
 
 
 def no_patch_env(tmp_path: Path) -> dict[str, str]:
@@ -59,7 +59,8 @@ def test_the_fallback_refuses_an_edited_target(tmp_path):
     before = targets(site)
     proc = trees.apply_patches(site, env=no_patch_env(tmp_path))
     assert proc.returncode == 1
-    assert ("sglang 0.5.17: 0001-sm120-sparse-mla-topk-dispatch.patch does not apply"
-            in proc.stderr), proc.stderr
+    assert (
+        "sglang 0.5.17: 0001-sm120-sparse-mla-topk-dispatch.patch does not apply" in proc.stderr
+    ), proc.stderr
     assert "Hunk #1 FAILED" in proc.stderr
     assert targets(site) == before  # nothing half-written

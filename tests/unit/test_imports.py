@@ -8,6 +8,7 @@ from __future__ import annotations
 import textwrap
 
 from importlinter.cli import lint_imports
+
 from support.cli import ROOT
 
 

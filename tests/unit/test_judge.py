@@ -13,8 +13,6 @@ import argparse
 import os
 
 import pytest
-from support import sglang_cli
-from support.cli import assert_one_clear_error, run_sm12x
 
 from sm12x.errors import UserError
 from sm12x.launch import main as launch_main
@@ -25,6 +23,8 @@ from sm12x.sglang_parser import (
     from_description,
     load_description,
 )
+from support import sglang_cli
+from support.cli import assert_one_clear_error, run_sm12x
 
 VERSIONS = sglang_cli.track_versions()
 
@@ -73,8 +73,10 @@ def test_the_description_parses_every_spelling_as_the_real_parser(version):
             assert "error" in got, (tokens, got)
         else:
             # Values the description cannot type are strings; compare as text.
-            assert {k: repr(v) if not isinstance(v, (int, float, str, bool, list)) else v
-                    for k, v in got["set"].items()}.keys() == expected["set"].keys(), tokens
+            assert {
+                k: repr(v) if not isinstance(v, (int, float, str, bool, list)) else v
+                for k, v in got["set"].items()
+            }.keys() == expected["set"].keys(), tokens
             for dest, value in expected["set"].items():
                 assert str(got["set"][dest]) == str(value), (tokens, dest)
 
@@ -83,24 +85,32 @@ def _launch(*extra: str, recipe: str = "rtx-pro-6000-tp4", env: dict | None = No
     return run_sm12x("launch", "--dry-run", "--recipe", recipe, "--", *extra, env=env or {})
 
 
-SPARK = {"SM12X_NODE_RANK": "1", "SM12X_HEAD_ADDR": "10.0.0.1", "NCCL_IB_HCA": "rocep1s0f0",
-         "NCCL_SOCKET_IFNAME": "enp1s0f0np0", "GLOO_SOCKET_IFNAME": "enp1s0f0np0"}
+SPARK = {
+    "SM12X_NODE_RANK": "1",
+    "SM12X_HEAD_ADDR": "10.0.0.1",
+    "NCCL_IB_HCA": "rocep1s0f0",
+    "NCCL_SOCKET_IFNAME": "enp1s0f0np0",
+    "GLOO_SOCKET_IFNAME": "enp1s0f0np0",
+}
 
 
-@pytest.mark.parametrize(("extra", "recipe", "needle"), [
-    (["--tensor-parallel", "2"], "rtx-pro-6000-tp4", "sets --tp-size (4)"),
-    (["--tensor-parallel-size=2"], "rtx-pro-6000-tp4", "sets --tp-size (4)"),
-    (["--nccl-init-addr", "10.0.0.9:5000"], "dgx-spark-tp2", "--dist-init-addr is rendered"),
-    (["--weight-loader-disable"], "dgx-spark-tp2", "weight-loader-mmap"),
-    (["--cuda-graph-max-bs-dec", "99999"], "dgx-spark-tp2", "sets --cuda-graph-max-bs-decode"),
-    (["--cuda-graph-max-bs-dec", "99999"], "rtx-pro-6000-tp4", "cuda-graph"),
-    (["--config", "x.yaml"], "rtx-pro-6000-tp4", "--config merges a file"),
-    (["--admin-api", "sk-admin"], "rtx-pro-6000-tp4", "admin_api_key"),
-    (["--ssl-keyfile-password", "pw"], "rtx-pro-6000-tp4", "ssl_keyfile_password"),
-    (["--no-such-flag", "1"], "rtx-pro-6000-tp4", "refuses it"),
-    (["--a=sk-admin"], "rtx-pro-6000-tp4", "ambiguous option: --a=..."),
-    (["--no-such-flag", "sk-admin"], "rtx-pro-6000-tp4", "unrecognized arguments"),
-])
+@pytest.mark.parametrize(
+    ("extra", "recipe", "needle"),
+    [
+        (["--tensor-parallel", "2"], "rtx-pro-6000-tp4", "sets --tp-size (4)"),
+        (["--tensor-parallel-size=2"], "rtx-pro-6000-tp4", "sets --tp-size (4)"),
+        (["--nccl-init-addr", "10.0.0.9:5000"], "dgx-spark-tp2", "--dist-init-addr is rendered"),
+        (["--weight-loader-disable"], "dgx-spark-tp2", "weight-loader-mmap"),
+        (["--cuda-graph-max-bs-dec", "99999"], "dgx-spark-tp2", "sets --cuda-graph-max-bs-decode"),
+        (["--cuda-graph-max-bs-dec", "99999"], "rtx-pro-6000-tp4", "cuda-graph"),
+        (["--config", "x.yaml"], "rtx-pro-6000-tp4", "--config merges a file"),
+        (["--admin-api", "sk-admin"], "rtx-pro-6000-tp4", "admin_api_key"),
+        (["--ssl-keyfile-password", "pw"], "rtx-pro-6000-tp4", "ssl_keyfile_password"),
+        (["--no-such-flag", "1"], "rtx-pro-6000-tp4", "refuses it"),
+        (["--a=sk-admin"], "rtx-pro-6000-tp4", "ambiguous option: --a=..."),
+        (["--no-such-flag", "sk-admin"], "rtx-pro-6000-tp4", "unrecognized arguments"),
+    ],
+)
 def test_flags_after_dashes_are_judged_by_what_sglang_parses(extra, recipe, needle):
     result = _launch(*extra, recipe=recipe, env=SPARK if recipe == "dgx-spark-tp2" else None)
     line = assert_one_clear_error(result, "after --", needle)
@@ -108,18 +118,27 @@ def test_flags_after_dashes_are_judged_by_what_sglang_parses(extra, recipe, need
         assert value not in result.stderr + result.stdout, line
 
 
-@pytest.mark.parametrize(("extra", "env"), [
-    (["--grpc-port", "31000"], {}),
-    (["--smg-grpc-mode"], {}),
-    (["--grpc-http-sidecar-port", "31001", "--smg-grpc-mode"], {}),
-    ([], {"SGLANG_GRPC_PORT": "31000"}),
-])
+@pytest.mark.parametrize(
+    ("extra", "env"),
+    [
+        (["--grpc-port", "31000"], {}),
+        (["--smg-grpc-mode"], {}),
+        (["--grpc-http-sidecar-port", "31001", "--smg-grpc-mode"], {}),
+        ([], {"SGLANG_GRPC_PORT": "31000"}),
+    ],
+)
 def test_a_second_listener_is_refused_unless_sglang_binds_loopback(extra, env):
     # Also with a key: sglang's gRPC servers check none.
     open_bind = {"SM12X_HOST": "0.0.0.0", "SM12X_API_KEY": "sk-secret", **env}
     assert_one_clear_error(_launch(*extra, env=open_bind), "second listener", "loopback")
-    loopback = run_sm12x("launch", "--dry-run", "--recipe", "rtx-pro-6000-tp4",
-                         *(["--", *extra] if extra else []), env=env)
+    loopback = run_sm12x(
+        "launch",
+        "--dry-run",
+        "--recipe",
+        "rtx-pro-6000-tp4",
+        *(["--", *extra] if extra else []),
+        env=env,
+    )
     assert loopback.returncode == 0, loopback.stderr
 
 
@@ -140,6 +159,7 @@ def test_a_key_in_a_recipe_flag_is_refused_in_any_spelling(tmp_path):
 
 def test_a_nan_string_in_a_recipe_flag_is_refused(tmp_path):
     import yaml
+
     from support.cli import raw_recipe
 
     data = raw_recipe("rtx-pro-6000-tp4")
@@ -182,8 +202,12 @@ def _run_launch(monkeypatch, tmp_path, environ: dict, container: bool, veth: boo
     monkeypatch.setattr(launch_main, "NET_CLASS", net)
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
-    env = {"SM12X_RECIPE": "rtx-pro-6000-tp4", "SM12X_MODEL_DIR": str(tmp_path / "model"),
-           "SM12X_ENV_FILE": os.devnull, **environ}
+    env = {
+        "SM12X_RECIPE": "rtx-pro-6000-tp4",
+        "SM12X_MODEL_DIR": str(tmp_path / "model"),
+        "SM12X_ENV_FILE": os.devnull,
+        **environ,
+    }
     launch_main.run(_args(), env)
     return calls
 
@@ -209,6 +233,11 @@ def test_in_a_bridged_container_the_published_address_is_judged(monkeypatch, tmp
 
 
 def test_with_a_key_bare_metal_may_listen_anywhere(monkeypatch, tmp_path):
-    (call,) = _run_launch(monkeypatch, tmp_path, {**EXAMPLE_BIND, "SM12X_API_KEY": "sk-k"},
-                          container=False, veth=False)
+    (call,) = _run_launch(
+        monkeypatch,
+        tmp_path,
+        {**EXAMPLE_BIND, "SM12X_API_KEY": "sk-k"},
+        container=False,
+        veth=False,
+    )
     assert "sk-k" not in " ".join(call[1])

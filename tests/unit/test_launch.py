@@ -13,7 +13,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from support.cli import ROOT, assert_one_clear_error, run_sm12x
 
 from sm12x.errors import UserError
 from sm12x.launch import main as launch_main
@@ -21,6 +20,7 @@ from sm12x.launch.render import EnvRef, LaunchContext, build_launch
 from sm12x.recipe import load_recipe
 from sm12x.settings import load
 from sm12x.versions import load_versions
+from support.cli import ROOT, assert_one_clear_error, run_sm12x
 
 SPARK_SITE = {
     "NCCL_IB_HCA": "rocep1s0f0",
@@ -36,8 +36,14 @@ def launch_args(*argv: str) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
-def launch(monkeypatch, environ: dict[str, str], *extra: str, dry_run=False, no_spec=False,
-           sglang: str | None = None):
+def launch(
+    monkeypatch,
+    environ: dict[str, str],
+    *extra: str,
+    dry_run=False,
+    no_spec=False,
+    sglang: str | None = None,
+):
     """Run launch in-process with os.execvpe captured, as if this Python had sglang
     `sglang` (default: the default track's, as in its image)."""
     calls = []
@@ -314,8 +320,9 @@ def test_a_named_recipe_that_does_not_fit_the_gpus_is_warned_about(monkeypatch, 
     assert "1x NVIDIA H100 80GB HBM3 (compute capability 9.0)" in err
 
 
-@pytest.mark.parametrize("name", ["rtx-pro-6000-tp2", "rtx-pro-6000-tp4", "rtx-5090-tp8",
-                                  "dgx-spark-tp2"])
+@pytest.mark.parametrize(
+    "name", ["rtx-pro-6000-tp2", "rtx-pro-6000-tp4", "rtx-5090-tp8", "dgx-spark-tp2"]
+)
 def test_no_spec_drops_exactly_the_speculative_flags(name):
     """The reference server for `verify --compare-url`: the same recipe, every
     flag the dspark section renders dropped, nothing else changed."""
@@ -323,25 +330,32 @@ def test_no_spec_drops_exactly_the_speculative_flags(name):
     on = build_launch(recipe, LaunchContext(node_rank=0, head_addr="10.0.0.1"))
     off = build_launch(recipe, LaunchContext(node_rank=0, head_addr="10.0.0.1", speculative=False))
     dropped = [a for a in on.args if a not in off.args]
-    assert [a.flag for a in dropped][:2] == ["--speculative-algorithm",
-                                            "--speculative-dspark-block-size"]
+    assert [a.flag for a in dropped][:2] == [
+        "--speculative-algorithm",
+        "--speculative-dspark-block-size",
+    ]
     assert all(a.flag.startswith("--speculative-") for a in dropped)
     assert [a for a in on.args if a not in dropped] == list(off.args)
     assert not any(a.flag.startswith("--speculative") for a in off.args)
     assert off.env == on.env
 
 
-def test_launch_no_spec_execs_the_recipe_without_speculative_decoding(monkeypatch, tmp_path,
-                                                                       capsys):
+def test_launch_no_spec_execs_the_recipe_without_speculative_decoding(
+    monkeypatch, tmp_path, capsys
+):
     environ = {"SM12X_RECIPE": "rtx-pro-6000-tp4", "SM12X_MODEL_DIR": model_dir(tmp_path)}
     [(_, spec_args, _)] = launch(monkeypatch, environ)
     [(_, args, env)] = launch(monkeypatch, environ, no_spec=True)
     assert "--speculative-algorithm" in spec_args and "--speculative-algorithm" not in args
     assert "--speculative-dspark-block-size" not in args
     at = spec_args.index("--speculative-algorithm")
-    assert spec_args[at:at + 4] == ["--speculative-algorithm", "DSPARK",
-                                    "--speculative-dspark-block-size", "4"]
-    assert spec_args[:at] + spec_args[at + 4:] == args
+    assert spec_args[at : at + 4] == [
+        "--speculative-algorithm",
+        "DSPARK",
+        "--speculative-dspark-block-size",
+        "4",
+    ]
+    assert spec_args[:at] + spec_args[at + 4 :] == args
     assert env["SGLANG_DEFAULT_THINKING"] == "1"
     assert "speculative decoding off" in capsys.readouterr().err
 
@@ -400,8 +414,10 @@ def test_render_says_when_no_patch_is_needed(monkeypatch, tmp_path):
     from sm12x.launch import render_cmd
 
     toml = tmp_path / "patches.toml"
-    toml.write_text('[[patch]]\nfile = "0001-x.patch"\ntitle = "x"\nsglang = ["0.5.17"]\n'
-                    'retire_sglang = "0.5.23"\nretire_when = "sglang >= 0.5.23"\n')
+    toml.write_text(
+        '[[patch]]\nfile = "0001-x.patch"\ntitle = "x"\nsglang = ["0.5.17"]\n'
+        'retire_sglang = "0.5.23"\nretire_when = "sglang >= 0.5.23"\n'
+    )
     monkeypatch.setattr(patch_series, "patches_toml", lambda: toml)
     patch_series._load.cache_clear()
     try:
@@ -420,16 +436,22 @@ def test_render_k8s_writes_the_track_s_image():
 
 
 def test_launch_serves_the_track_s_sglang_and_refuses_another(monkeypatch, tmp_path, capsys):
-    environ = {"SM12X_RECIPE": "rtx-pro-6000-tp4", "SM12X_MODEL_DIR": model_dir(tmp_path),
-               "SM12X_TRACK": "current"}
+    environ = {
+        "SM12X_RECIPE": "rtx-pro-6000-tp4",
+        "SM12X_MODEL_DIR": model_dir(tmp_path),
+        "SM12X_TRACK": "current",
+    }
     current, pinned = (load_versions(t)["SGLANG_VERSION"] for t in ("current", "pinned"))
     assert launch(monkeypatch, environ, sglang=current)
     with pytest.raises(UserError) as err:
         launch(monkeypatch, environ, sglang=pinned)
     message = err.value.message
-    for words in (f"SM12X_TRACK=current (from environment) serves sglang {current}",
-                  f"this Python has sglang {pinned}", load_versions("current")["SM12X_IMAGE"],
-                  "set SM12X_TRACK=pinned"):
+    for words in (
+        f"SM12X_TRACK=current (from environment) serves sglang {current}",
+        f"this Python has sglang {pinned}",
+        load_versions("current")["SM12X_IMAGE"],
+        "set SM12X_TRACK=pinned",
+    ):
         assert words in message, (words, message)
     with pytest.raises(UserError, match="install sglang 0.5.23"):
         launch(monkeypatch, environ, sglang="0.5.99")
@@ -444,8 +466,11 @@ def test_launch_without_sglang_says_where_to_run_it(monkeypatch, tmp_path):
     monkeypatch.setattr(os, "execvpe", lambda *a: None)
     monkeypatch.setattr(launch_main.gpus, "query_gpus", _no_nvidia_smi)
     monkeypatch.setattr(launch_main, "installed_sglang", lambda: None)
-    with pytest.raises(UserError, match=r"sglang is not installed for .*: run sm12x launch in "
-                                        r"the pinned track's image \(ghcr.io/sm12x/sm12x:"):
+    with pytest.raises(
+        UserError,
+        match=r"sglang is not installed for .*: run sm12x launch in "
+        r"the pinned track's image \(ghcr.io/sm12x/sm12x:",
+    ):
         launch_main.run(launch_args(), environ)
     # A dry run (a laptop without sglang) still prints the command.
     monkeypatch.setattr(os, "execvpe", lambda *a: pytest.fail("a dry run execs nothing"))
@@ -483,8 +508,13 @@ def test_dotenv_in_the_current_folder_is_read(tmp_path):
 def test_old_names_still_work_with_a_warning(tmp_path):
     (tmp_path / ".env").write_text("HEAD_ADDR=10.0.0.7\nSM12X_MODEL_PATH=/srv/old\n")
     result = run_sm12x(
-        "render", "dgx-spark-tp2", "--model-path", "/srv/flag", "--env-file",
-        str(tmp_path / ".env"), env={"NODE_RANK": "1", **SPARK_SITE},
+        "render",
+        "dgx-spark-tp2",
+        "--model-path",
+        "/srv/flag",
+        "--env-file",
+        str(tmp_path / ".env"),
+        env={"NODE_RANK": "1", **SPARK_SITE},
     )
     assert result.returncode == 0, result.stderr
     out, err = result.stdout, result.stderr
@@ -504,7 +534,11 @@ def test_old_names_still_work_with_a_warning(tmp_path):
 def test_explain_says_where_each_value_came_from(tmp_path):
     (tmp_path / ".env").write_text("SM12X_MODEL_DIR=m\nSM12X_API_KEY=s3cret\n")
     result = run_sm12x(
-        "render", "rtx-pro-6000-tp4", "--explain", "--port", "31000",
+        "render",
+        "rtx-pro-6000-tp4",
+        "--explain",
+        "--port",
+        "31000",
         env={"SM12X_BIND": "127.0.0.2", "SM12X_ENV_FILE": str(tmp_path / ".env")},
     )
     out = result.stdout
@@ -525,7 +559,9 @@ def test_launch_uses_the_key_and_site_values_from_dotenv(monkeypatch, tmp_path):
         f"SM12X_MODEL_DIR={model_dir(tmp_path)}\n"
     )
     environ = {
-        "SM12X_RECIPE": "dgx-spark-tp2", "SM12X_NODE_RANK": "0", "SM12X_HEAD_ADDR": "10.0.0.1",
+        "SM12X_RECIPE": "dgx-spark-tp2",
+        "SM12X_NODE_RANK": "0",
+        "SM12X_HEAD_ADDR": "10.0.0.1",
         "SM12X_ENV_FILE": str(tmp_path / ".env"),
     }
     [(_, args, env)] = launch(monkeypatch, environ)

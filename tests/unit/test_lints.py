@@ -54,6 +54,7 @@ def depth(size, ack=None):
 
 V41 = "rtx-pro-6000-tp8-v41"
 
+
 def dspark(**fields):
     return lambda data: data["dspark"].update(fields)
 
@@ -86,8 +87,12 @@ CASES = [
         "error",
         depth(10),
         "rtx-pro-6000-tp4",
-        ["block_size 10 verifies 11 rows", "0020-dsv4-compress-plan-verify-rows.patch",
-         "at most 10 verify rows", "use block_size 9 or less"],
+        [
+            "block_size 10 verifies 11 rows",
+            "0020-dsv4-compress-plan-verify-rows.patch",
+            "at most 10 verify rows",
+            "use block_size 9 or less",
+        ],
     ),
     (
         "kv-cache-dtype",
@@ -215,8 +220,11 @@ CASES = [
         "error",
         lambda data: data.pop("tracks"),
         V41,
-        ["v4.1-flash needs sglang >= 0.5.23", "pinned track's sglang is 0.5.17",
-         "tracks: [current]"],
+        [
+            "v4.1-flash needs sglang >= 0.5.23",
+            "pinned track's sglang is 0.5.17",
+            "tracks: [current]",
+        ],
     ),
     (
         "model-line-track",
@@ -270,8 +278,9 @@ CASES = [
     (
         "model-line-refused",
         "error",
-        both(set_flag("--enable-encoder-swa-bounded-replay"),
-             set_flag("--chunked-prefill-size", 64)),
+        both(
+            set_flag("--enable-encoder-swa-bounded-replay"), set_flag("--chunked-prefill-size", 64)
+        ),
         V41,
         ["128 replay tokens plus one page"],
     ),
@@ -314,19 +323,28 @@ CASES = [
     (
         "model-fit",
         "error",
-        both(lambda d: d["hardware"].__setitem__("gpus_per_node", 4), set_flag("--tp-size", 4),
-             set_flag("--ep-size", 4)),
+        both(
+            lambda d: d["hardware"].__setitem__("gpus_per_node", 4),
+            set_flag("--tp-size", 4),
+            set_flag("--ep-size", 4),
+        ),
         V41,
-        ["DeepSeek-V4.1-Flash does not fit 4x rtx-pro-6000", "118.8 GiB of weights per GPU",
-         "76.8 GiB usable", "pick a rig with more memory"],
+        [
+            "DeepSeek-V4.1-Flash does not fit 4x rtx-pro-6000",
+            "118.8 GiB of weights per GPU",
+            "76.8 GiB usable",
+            "pick a rig with more memory",
+        ],
     ),
     (
         "cuda-graph-bs",
         "error",
         set_flag("--cuda-graph-max-bs-decode", 65),
         TP4_THROUGHPUT,
-        ["65 exceeds --max-running-requests (256) / DP attention's 4 ranks, per rank (64)",
-         "at most 64"],
+        [
+            "65 exceeds --max-running-requests (256) / DP attention's 4 ranks, per rank (64)",
+            "at most 64",
+        ],
     ),
     (
         "indexer-min-query-tokens",
@@ -417,8 +435,12 @@ CASES = [
         "error",
         dspark(ragged_verify="compact"),
         "rtx-pro-6000-tp4",
-        ["ragged_verify compact without an SPS table", "verify-all", "sps_table: tuned",
-         "sm12x tune"],
+        [
+            "ragged_verify compact without an SPS table",
+            "verify-all",
+            "sps_table: tuned",
+            "sm12x tune",
+        ],
     ),
     (
         "ragged-verify",
@@ -444,8 +466,10 @@ CASES = [
     (
         "ragged-verify",
         "warning",
-        both(set_flag("--attn-dp-size", 2), set_env(
-            "SGLANG_OPT_DSV4_NONPAGED_INDEXER_MIN_QUERY_TOKENS", "2048")),
+        both(
+            set_flag("--attn-dp-size", 2),
+            set_env("SGLANG_OPT_DSV4_NONPAGED_INDEXER_MIN_QUERY_TOKENS", "2048"),
+        ),
         TP4_THROUGHPUT,
         ["DP attention width 2 below --tp-size 4", "graph_tier=pinned", "set the width to 4"],
     ),
@@ -461,8 +485,12 @@ CASES = [
         "error",
         set_env("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "1"),
         "rtx-pro-6000-tp2",
-        ["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "not in the pinned track's sglang 0.5.17",
-         "sglang 0.5.23", "tracks:"],
+        [
+            "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE",
+            "not in the pinned track's sglang 0.5.17",
+            "sglang 0.5.23",
+            "tracks:",
+        ],
     ),
     (
         "track-feature",
@@ -481,19 +509,27 @@ CASES = [
     (
         "track-feature",
         "error",
-        both(set_flag("--dp-size", 4), set_flag("--enable-dp-attention"),
-             set_flag("--enable-dp-lm-head")),
+        both(
+            set_flag("--dp-size", 4),
+            set_flag("--enable-dp-attention"),
+            set_flag("--enable-dp-lm-head"),
+        ),
         "rtx-pro-6000-tp4",
-        ["--enable-dp-attention is deprecated in the current track's sglang 0.5.23",
-         "--attn-dp-size N"],
+        [
+            "--enable-dp-attention is deprecated in the current track's sglang 0.5.23",
+            "--attn-dp-size N",
+        ],
     ),
     (
         "dspark-verify-rows",
         "error",
         depth(10),
         TP4_THROUGHPUT,
-        ["block_size 10 verifies 11 rows", "the current track's sglang 0.5.23",
-         "at most 10 verify rows"],
+        [
+            "block_size 10 verifies 11 rows",
+            "the current track's sglang 0.5.23",
+            "at most 10 verify rows",
+        ],
     ),
 ]
 
@@ -555,8 +591,7 @@ def image_sglang(monkeypatch):
 
     def pin(version: str) -> None:
         monkeypatch.setattr(lints, "tracks", lambda: ("pinned",))
-        monkeypatch.setattr(lints, "load_versions",
-                            lambda track=None: {"SGLANG_VERSION": version})
+        monkeypatch.setattr(lints, "load_versions", lambda track=None: {"SGLANG_VERSION": version})
 
     return pin
 
@@ -588,10 +623,17 @@ def test_a_series_without_the_row_fix_refuses_depth_4_and_says_why(image_sglang)
     image_sglang("0.5.18")
     (finding,) = verify_row_findings(build(depth(4)))
     assert finding.level == "error"
-    for words in ("block_size 4 verifies 5 rows", "sglang 0.5.18", "at most 4 verify rows",
-                  "kMaxMTPDraftTokens", "#32183", "stale compressed KV", "Use block_size 3",
-                  "patches/sglang/0.5.18/",
-                  "0020-dsv4-compress-plan-verify-rows.patch exists for sglang 0.5.16, 0.5.17"):
+    for words in (
+        "block_size 4 verifies 5 rows",
+        "sglang 0.5.18",
+        "at most 4 verify rows",
+        "kMaxMTPDraftTokens",
+        "#32183",
+        "stale compressed KV",
+        "Use block_size 3",
+        "patches/sglang/0.5.18/",
+        "0020-dsv4-compress-plan-verify-rows.patch exists for sglang 0.5.16, 0.5.17",
+    ):
         assert words in finding.message, (words, finding.message)
     assert verify_row_findings(build(depth(3))) == []
 
@@ -619,8 +661,7 @@ def test_every_track_s_sglang_is_judged_and_named(monkeypatch):
 
     pins = {"pinned": "0.5.17", "current": "0.5.18"}
     monkeypatch.setattr(lints, "tracks", lambda: tuple(pins))
-    monkeypatch.setattr(lints, "load_versions",
-                        lambda track=None: {"SGLANG_VERSION": pins[track]})
+    monkeypatch.setattr(lints, "load_versions", lambda track=None: {"SGLANG_VERSION": pins[track]})
     (finding,) = verify_row_findings(build(depth(4)))
     assert "the current track's sglang 0.5.18" in finding.message
     assert "pinned" not in finding.message
@@ -672,10 +713,14 @@ def test_the_depth_rule_judges_only_the_recipe_s_tracks(monkeypatch):
 @pytest.mark.parametrize(
     "configuration, words",
     [
-        ({"rig": "other", "kind": "baseline", "why": "a reason long enough"},
-         ["a baseline recipe is its rig", "'rtx-pro-6000-tp4'"]),
-        ({"rig": "rtx-pro-6000-tp4", "kind": "throughput", "why": "a reason long enough"},
-         ["configuration.rig names this recipe"]),
+        (
+            {"rig": "other", "kind": "baseline", "why": "a reason long enough"},
+            ["a baseline recipe is its rig", "'rtx-pro-6000-tp4'"],
+        ),
+        (
+            {"rig": "rtx-pro-6000-tp4", "kind": "throughput", "why": "a reason long enough"},
+            ["configuration.rig names this recipe"],
+        ),
     ],
 )
 def test_a_configuration_names_its_rig(configuration, words):
@@ -696,22 +741,26 @@ def test_a_recipe_without_configuration_is_its_rig_s_baseline():
 @pytest.mark.parametrize(
     "model, words",
     [
-        ({"architecture": "DeepseekV41ForConditionalGeneration"},
-         ["maps only DeepseekV41ForCausalLM", "would not load"]),
-        ({"architecture": "Qwen3ForCausalLM"},
-         ["not a DeepSeek-V4.1-Flash architecture", "DeepseekV41ForCausalLM"]),
-        ({"revision": "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"},
-         ["not both"]),
+        (
+            {"architecture": "DeepseekV41ForConditionalGeneration"},
+            ["maps only DeepseekV41ForCausalLM", "would not load"],
+        ),
+        (
+            {"architecture": "Qwen3ForCausalLM"},
+            ["not a DeepSeek-V4.1-Flash architecture", "DeepseekV41ForCausalLM"],
+        ),
+        ({"revision": "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"}, ["not both"]),
         ({"revision_why": None}, ["`revision_why` saying why"]),
-        ({"line": "v4-flash-0731", "architecture": None},
-         ["has no vision tower", "line: v4.1-flash"]),
+        (
+            {"line": "v4-flash-0731", "architecture": None},
+            ["has no vision tower", "line: v4.1-flash"],
+        ),
     ],
 )
 def test_a_model_must_fit_its_line(model, words):
     def mutate(data):
         data["model"].update(model)
-        data["model"] = {k: v for k, v in data["model"].items() if v is not None
-                         or k == "revision"}
+        data["model"] = {k: v for k, v in data["model"].items() if v is not None or k == "revision"}
 
     with pytest.raises(RecipeError) as caught:
         build(mutate, V41)
@@ -721,8 +770,12 @@ def test_a_model_must_fit_its_line(model, words):
 
 def test_a_verified_recipe_pins_its_checkpoint():
     def mutate(data):
-        data["status"] = {"state": "verified", "note": "booted and verified on the rig",
-                          "verified_by": "someone", "verified_on": "2026-12-01"}
+        data["status"] = {
+            "state": "verified",
+            "note": "booted and verified on the rig",
+            "verified_by": "someone",
+            "verified_on": "2026-12-01",
+        }
 
     with pytest.raises(RecipeError) as caught:
         build(mutate, V41)
@@ -742,6 +795,7 @@ def test_the_v41_block_size_the_field_ran_passes_clean():
     recipe = build(lambda d: None, V41)
     assert [f for f in lint_recipe(recipe)] == []
 
+
 # --- the throughput invariants beyond the table above
 
 
@@ -750,9 +804,11 @@ def test_every_throughput_recipe_passes_every_lint():
 
     throughput = [r for r in load_all() if r.configuration_kind == "throughput"]
     # every V4-Flash-0731 rig has one; the V4.1-Flash rig has no field data for one
-    assert {r.rig for r in throughput} == {r.name for r in load_all()
-                                          if r.configuration_kind == "baseline"
-                                          and r.model.line == "v4-flash-0731"}
+    assert {r.rig for r in throughput} == {
+        r.name
+        for r in load_all()
+        if r.configuration_kind == "baseline" and r.model.line == "v4-flash-0731"
+    }
     for recipe in throughput:
         assert lint_recipe(recipe) == [], recipe.name
 
@@ -769,10 +825,15 @@ def test_ragged_verify_needs_a_plan_checked_for_mixed_widths(image_sglang):
     image_sglang("0.5.18")
     assert verify_row_findings(build(depth(3))) == []
     (finding,) = verify_row_findings(
-        build(both(depth(3), dspark(ragged_verify="compact", sps_table="tuned"))))
-    for words in ("mixes per-request verify widths of 1 to 4 rows", "sglang 0.5.18",
-                  "use ragged_verify: static", "patches/sglang/0.5.18/",
-                  "0020-dsv4-compress-plan-verify-rows.patch exists for sglang 0.5.16, 0.5.17"):
+        build(both(depth(3), dspark(ragged_verify="compact", sps_table="tuned")))
+    )
+    for words in (
+        "mixes per-request verify widths of 1 to 4 rows",
+        "sglang 0.5.18",
+        "use ragged_verify: static",
+        "patches/sglang/0.5.18/",
+        "0020-dsv4-compress-plan-verify-rows.patch exists for sglang 0.5.16, 0.5.17",
+    ):
         assert words in finding.message, (words, finding.message)
 
 
@@ -783,8 +844,13 @@ def test_ragged_verify_at_depth_7_on_the_patched_series(image_sglang):
 
 
 def test_the_feature_lint_judges_only_the_recipe_s_tracks():
-    recipe = build(both(set_env("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "1"),
-                        lambda d: d.__setitem__("tracks", ["current"])), "rtx-pro-6000-tp2")
+    recipe = build(
+        both(
+            set_env("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "1"),
+            lambda d: d.__setitem__("tracks", ["current"]),
+        ),
+        "rtx-pro-6000-tp2",
+    )
     assert [f for f in lint_recipe(recipe) if f.code == "track-feature"] == []
 
 

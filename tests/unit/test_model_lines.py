@@ -27,7 +27,9 @@ def test_the_first_sglang_of_each_line_is_read_from_the_wheels(version):
     assert has_v41 == serves(V41_FLASH, version)
     assert serves(V4_FLASH_0731, version)
     if not has_v41:
-        assert not [n for n in names if "v41" in n.lower()], "V4.1 code in a release said to lack it"
+        assert not [n for n in names if "v41" in n.lower()], (
+            "V4.1 code in a release said to lack it"
+        )
 
 
 def _source(member: str, version: str = "0.5.23") -> str:
@@ -42,8 +44,12 @@ def test_v41_s_architectures_and_parsers_are_0_5_23_s():
     assert '["DeepseekV41ForCausalLM"]' in config
     assert "DeepseekV41ForConditionalGeneration" not in config
     model = ast.parse(_source("sglang/srt/models/deepseek_v4.py"))
-    entry = next(n for n in model.body if isinstance(n, ast.Assign)
-                 and any(getattr(t, "id", None) == "EntryClass" for t in n.targets))
+    entry = next(
+        n
+        for n in model.body
+        if isinstance(n, ast.Assign)
+        and any(getattr(t, "id", None) == "EntryClass" for t in n.targets)
+    )
     assert [e.id for e in entry.value.elts] == ["DeepseekV4ForCausalLM"]
     adapters = _source("sglang/srt/entrypoints/openai/chat_encoding_adapters.py")
     for line, spec in ((V4_FLASH_0731, "dsv4"), (V41_FLASH, "dsv41")):
@@ -95,9 +101,15 @@ def test_the_matrix_says_where_v41_does_not_fit_and_why():
 
 def test_auto_never_picks_another_line():
     # 8 RTX PRO 6000 cards: the V4.1 recipe uses all 8, yet auto keeps to 0731's rig
-    found = [gpu_query.Gpu(name="NVIDIA RTX PRO 6000 Blackwell Server Edition",
-                           compute_capability="12.0", memory_mib=97887, driver="580.95")
-             for _ in range(8)]
+    found = [
+        gpu_query.Gpu(
+            name="NVIDIA RTX PRO 6000 Blackwell Server Edition",
+            compute_capability="12.0",
+            memory_mib=97887,
+            driver="580.95",
+        )
+        for _ in range(8)
+    ]
     pick = gpu_query.pick_recipe(found, load_all())
     assert pick.recipe.model.line == "v4-flash-0731"
     assert load_recipe("rtx-pro-6000-tp8-v41").model.line == "v4.1-flash"
@@ -127,8 +139,10 @@ def test_the_pictures_are_valid_pngs_with_their_answer(scene):
     # the stand-in's eyes read the same count the scene says
     assert vision.count(picture.convert("RGB"), scene.colour, scene.kind) == scene.answer()
     assert vision.answer(scene.question, [images.data_url(scene)]) == f"ANSWER: {scene.answer()}"
-    assert vision.answer(scene.question, [images.data_url(scene)], blind=True) != \
-        f"ANSWER: {scene.answer()}"
+    assert (
+        vision.answer(scene.question, [images.data_url(scene)], blind=True)
+        != f"ANSWER: {scene.answer()}"
+    )
 
 
 def test_the_scenes_have_different_answers():

@@ -19,7 +19,8 @@ def test_series_is_what_apply_patches_applies_in_order():
 @pytest.mark.parametrize("version", ["0.5.16", "0.5.17"])
 def test_the_row_fix_widens_the_verify(version):
     assert patch_series.verify_rows(version) == VerifyRows(
-        10, "0020-dsv4-compress-plan-verify-rows.patch")
+        10, "0020-dsv4-compress-plan-verify-rows.patch"
+    )
 
 
 def test_without_the_fix_sglang_keeps_four_rows():

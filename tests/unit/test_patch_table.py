@@ -19,8 +19,9 @@ PATCHES = ROOT / "patches" / "sglang"
 def test_the_table_in_docs_is_generated_from_patches_toml():
     text = DOC.read_text()
     start, end = text.index(patch_table.BEGIN), text.index(patch_table.END)
-    assert text[start:end + len(patch_table.END)] == patch_table.block(), (
-        "docs/patch.md's patch table is stale: run scripts/regen and commit the diff")
+    assert text[start : end + len(patch_table.END)] == patch_table.block(), (
+        "docs/patch.md's patch table is stale: run scripts/regen and commit the diff"
+    )
 
 
 def test_every_patch_file_has_one_row_and_every_entry_a_file():
@@ -46,17 +47,27 @@ def test_every_evidence_path_and_section_exists():
             path = ROOT / patch_table.evidence_path(item)
             assert path.is_file(), f"{row['file']}: evidence {item} does not exist"
             if "#" in item:
-                anchors = {_slug(line.lstrip("#")) for line in path.read_text().splitlines()
-                           if line.startswith("#")}
+                anchors = {
+                    _slug(line.lstrip("#"))
+                    for line in path.read_text().splitlines()
+                    if line.startswith("#")
+                }
                 assert item.split("#", 1)[1] in anchors, f"{row['file']}: no section {item}"
             if "::" in item:
                 assert f"def {item.split('::', 1)[1]}(" in path.read_text(), item
 
 
 def entry(**changes) -> dict:
-    base = {"file": "0099-x.patch", "title": "fixes x", "upstream": "none found",
-            "target": "sglang/x.py", "sglang": ["0.5.17"], "present": "x = 1",
-            "retire_when": "never", "evidence": ["README.md"]}
+    base = {
+        "file": "0099-x.patch",
+        "title": "fixes x",
+        "upstream": "none found",
+        "target": "sglang/x.py",
+        "sglang": ["0.5.17"],
+        "present": "x = 1",
+        "retire_when": "never",
+        "evidence": ["README.md"],
+    }
     return {**base, **changes}
 
 
@@ -70,8 +81,9 @@ def test_an_entry_without_a_field_the_table_needs_is_named(field):
 
 
 def test_entries_of_one_file_merge_and_must_agree():
-    rows = patch_table.rows((entry(sglang=["0.5.17"], target="a"),
-                             entry(sglang=["0.5.16"], target="b")))
+    rows = patch_table.rows(
+        (entry(sglang=["0.5.17"], target="a"), entry(sglang=["0.5.16"], target="b"))
+    )
     assert len(rows) == 1 and rows[0]["sglang"] == ["0.5.16", "0.5.17"]
     assert rows[0]["targets"] == ["a", "b"]
     with pytest.raises(PatchSeriesError, match="disagree on retire_when"):
@@ -79,13 +91,18 @@ def test_entries_of_one_file_merge_and_must_agree():
 
 
 def test_cells():
-    assert patch_table.upstream_cell("https://github.com/sgl-project/sglang/pull/33407") == \
-        "[#33407](https://github.com/sgl-project/sglang/pull/33407)"
-    assert patch_table.upstream_cell("https://github.com/flashinfer-ai/flashinfer/issues/7") == \
-        "[flashinfer-ai/flashinfer#7](https://github.com/flashinfer-ai/flashinfer/issues/7)"
+    assert (
+        patch_table.upstream_cell("https://github.com/sgl-project/sglang/pull/33407")
+        == "[#33407](https://github.com/sgl-project/sglang/pull/33407)"
+    )
+    assert (
+        patch_table.upstream_cell("https://github.com/flashinfer-ai/flashinfer/issues/7")
+        == "[flashinfer-ai/flashinfer#7](https://github.com/flashinfer-ai/flashinfer/issues/7)"
+    )
     assert patch_table.upstream_cell("none found") == "none found"
     assert patch_table.evidence_cell(["docs/benchmarks.md#a", "tests/x.py::test_y"]) == (
-        "[`docs/benchmarks.md#a`](benchmarks.md#a)<br>[`tests/x.py::test_y`](../tests/x.py)")
+        "[`docs/benchmarks.md#a`](benchmarks.md#a)<br>[`tests/x.py::test_y`](../tests/x.py)"
+    )
     table = patch_table.table((entry(title="a | b"),))
     assert "a \\| b" in table
 

@@ -61,12 +61,23 @@ else:
 
 
 def index(*platforms: str) -> bytes:
-    manifests = [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
-                  "digest": "sha256:" + hashlib.sha256(p.encode()).hexdigest(), "size": 1234,
-                  "platform": {"os": p.split("/")[0], "architecture": p.split("/")[1]}}
-                 for p in platforms]
-    return json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-                       "manifests": manifests}, indent=3).encode()
+    manifests = [
+        {
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": "sha256:" + hashlib.sha256(p.encode()).hexdigest(),
+            "size": 1234,
+            "platform": {"os": p.split("/")[0], "architecture": p.split("/")[1]},
+        }
+        for p in platforms
+    ]
+    return json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": manifests,
+        },
+        indent=3,
+    ).encode()
 
 
 def digest_of(raw: bytes) -> str:
@@ -93,10 +104,19 @@ class Registry:
 
     def run(self, versions: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         (self.tmp / "registry.json").write_text(json.dumps(self.table))
-        environ = {"PATH": str(self.bin), "FAKE_REGISTRY": str(self.tmp /
-                   "registry.json"), "FAKE_LOG": str(self.log), **env}
-        return subprocess.run([sys.executable, str(SCRIPT), "--file", str(versions), *args],
-                              capture_output=True, text=True, timeout=60, env=environ)
+        environ = {
+            "PATH": str(self.bin),
+            "FAKE_REGISTRY": str(self.tmp / "registry.json"),
+            "FAKE_LOG": str(self.log),
+            **env,
+        }
+        return subprocess.run(
+            [sys.executable, str(SCRIPT), "--file", str(versions), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=environ,
+        )
 
 
 VERSIONS = f"""# A versions file like the real one.
@@ -154,12 +174,18 @@ def test_picks_docker_only_when_buildx_works(registry, versions):
     assert versions.read_text() == VERSIONS, "--dry-run wrote the file"
 
 
-@pytest.mark.parametrize("raw, message", [
-    (json.dumps({"schemaVersion": 2,
-                 "mediaType": "application/vnd.oci.image.manifest.v1+json"}).encode(),
-     "is a single-platform image"),
-    (index("linux/amd64"), "has no linux/arm64 image"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (
+            json.dumps(
+                {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json"}
+            ).encode(),
+            "is a single-platform image",
+        ),
+        (index("linux/amd64"), "has no linux/arm64 image"),
+    ],
+)
 def test_refuses_a_base_that_is_not_one_tag_for_both_arches(registry, versions, raw, message):
     registry.add(REF, raw)
     registry.tool("crane")
@@ -211,8 +237,9 @@ def test_check_lists_unresolved_digests(registry, versions, tmp_path):
     assert proc.returncode == 1
     assert f"BASE_IMAGE_DIGEST: unresolved ({REF})" in proc.stdout
     resolved = tmp_path / "resolved.env"
-    resolved.write_text(VERSIONS.replace("BASE_IMAGE_DIGEST=",
-                                         f"BASE_IMAGE_DIGEST=sha256:{'b' * 64}"))
+    resolved.write_text(
+        VERSIONS.replace("BASE_IMAGE_DIGEST=", f"BASE_IMAGE_DIGEST=sha256:{'b' * 64}")
+    )
     assert registry.run(resolved, "--check").returncode == 0
     assert registry.log.read_text() == "", "--check must not ask the registry"
 
@@ -222,9 +249,14 @@ SEEN = "sha256:" + "5" * 64
 
 def with_seen(tmp_path, seen: str) -> Path:
     path = tmp_path / "seen.env"
-    path.write_text(VERSIONS.replace("BASE_IMAGE_DIGEST=\n", f"BASE_IMAGE_DIGEST=\n"
-                                     f"# Seen in a public deployment, not resolved.\n"
-                                     f"BASE_IMAGE_DIGEST_SEEN={seen}\n"))
+    path.write_text(
+        VERSIONS.replace(
+            "BASE_IMAGE_DIGEST=\n",
+            f"BASE_IMAGE_DIGEST=\n"
+            f"# Seen in a public deployment, not resolved.\n"
+            f"BASE_IMAGE_DIGEST_SEEN={seen}\n",
+        )
+    )
     return path
 
 
@@ -237,15 +269,15 @@ def test_a_resolved_digest_equal_to_the_seen_one_confirms_it(registry, tmp_path)
     proc = registry.run(path)
     assert proc.returncode == 0, proc.stderr
     assert "confirms BASE_IMAGE_DIGEST_SEEN" in proc.stdout
-    assert path.read_text() == before.replace("BASE_IMAGE_DIGEST=\n",
-                                              f"BASE_IMAGE_DIGEST={digest_of(raw)}\n")
+    assert path.read_text() == before.replace(
+        "BASE_IMAGE_DIGEST=\n", f"BASE_IMAGE_DIGEST={digest_of(raw)}\n"
+    )
     # Once resolved, --check passes and says the two agree.
     check = registry.run(path, "--check")
     assert check.returncode == 0 and "confirms BASE_IMAGE_DIGEST_SEEN" in check.stdout
 
 
-def test_a_resolved_digest_that_differs_from_the_seen_one_is_written_and_named(registry,
-                                                                              tmp_path):
+def test_a_resolved_digest_that_differs_from_the_seen_one_is_written_and_named(registry, tmp_path):
     # The deployment may have pinned one platform's manifest: the registry's
     # index (hash-checked, both arches) wins, and the difference is said.
     raw = index("linux/amd64", "linux/arm64")
@@ -288,8 +320,13 @@ def test_the_repos_versions_file_says_which_digests_are_unresolved(track):
         assert len(seen) == 71 and seen.startswith("sha256:")
         seen_comment = text.split(f"{digest_key}_SEEN=")[0].rsplit(f"{digest_key}=", 1)[1]
         assert "SEEN, NOT RESOLVED" in seen_comment and "never uses it" in seen_comment
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--check"], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PATH": "/usr/bin:/bin"},
+    )
     unresolved = [t for t in tracks() if not pins[track_key(t, "BASE_IMAGE_DIGEST")]]
     assert proc.returncode == (1 if unresolved else 0)
     assert (f"{digest_key}: unresolved" in proc.stdout) == (not digest)

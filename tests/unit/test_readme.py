@@ -10,20 +10,22 @@ import tomllib
 
 import pytest
 import yaml
-from support.cli import ROOT
-from support.doc_commands import docs
-from support.doctor_rigs import on_distribution, packages_fixture, rig, run_doctor
 
 from sm12x import cli
 from sm12x.recipe import list_recipes, load_all
 from sm12x.recipe.matrix import BEGIN, END, block
 from sm12x.versions import load_versions
+from support.cli import ROOT
+from support.doc_commands import docs
+from support.doctor_rigs import on_distribution, packages_fixture, rig, run_doctor
 
 README = (ROOT / "README.md").read_text()
 
 
 def section(title: str) -> str:
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", README, re.DOTALL | re.MULTILINE)
+    match = re.search(
+        rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", README, re.DOTALL | re.MULTILINE
+    )
     assert match, f"README has no '## {title}' section"
     return match[1]
 
@@ -63,8 +65,13 @@ def test_build_or_pull_says_to_build_the_image_until_it_is_published():
 
 
 # The order a user acts in: each step's section before the next one's.
-USER_ORDER = ("Before you start", "Check the machine", "Build or pull the image", "Serve it",
-              "Verify, bench, doctor")
+USER_ORDER = (
+    "Before you start",
+    "Check the machine",
+    "Build or pull the image",
+    "Serve it",
+    "Verify, bench, doctor",
+)
 
 
 def test_readme_walks_in_the_order_a_user_acts():
@@ -143,8 +150,9 @@ def test_env_is_ignored_by_git_and_the_example_is_not(tmp_path):
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, timeout=30)
 
     def ignored(name: str) -> bool:
-        done = subprocess.run(["git", "-C", str(tmp_path), "check-ignore", "-q", name],
-                              timeout=30, check=False)
+        done = subprocess.run(
+            ["git", "-C", str(tmp_path), "check-ignore", "-q", name], timeout=30, check=False
+        )
         assert done.returncode in (0, 1)
         return done.returncode == 0
 
@@ -152,8 +160,24 @@ def test_env_is_ignored_by_git_and_the_example_is_not(tmp_path):
     assert "`.gitignore` keeps it out of git" in " ".join(section("Before you start").split())
 
 
-GLOSSARY_TERMS = ("C16", "TP", "pass^k", "TTFT", "ITL", "SPS", "depth", "block size", "gamma",
-                  "DSPARK", "acceptance length", "sm_120", "rig", "recipe", "stand-in", "p99")
+GLOSSARY_TERMS = (
+    "C16",
+    "TP",
+    "pass^k",
+    "TTFT",
+    "ITL",
+    "SPS",
+    "depth",
+    "block size",
+    "gamma",
+    "DSPARK",
+    "acceptance length",
+    "sm_120",
+    "rig",
+    "recipe",
+    "stand-in",
+    "p99",
+)
 
 
 def test_glossary_defines_the_jargon():
@@ -190,8 +214,11 @@ def test_compose_profiles_named_in_the_readme_exist():
 def test_sm12x_commands_named_in_the_readme_exist():
     commands = {c.name for c in cli.commands()}
     code = code_blocks(README) + re.findall(r"`([^`\n]+)`", README)
-    named = {m for snippet in code for m in re.findall(r"(?:^|\s|/)sm12x ([a-z][\w-]*)", snippet,
-                                                          re.MULTILINE)}
+    named = {
+        m
+        for snippet in code
+        for m in re.findall(r"(?:^|\s|/)sm12x ([a-z][\w-]*)", snippet, re.MULTILINE)
+    }
     assert {"doctor", "verify", "bench", "render"} <= named
     assert named <= commands, named - commands
 
@@ -211,8 +238,10 @@ def test_relative_links_point_at_files(doc):
 
 
 def test_anchors_point_at_headings():
-    headings = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
-                for h in re.findall(r"^#+ (.+)$", README, re.MULTILINE)}
+    headings = {
+        re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
+        for h in re.findall(r"^#+ (.+)$", README, re.MULTILINE)
+    }
     for anchor in re.findall(r"\]\(#([^)]+)\)", README):
         assert anchor in headings, anchor
 
@@ -248,9 +277,18 @@ def test_symptom_cause_fix_table():
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert len(cells) == 3 and all(cells), row
     joined = "\n".join(body)
-    for needle in ("num_tokens, 64", "Unsupported sparse-MLA prefill configuration",
-                   "depth 5", "</think>", "Streamed tool calls", "max_tokens", "OOM",
-                   "NET/Socket", "ibv_reg_mr", "custom all-reduce"):
+    for needle in (
+        "num_tokens, 64",
+        "Unsupported sparse-MLA prefill configuration",
+        "depth 5",
+        "</think>",
+        "Streamed tool calls",
+        "max_tokens",
+        "OOM",
+        "NET/Socket",
+        "ibv_reg_mr",
+        "custom all-reduce",
+    ):
         assert needle in joined, needle
 
 
@@ -270,8 +308,9 @@ def test_compress_plan_patches_retire_as_patches_toml_says():
         assert f"`0020` and `0021` retire with sglang {release}" in text
     kv_store = patch_entries("0022")
     assert all("retire_sglang" not in p for p in kv_store), "0022 retires now: say when"
-    newest = max((v for p in kv_store for v in p["sglang"]),
-                 key=lambda v: tuple(map(int, v.split("."))))
+    newest = max(
+        (v for p in kv_store for v in p["sglang"]), key=lambda v: tuple(map(int, v.split(".")))
+    )
     assert f"it is still carried on {newest}" in text
     assert "All three retire" not in text
 
@@ -287,9 +326,14 @@ def test_the_test_costs_are_the_measured_ones():
     """The cold and warm figures are docs/benchmarks.md's (which has the
     command); the section must name both, with the disk it needs."""
     start = README.index("<!-- test-cost")
-    cost = " ".join(README[start:README.index("<!-- /test-cost -->")].split())
-    suite = " ".join((ROOT / "docs" / "benchmarks.md").read_text().split(
-        "## The test suite (`scripts/test`)")[1].split("\n## ")[0].split())
+    cost = " ".join(README[start : README.index("<!-- /test-cost -->")].split())
+    suite = " ".join(
+        (ROOT / "docs" / "benchmarks.md")
+        .read_text()
+        .split("## The test suite (`scripts/test`)")[1]
+        .split("\n## ")[0]
+        .split()
+    )
     for figure in re.findall(r"\d+ min \d+ s", cost):
         assert figure in suite, figure
     setup = re.search(r"cold \(setup (\d+ s)\)", cost)[1]
@@ -304,8 +348,9 @@ def test_the_stand_in_example_says_it_needs_the_test_environment():
     project = toml.loads((ROOT / "pyproject.toml").read_text())["project"]
     host = project["dependencies"] + project["optional-dependencies"]["bench"]
     assert not any(d.startswith("starlette") for d in host)
-    stand_in = "\n".join(p.read_text() for p in (ROOT / "tests" / "support" / "fake_sglang")
-                         .glob("*.py"))
+    stand_in = "\n".join(
+        p.read_text() for p in (ROOT / "tests" / "support" / "fake_sglang").glob("*.py")
+    )
     assert re.search(r"^(from|import) (starlette|fastapi)", stand_in, re.MULTILINE)
     text = " ".join(section("Verify, bench, doctor").split())
     assert "`.cache/venv/bin/python -m tests.support.fake_sglang --port 30001 --fault loop`" in text

@@ -23,8 +23,11 @@ def test_each_rig_has_a_baseline_and_a_throughput_configuration():
         recipe = load_recipe(name)
         assert (recipe.rig, recipe.configuration_kind) == (rig, "throughput")
         base = load_recipe(rig)
-        assert (recipe.hardware, recipe.model, recipe.serve) == (base.hardware, base.model,
-                                                                  base.serve)
+        assert (recipe.hardware, recipe.model, recipe.serve) == (
+            base.hardware,
+            base.model,
+            base.serve,
+        )
 
 
 def test_one_baseline_per_rig_and_line():

@@ -14,9 +14,15 @@ from verify.result import CheckResult, Verdict  # noqa: E402
 
 RESULTS = [
     CheckResult("health", "h", Verdict.PASS, evidence=["GET /health -> HTTP 200"]),
-    CheckResult("tools", "t", Verdict.FAIL, problem="no tool_calls in the response",
-                cause="is `--tool-call-parser deepseekv4` set?", fix="launch with it",
-                evidence=["weather: ..."]),
+    CheckResult(
+        "tools",
+        "t",
+        Verdict.FAIL,
+        problem="no tool_calls in the response",
+        cause="is `--tool-call-parser deepseekv4` set?",
+        fix="launch with it",
+        evidence=["weather: ..."],
+    ),
     CheckResult("spec", "s", Verdict.NOT_RUN, problem="no backend figures"),
     CheckResult("soak", "k", Verdict.SKIP, required=False, problem="skipped by --skip"),
 ]

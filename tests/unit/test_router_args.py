@@ -6,7 +6,6 @@ from __future__ import annotations
 from importlib import metadata
 
 import pytest
-from support.cli import assert_one_clear_error, run_sm12x
 
 from sm12x.errors import UserError
 from sm12x.router import (
@@ -22,6 +21,7 @@ from sm12x.router import (
 )
 from sm12x.settings import load
 from sm12x.versions import load_versions
+from support.cli import assert_one_clear_error, run_sm12x
 
 WORKERS = ("http://192.168.1.10:30000", "http://192.168.1.11:30000/")
 
@@ -217,8 +217,14 @@ def test_cli_uses_the_rigs_and_key_from_dotenv(tmp_path):
 def test_cli_flags_win_over_dotenv(tmp_path):
     (tmp_path / ".env").write_text(f"SM12X_ROUTER_WORKERS={WORKERS[0]}\n")
     result = run_sm12x(
-        "router", "--dry-run", "--env-file", str(tmp_path / ".env"),
-        "--router-workers", WORKERS[1], "--router-policy", "round_robin",
+        "router",
+        "--dry-run",
+        "--env-file",
+        str(tmp_path / ".env"),
+        "--router-workers",
+        WORKERS[1],
+        "--router-policy",
+        "round_robin",
     )
     assert result.returncode == 0, result.stderr
     assert f"--worker-urls {WORKERS[1].rstrip('/')}" in result.stdout

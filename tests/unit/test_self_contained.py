@@ -14,9 +14,15 @@ FOREIGN = re.compile(r"/work/|/root/|/home/\w|\.\./shared\b|\bshared/reference\b
 
 def test_no_test_reads_a_path_outside_the_repository():
     offenders = []
-    for path in sorted([*ROOT.glob("tests/**/*.py"), *ROOT.glob("tests/**/*.sh"),
-                        ROOT / "scripts" / "test", ROOT / ".ci" / "run",
-                        ROOT / "pyproject.toml"]):
+    for path in sorted(
+        [
+            *ROOT.glob("tests/**/*.py"),
+            *ROOT.glob("tests/**/*.sh"),
+            ROOT / "scripts" / "test",
+            ROOT / ".ci" / "run",
+            ROOT / "pyproject.toml",
+        ]
+    ):
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if FOREIGN.search(line) and path != ROOT / "tests/unit/test_self_contained.py":
                 offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")

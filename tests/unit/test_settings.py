@@ -8,12 +8,12 @@ import os
 import re
 
 import pytest
-from support.cli import run_sm12x
 
 from sm12x import cli
 from sm12x.errors import UserError
 from sm12x.settings import COMMANDS, Settings, env_name, flag_name, for_command, load, meta
 from sm12x.settings.cli import flag_settings
+from support.cli import run_sm12x
 
 
 def write(path, text: str):
@@ -50,9 +50,12 @@ def test_dotenv_is_found_in_the_current_folder_unless_one_is_named(tmp_path):
 
 
 def test_dotenv_parses_as_compose_writes_it(tmp_path):
-    env = write(tmp_path / ".env", "# a comment\nexport SM12X_BIND=127.0.0.3\n"
-                'SM12X_ROUTER_WORKERS="http://a:1 http://b:2"\n'
-                "SM12X_ROUTER_POLICY=round_robin  # inline comment\nSM12X_PORT=${PORT_FROM:-31000}\n")
+    env = write(
+        tmp_path / ".env",
+        "# a comment\nexport SM12X_BIND=127.0.0.3\n"
+        'SM12X_ROUTER_WORKERS="http://a:1 http://b:2"\n'
+        "SM12X_ROUTER_POLICY=round_robin  # inline comment\nSM12X_PORT=${PORT_FROM:-31000}\n",
+    )
     s = load(env_file=env, environ={}).settings
     assert s.bind == "127.0.0.3" and s.router_workers == ("http://a:1", "http://b:2")
     assert s.router_policy == "round_robin" and s.port == 31000
@@ -122,8 +125,10 @@ def test_a_bad_value_names_its_source(tmp_path):
         load({"router_port": "x"}, env_file=os.devnull, environ={})
     with pytest.raises(UserError) as caught:
         load(env_file=os.devnull, environ={"SM12X_API_KEY": "sk secret"})
-    assert "sk secret" not in caught.value.message and "SM12X_API_KEY in the environment" in \
-        caught.value.message
+    assert (
+        "sk secret" not in caught.value.message
+        and "SM12X_API_KEY in the environment" in caught.value.message
+    )
 
 
 def test_the_key_file_is_read_and_never_shown(tmp_path):
@@ -144,8 +149,10 @@ def parser_of(command: str) -> argparse.ArgumentParser:
 
         return parser()
     return next(
-        sub for action in cli.build_parser()._subparsers._group_actions  # noqa: SLF001
-        for name, sub in action.choices.items() if name == command
+        sub
+        for action in cli.build_parser()._subparsers._group_actions  # noqa: SLF001
+        for name, sub in action.choices.items()
+        if name == command
     )
 
 
@@ -177,10 +184,14 @@ def test_the_key_is_a_flag_only_for_clients():
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_explains_each_setting_it_reads(command, tmp_path):
-    env = write(tmp_path / ".env", "SM12X_PORT=31000\nSM12X_API_KEY=sk-hidden\n"
-                "SM12X_ROUTER_WORKERS=http://127.0.0.1:30000\n")
-    args = {"render": ["render", "rtx-pro-6000-tp4"],
-            "launch": ["launch", "--recipe", "rtx-pro-6000-tp4"]}.get(command, [command])
+    env = write(
+        tmp_path / ".env",
+        "SM12X_PORT=31000\nSM12X_API_KEY=sk-hidden\nSM12X_ROUTER_WORKERS=http://127.0.0.1:30000\n",
+    )
+    args = {
+        "render": ["render", "rtx-pro-6000-tp4"],
+        "launch": ["launch", "--recipe", "rtx-pro-6000-tp4"],
+    }.get(command, [command])
     result = run_sm12x(*args, "--explain", "--env-file", str(env))
     assert result.returncode == 0, result.stderr
     shown = re.findall(r"^# (SM12X_\w+)=", result.stdout, re.M)
@@ -188,14 +199,14 @@ def test_every_command_explains_each_setting_it_reads(command, tmp_path):
     assert f".env: {env} (--env-file)" in result.stdout
     assert "sk-hidden" not in result.stdout + result.stderr
     if "port" in for_command(command):
-        assert re.search(rf"^# SM12X_PORT=31000 +<- \.env \({re.escape(str(env))}\)$",
-                         result.stdout, re.M)
+        assert re.search(
+            rf"^# SM12X_PORT=31000 +<- \.env \({re.escape(str(env))}\)$", result.stdout, re.M
+        )
 
 
 def test_readme_settings_table_is_generated_from_the_model():
-    from support.cli import ROOT
-
     from sm12x.settings.table import BEGIN, END, block
+    from support.cli import ROOT
 
     readme = (ROOT / "README.md").read_text()
     start, end = readme.index(BEGIN), readme.index(END) + len(END)

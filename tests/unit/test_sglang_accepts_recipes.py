@@ -52,8 +52,10 @@ def test_every_track_s_sglang_is_among_the_checked_versions():
 
 
 @pytest.mark.parametrize(
-    "version, plan", PAIRS,
-    ids=[f"{v}-{p.recipe.name}-node{p.context.node_rank or 0}" for v, p in PAIRS])
+    "version, plan",
+    PAIRS,
+    ids=[f"{v}-{p.recipe.name}-node{p.context.node_rank or 0}" for v, p in PAIRS],
+)
 def test_sglang_accepts_every_rendered_flag(version, plan):
     flags = server_flags(version)
     for arg in plan.args:
@@ -110,7 +112,8 @@ def test_the_feature_table_is_what_each_release_has(version):
                 present = spec is not None
             else:
                 assert spec is not None and spec.choices is not None, (
-                    f"sglang {version}'s {name} has no choices to judge {value} by")
+                    f"sglang {version}'s {name} has no choices to judge {value} by"
+                )
                 present = value in spec.choices
         else:
             present = name in declared

@@ -45,7 +45,8 @@ def verdicts():
 
 
 @pytest.mark.parametrize(
-    "recipe, rank, track", CASES, ids=[f"{r.name}-node{n}-{t}" for r, n, t in CASES])
+    "recipe, rank, track", CASES, ids=[f"{r.name}-node{n}-{t}" for r, n, t in CASES]
+)
 def test_sglang_would_launch_it(verdicts, recipe, rank, track):
     verdict = verdicts(recipe, rank, track)
     verdict.raise_for_refusal()
@@ -58,13 +59,17 @@ def test_sglang_would_launch_it(verdicts, recipe, rank, track):
     assert got["kv_cache_dtype"] == "fp8_e4m3"
     assert got["moe_runner_backend"] == "flashinfer_mxfp4"
     # The draft is the one bundled in the checkpoint (config.json's dspark_* keys).
-    assert got["speculative_draft_model_path"] == verdict.argv[verdict.argv.index(
-        "--model-path") + 1]
+    assert (
+        got["speculative_draft_model_path"] == verdict.argv[verdict.argv.index("--model-path") + 1]
+    )
     if recipe.is_multinode:
         assert (got["nnodes"], got["node_rank"]) == (recipe.hardware.nodes, rank)
     dp = attention_dp(recipe)
-    width = got["attn_dp_size"] if "attn_dp_size" in got and got["attn_dp_size"] else (
-        got["dp_size"] if got["enable_dp_attention"] else 1)
+    width = (
+        got["attn_dp_size"]
+        if "attn_dp_size" in got and got["attn_dp_size"]
+        else (got["dp_size"] if got["enable_dp_attention"] else 1)
+    )
     assert width == dp, "the lints' DP attention width is sglang's"
     assert got["enable_dp_lm_head"] is (dp > 1)
     # The lints' per-rank arithmetic is sglang's: DP attention divides the chunk ...
@@ -83,7 +88,8 @@ def test_every_recipe_and_node_is_checked():
     names = {r.name for r, _, _ in CASES}
     assert names == {r.name for r in load_all()}
     assert {(r.name, n) for r, n, _ in CASES if r.is_multinode} == {
-        (r.name, n) for r in load_all() if r.is_multinode for n in range(r.hardware.nodes)}
+        (r.name, n) for r in load_all() if r.is_multinode for n in range(r.hardware.nodes)
+    }
 
 
 def test_the_stub_answers_as_the_recipe_s_gpu():
@@ -91,8 +97,11 @@ def test_the_stub_answers_as_the_recipe_s_gpu():
         gpu = GPUS[recipe.hardware.gpu]
         assert ".".join(map(str, gpu.capability)) == recipe.hardware.compute_capability
         # nvidia-smi's figure is the marketed size less what the driver keeps.
-        assert 0.9 * recipe.hardware.memory_gib_per_gpu * 1024 <= gpu.memory_mib <= (
-            recipe.hardware.memory_gib_per_gpu * 1024)
+        assert (
+            0.9 * recipe.hardware.memory_gib_per_gpu * 1024
+            <= gpu.memory_mib
+            <= (recipe.hardware.memory_gib_per_gpu * 1024)
+        )
 
 
 def _mutated(base: str, mutate):
@@ -102,8 +111,9 @@ def _mutated(base: str, mutate):
 
 
 def test_sglang_refuses_dp_attention_without_the_dp_lm_head():
-    recipe = _mutated("rtx-pro-6000-tp4-throughput",
-                      lambda d: d["flags"].pop("--enable-dp-lm-head"))
+    recipe = _mutated(
+        "rtx-pro-6000-tp4-throughput", lambda d: d["flags"].pop("--enable-dp-lm-head")
+    )
     verdict = validate(recipe, 0, "current")
     assert not verdict.ok
     assert "DSpark with dp attention requires --enable-dp-lm-head" in verdict.error
@@ -112,13 +122,17 @@ def test_sglang_refuses_dp_attention_without_the_dp_lm_head():
 def test_sglang_refuses_a_dp_width_that_does_not_divide_tp():
     def mutate(data):
         data["flags"]["--attn-dp-size"]["value"] = 3
+
     verdict = validate(_mutated("rtx-pro-6000-tp4-throughput", mutate), 0, "current")
     assert not verdict.ok, verdict.resolved
 
 
-@pytest.mark.parametrize("flag, refused", [
-    (["--enable-two-batch-overlap"], "DeepSeek-V4.1 does not support two-batch overlap"),
-])
+@pytest.mark.parametrize(
+    "flag, refused",
+    [
+        (["--enable-two-batch-overlap"], "DeepSeek-V4.1 does not support two-batch overlap"),
+    ],
+)
 def test_sglang_refuses_for_v41_what_the_line_lint_refuses(flag, refused):
     """model-line-refused's V4.1 refusals are sglang's own (lints skipped here)."""
     data = raw_recipe("rtx-pro-6000-tp8-v41")

@@ -29,8 +29,7 @@ def test_corpus_covers_the_output_shapes():
     assert {len(c.calls) for c in cases} >= {0, 1, 2, 3}
     assert {call.form for c in cases for call in c.calls} == {"params", "json", "self-closing"}
     assert any(not call.arguments for c in cases for call in c.calls)  # zero-argument calls
-    assert any(c.before and c.calls for c in cases) and any(not c.before and c.calls
-                                                            for c in cases)
+    assert any(c.before and c.calls for c in cases) and any(not c.before and c.calls for c in cases)
     assert any(c.after for c in cases)  # prose after the calls
 
 
@@ -38,8 +37,9 @@ def test_arguments_cover_every_json_type_nesting_and_hard_text():
     values = [v for c in sc.cases() for call in c.calls for v in _values(call.arguments)]
     kinds = {type(v).__name__ for v in values}
     assert {"str", "int", "float", "bool", "NoneType", "list", "dict"} <= kinds
-    assert any(isinstance(v, dict) and any(isinstance(x, (dict, list)) for x in v.values())
-               for v in values)
+    assert any(
+        isinstance(v, dict) and any(isinstance(x, (dict, list)) for x in v.values()) for v in values
+    )
     assert any(isinstance(v, list) and any(isinstance(x, list) for x in v) for v in values)
     strings = [v for v in values if isinstance(v, str)]
     for needle in ('"', "\\", "\n", "\t", "<", ">", "</", "😀", "東京"):

@@ -62,8 +62,11 @@ def test_each_track_s_series_is_patches_toml_s():
 
 
 def test_the_bake_targets_named_exist():
-    targets = {name for entry in hcl2.loads((ROOT / "docker-bake.hcl").read_text())["target"]
-               for name in entry}
-    for column, track in enumerate(tracks()):
+    targets = {
+        name
+        for entry in hcl2.loads((ROOT / "docker-bake.hcl").read_text())["target"]
+        for name in entry
+    }
+    for column in range(len(tracks())):
         for name in re.findall(r"`([\w-]+)`", table()["bake targets"][column]):
             assert name.strip('"') in {t.strip('"') for t in targets}, name

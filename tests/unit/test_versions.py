@@ -29,20 +29,36 @@ from support.wheels import ROOT
 @pytest.mark.parametrize("track", tracks())
 def test_every_pin_the_project_needs_is_there(track):
     pins = load_versions(track)
-    for key in ("SM12X_VERSION", "SGLANG_VERSION", "FLASHINFER_VERSION", "FLASHINFER_CUBIN_VERSION",
-                "FLASHINFER_JIT_CACHE_VERSION", "TORCH_VERSION", "CUDA_VERSION", "BASE_IMAGE",
-                "SGLANG_ROUTER_VERSION", "FLASHINFER_CANARY_VERSION", "TEST_TORCH_VERSION",
-                "TEST_TRITON_VERSION", "SM12X_TRACK", "SM12X_IMAGE"):
+    for key in (
+        "SM12X_VERSION",
+        "SGLANG_VERSION",
+        "FLASHINFER_VERSION",
+        "FLASHINFER_CUBIN_VERSION",
+        "FLASHINFER_JIT_CACHE_VERSION",
+        "TORCH_VERSION",
+        "CUDA_VERSION",
+        "BASE_IMAGE",
+        "SGLANG_ROUTER_VERSION",
+        "FLASHINFER_CANARY_VERSION",
+        "TEST_TORCH_VERSION",
+        "TEST_TRITON_VERSION",
+        "SM12X_TRACK",
+        "SM12X_IMAGE",
+    ):
         assert key in pins, key
-    assert pins["FLASHINFER_VERSION"] == pins["FLASHINFER_CUBIN_VERSION"] == pins[
-        "FLASHINFER_JIT_CACHE_VERSION"], "flashinfer python, cubin and jit-cache must be one version"
+    assert (
+        pins["FLASHINFER_VERSION"]
+        == pins["FLASHINFER_CUBIN_VERSION"]
+        == pins["FLASHINFER_JIT_CACHE_VERSION"]
+    ), "flashinfer python, cubin and jit-cache must be one version"
 
 
 def test_bash_and_python_read_the_same_values():
     keys = sorted(read_versions())
     script = ". ./versions.env && " + " && ".join(f'printf "%s\\n" "${k}"' for k in keys)
-    out = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout.splitlines()
+    out = subprocess.run(
+        ["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     assert dict(zip(keys, out)) == read_versions()
 
 
@@ -64,8 +80,9 @@ def test_a_track_resolves_to_the_plain_names_and_nothing_is_written_twice():
             assert view[key] == raw[track_key(track, key)]
         assert view["SM12X_TRACK"] == track
         assert view["SM12X_IMAGE"] == f"{raw['SM12X_IMAGE_REPO']}:{raw['SM12X_VERSION']}-{track}"
-        assert not any(k.startswith(("PINNED_", "CURRENT_")) for k in view), \
+        assert not any(k.startswith(("PINNED_", "CURRENT_")) for k in view), (
             "a track's view holds no other track's pins"
+        )
         assert track_of_sglang(view["SGLANG_VERSION"]) == track
     values = [raw[track_key(t, k)] for t in tracks() for k in ("SGLANG_VERSION", "BASE_IMAGE")]
     assert len(set(values)) == len(values), "two tracks pin the same sglang or base"
@@ -75,8 +92,9 @@ def test_a_track_resolves_to_the_plain_names_and_nothing_is_written_twice():
 
 
 def test_an_unknown_track_names_the_known_ones():
-    with pytest.raises(UnknownTrackError, match="unknown track 'nightly': versions.env has "
-                                                "pinned, current"):
+    with pytest.raises(
+        UnknownTrackError, match="unknown track 'nightly': versions.env has pinned, current"
+    ):
         load_versions("nightly")
 
 
@@ -91,15 +109,20 @@ def minimal(**changes: str | None) -> dict[str, str]:
     return pins
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"SM12X_TRACKS": None}, "SM12X_TRACKS is missing or empty"),
-    ({"SM12X_TRACKS": "a,B"}, "track name 'B' is not lower-case"),
-    ({"SM12X_TRACKS": "a,a"}, "names a track twice"),
-    ({"SM12X_DEFAULT_TRACK": "c"}, "SM12X_DEFAULT_TRACK=c is not one of SM12X_TRACKS (a, b)"),
-    ({"B_SGLANG_VERSION": None}, "track b has no B_SGLANG_VERSION"),
-    ({"SGLANG_VERSION": "1"}, "SGLANG_VERSION is a track's pin: write it as A_SGLANG_VERSION, "
-                              "B_SGLANG_VERSION"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"SM12X_TRACKS": None}, "SM12X_TRACKS is missing or empty"),
+        ({"SM12X_TRACKS": "a,B"}, "track name 'B' is not lower-case"),
+        ({"SM12X_TRACKS": "a,a"}, "names a track twice"),
+        ({"SM12X_DEFAULT_TRACK": "c"}, "SM12X_DEFAULT_TRACK=c is not one of SM12X_TRACKS (a, b)"),
+        ({"B_SGLANG_VERSION": None}, "track b has no B_SGLANG_VERSION"),
+        (
+            {"SGLANG_VERSION": "1"},
+            "SGLANG_VERSION is a track's pin: write it as A_SGLANG_VERSION, B_SGLANG_VERSION",
+        ),
+    ],
+)
 def test_a_malformed_track_layout_is_one_clear_error(changes, message):
     assert check_tracks(minimal()) == ("a", "b")
     with pytest.raises(VersionsFileError, match=re.escape(message)):
@@ -112,11 +135,14 @@ def test_pyproject_takes_its_version_from_versions_env():
     assert re.search(r'path = "versions.env"', text)
 
 
-@pytest.mark.parametrize("bad, message", [
-    ("SGLANG_VERSION = 0.5.16", "expected KEY=value"),
-    ('SGLANG_VERSION="0.5.16"', "expected KEY=value"),
-    ("A=1\nA=2", "A is set twice"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("SGLANG_VERSION = 0.5.16", "expected KEY=value"),
+        ('SGLANG_VERSION="0.5.16"', "expected KEY=value"),
+        ("A=1\nA=2", "A is set twice"),
+    ],
+)
 def test_malformed_lines_are_named(bad, message):
     with pytest.raises(VersionsFileError, match=message):
         parse_versions(bad, "versions.env")
@@ -143,7 +169,8 @@ def test_the_image_stack_is_the_track_s_sglang_s_own(track):
     required = _requires("sglang", pins["SGLANG_VERSION"])
     assert required["flashinfer-python"] == pins["FLASHINFER_VERSION"], (
         f"sglang {pins['SGLANG_VERSION']} pins flashinfer {required['flashinfer-python']}, "
-        f"versions.env {pins['FLASHINFER_VERSION']}")
+        f"versions.env {pins['FLASHINFER_VERSION']}"
+    )
     assert required["torch"] == pins["TORCH_VERSION"]
     cuda = pins["CUDA_VERSION"].replace(".", "")
     assert pins["BASE_IMAGE"] == f"lmsysorg/sglang:v{pins['SGLANG_VERSION']}-cu{cuda}-runtime"

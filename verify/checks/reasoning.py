@@ -30,11 +30,13 @@ def _both(ctx: Context, on: bool, what: str):
 def _leak(ev: Evidence, content: str, where: str) -> None:
     for tag in THINK_TAGS:
         if tag in content:
-            ev.fail(f"{tag} inside the {where} content: reasoning leaked into content",
-                    "the reasoning parser is off, or the model closed its reasoning twice "
-                    "(seen with DSPARK draft depth 5 under load)",
-                    f"{PARSER_FIX}; if it is set, lower --speculative-dspark-block-size (the "
-                    "recipes use 4) and run the soak")
+            ev.fail(
+                f"{tag} inside the {where} content: reasoning leaked into content",
+                "the reasoning parser is off, or the model closed its reasoning twice "
+                "(seen with DSPARK draft depth 5 under load)",
+                f"{PARSER_FIX}; if it is set, lower --speculative-dspark-block-size (the "
+                "recipes use 4) and run the soak",
+            )
 
 
 def thinking_on(ctx: Context, ev: Evidence) -> None:
@@ -42,34 +44,52 @@ def thinking_on(ctx: Context, ev: Evidence) -> None:
     message = choice.message.model_dump()
     reasoning, field = reasoning_of(message)
     content = message.get("content") or ""
-    ev.saw(f"non-streamed: {field or 'no reasoning field'} {len(reasoning or '')} chars, "
-           f"content {content[:80]!r}, finish_reason {choice.finish_reason!r}")
-    ev.saw(f"streamed: reasoning {len(m.reasoning)} chars via {sorted(m.reasoning_fields)}, "
-           f"content {m.content[:80]!r}, first content delta #{m.first('content')}, "
-           f"last reasoning delta #{m.last('reasoning')}")
+    ev.saw(
+        f"non-streamed: {field or 'no reasoning field'} {len(reasoning or '')} chars, "
+        f"content {content[:80]!r}, finish_reason {choice.finish_reason!r}"
+    )
+    ev.saw(
+        f"streamed: reasoning {len(m.reasoning)} chars via {sorted(m.reasoning_fields)}, "
+        f"content {m.content[:80]!r}, first content delta #{m.first('content')}, "
+        f"last reasoning delta #{m.last('reasoning')}"
+    )
     _leak(ev, content, "non-streamed")
     _leak(ev, m.content, "streamed")
     if not reasoning:
-        ev.fail("thinking on, but the non-streamed response has no reasoning_content/reasoning",
-                "the reasoning parser is off (reasoning then sits in content) or the template "
-                "ignores chat_template_kwargs.thinking",
-                PARSER_FIX)
+        ev.fail(
+            "thinking on, but the non-streamed response has no reasoning_content/reasoning",
+            "the reasoning parser is off (reasoning then sits in content) or the template "
+            "ignores chat_template_kwargs.thinking",
+            PARSER_FIX,
+        )
     if not m.reasoning:
-        ev.fail("thinking on, but the stream carried no reasoning deltas",
-                "the streaming reasoning parser is off or broken", PARSER_FIX)
+        ev.fail(
+            "thinking on, but the stream carried no reasoning deltas",
+            "the streaming reasoning parser is off or broken",
+            PARSER_FIX,
+        )
     if choice.finish_reason == "length" and not content.strip():
-        ev.fail("reasoning used up all of max_tokens, content empty",
-                "the model kept thinking (a reasoning loop, or max_tokens too small)",
-                "raise max_tokens in clients; run the soak to look for loops")
+        ev.fail(
+            "reasoning used up all of max_tokens, content empty",
+            "the model kept thinking (a reasoning loop, or max_tokens too small)",
+            "raise max_tokens in clients; run the soak to look for loops",
+        )
     if not content.strip() or not m.content.strip():
-        ev.fail("thinking on, but no content after the reasoning",
-                "everything went into reasoning: `</think>` was never parsed",
-                PARSER_FIX)
-    if m.first("content") is not None and m.last("reasoning") is not None \
-            and m.first("content") < m.last("reasoning"):
-        ev.fail("streamed reasoning continues after content started",
-                "the parser re-entered reasoning mid-answer (a second <think>)",
-                "run the soak; lower the DSPARK draft depth if it recurs")
+        ev.fail(
+            "thinking on, but no content after the reasoning",
+            "everything went into reasoning: `</think>` was never parsed",
+            PARSER_FIX,
+        )
+    if (
+        m.first("content") is not None
+        and m.last("reasoning") is not None
+        and m.first("content") < m.last("reasoning")
+    ):
+        ev.fail(
+            "streamed reasoning continues after content started",
+            "the parser re-entered reasoning mid-answer (a second <think>)",
+            "run the soak; lower the DSPARK draft depth if it recurs",
+        )
     if reasoning.strip() != m.reasoning.strip():
         ev.saw("note: streamed and non-streamed reasoning differ (allowed: sampling)")
 
@@ -84,11 +104,12 @@ def thinking_off(ctx: Context, ev: Evidence) -> None:
     _leak(ev, content, "non-streamed")
     _leak(ev, m.content, "streamed")
     if reasoning or m.reasoning:
-        ev.fail("thinking off, but reasoning came back",
-                "thinking forced on server-wide (SGLANG_ENABLE_THINKING=1 or a template "
-                "default) or the parser treats all output as reasoning",
-                "expected if the recipe turns thinking on for every request; otherwise check "
-                "the chat template and SGLANG_ENABLE_THINKING")
+        ev.fail(
+            "thinking off, but reasoning came back",
+            "thinking forced on server-wide (SGLANG_ENABLE_THINKING=1 or a template "
+            "default) or the parser treats all output as reasoning",
+            "expected if the recipe turns thinking on for every request; otherwise check "
+            "the chat template and SGLANG_ENABLE_THINKING",
+        )
     if not content.strip():
-        ev.fail("thinking off, content empty", "output went to reasoning or nowhere",
-                PARSER_FIX)
+        ev.fail("thinking off, content empty", "output went to reasoning or nowhere", PARSER_FIX)

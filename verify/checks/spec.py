@@ -19,8 +19,10 @@ from verify.context import Context
 from verify.result import CheckSkipped, Evidence, Verdict
 
 ACCEPT_METRICS = ("sglang:spec_accept_length", "sglang_spec_accept_length")
-SPEC_FIX = ("launch with --speculative-algorithm DSPARK (the recipes do); the 0731 checkpoint "
-            "carries its own draft")
+SPEC_FIX = (
+    "launch with --speculative-algorithm DSPARK (the recipes do); the 0731 checkpoint "
+    "carries its own draft"
+)
 
 
 def _targets(ctx: Context) -> tuple[str, list[str]]:
@@ -59,8 +61,11 @@ def _server_info(ctx: Context, base: str, ev: Evidence) -> dict | None:
 
 
 def _accept_from_info(info: dict) -> float | None:
-    values = [s.get("avg_spec_accept_length") for s in info.get("internal_states") or []
-              if isinstance(s, dict)]
+    values = [
+        s.get("avg_spec_accept_length")
+        for s in info.get("internal_states") or []
+        if isinstance(s, dict)
+    ]
     values.append(info.get("avg_spec_accept_length"))
     values = [float(v) for v in values if isinstance(v, (int, float))]
     return statistics.fmean(values) if values else None
@@ -101,27 +106,40 @@ def spec(ctx: Context, ev: Evidence) -> None:
     if value is None:
         value, source = _accept_from_metrics(ctx, metric_urls, ev), "/metrics"
     if info is not None and info.get("speculative_algorithm") in (None, "", "NONE") and not value:
-        ev.fail("speculative decoding is off (speculative_algorithm is null)",
-                "the server was launched without DSPARK", SPEC_FIX)
+        ev.fail(
+            "speculative decoding is off (speculative_algorithm is null)",
+            "the server was launched without DSPARK",
+            SPEC_FIX,
+        )
     if value is None:
         if info is None:
             raise CheckSkipped(
                 "no backend figures readable here (a router in front?): pass --metrics-url "
                 "http://BACKEND:PORT to read a backend's /server_info and /metrics, or --skip spec",
-                Verdict.NOT_RUN)
-        ev.fail("the server reports no acceptance length after the requests verify sent",
-                "speculative decoding did not run (no DSPARK) or never accepted a draft",
-                SPEC_FIX)
+                Verdict.NOT_RUN,
+            )
+        ev.fail(
+            "the server reports no acceptance length after the requests verify sent",
+            "speculative decoding did not run (no DSPARK) or never accepted a draft",
+            SPEC_FIX,
+        )
     ev.metrics["accept_length"] = value
     ev.metrics["floor"] = floor
-    ev.saw(f"acceptance length {value:.2f} from {source}; floor {floor:.2f} "
-           f"({ctx.options.accept_floor_source})")
+    ev.saw(
+        f"acceptance length {value:.2f} from {source}; floor {floor:.2f} "
+        f"({ctx.options.accept_floor_source})"
+    )
     if value < floor:
         if value <= 1.0:
-            ev.fail(f"acceptance length {value:.2f}: no draft token is accepted",
-                    "speculative decoding is off or its draft never matches", SPEC_FIX)
-        ev.fail(f"acceptance length {value:.2f} below the floor {floor:.2f}",
-                "drafts are mostly rejected: a wrong or mismatched draft, a broken sm_12x "
-                "kernel path, or a draft depth the rig does not handle",
-                "check the image's patch is applied and the recipe's "
-                "--speculative-dspark-block-size; compare with the recipe's expected figure")
+            ev.fail(
+                f"acceptance length {value:.2f}: no draft token is accepted",
+                "speculative decoding is off or its draft never matches",
+                SPEC_FIX,
+            )
+        ev.fail(
+            f"acceptance length {value:.2f} below the floor {floor:.2f}",
+            "drafts are mostly rejected: a wrong or mismatched draft, a broken sm_12x "
+            "kernel path, or a draft depth the rig does not handle",
+            "check the image's patch is applied and the recipe's "
+            "--speculative-dspark-block-size; compare with the recipe's expected figure",
+        )

@@ -63,7 +63,7 @@ FAULTS = {
     "low-accept": "speculative decoding on but accepting almost nothing (1.1)",
     "router-info": "answers server info like sglang-router: router fields, no /server_info or /metrics",
     "image-blind": "images are accepted but never reach the model (a vision tower not loaded): "
-                   "it counts shapes without looking",
+    "it counts shapes without looking",
 }
 FAULTS.update(corruption.FAULTS)  # wrong tokens in fluent text (corruption.py)
 
@@ -82,7 +82,7 @@ class Faults:
         return name in self.active
 
     @classmethod
-    def parse(cls, spec: str | list[str] | None, **kw) -> "Faults":
+    def parse(cls, spec: str | list[str] | None, **kw) -> Faults:
         names: set[str] = set()
         for part in [spec] if isinstance(spec, str) or spec is None else spec:
             for name in (part or "").split(","):
@@ -106,8 +106,10 @@ class State:
 
 
 def _error(message: str, status: int, kind: str = "BadRequestError") -> JSONResponse:
-    return JSONResponse({"object": "error", "message": message, "type": kind, "param": None,
-                         "code": status}, status_code=status)
+    return JSONResponse(
+        {"object": "error", "message": message, "type": kind, "param": None, "code": status},
+        status_code=status,
+    )
 
 
 # DSPARK's draft depth behind the stand-in: a decode step accepts 1..GAMMA+1
@@ -141,10 +143,17 @@ def deliveries(n: int, rng: random.Random, merge: bool) -> list[list[int]]:
     return out + [current] if current else out
 
 
-def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
-               token_delay: float = 0.001, api_key: str | None = None,
-               sglang_version: str | None = None, patched: bool = True,
-               sps: SpsConfig | None = None, line: str = DEFAULT_LINE) -> Starlette:
+def create_app(
+    faults: Faults | None = None,
+    *,
+    accept_length: float = 3.4,
+    token_delay: float = 0.001,
+    api_key: str | None = None,
+    sglang_version: str | None = None,
+    patched: bool = True,
+    sps: SpsConfig | None = None,
+    line: str = DEFAULT_LINE,
+) -> Starlette:
     """sps: the server's DSpark scheduler as sglang's SPS profiler sees it
     (sps.py; None: one DP rank, no per-step records, /server_info as before).
     `line`: the model line served (sm12x.recipe.lines). V4.1-Flash needs an sglang
@@ -156,11 +165,15 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
     version = sglang_version or serving_version()
     if sglang_version is None and not serves(known, version):
         # the track whose sglang serves the line (V4.1: current), as its recipes name
-        version = next((v for v in (load_versions(t)["SGLANG_VERSION"] for t in tracks())
-                        if serves(known, v)), version)
+        version = next(
+            (v for v in (load_versions(t)["SGLANG_VERSION"] for t in tracks()) if serves(known, v)),
+            version,
+        )
     if not serves(known, version):
-        raise RuntimeError(f"sglang {version} cannot serve {known.title} "
-                           f"(needs >= {known.min_sglang}): pass --sglang-version")
+        raise RuntimeError(
+            f"sglang {version} cannot serve {known.title} "
+            f"(needs >= {known.min_sglang}): pass --sglang-version"
+        )
     serving = sglang_serving.load(sglang_serving.tree(version, patched))
     P = serving.protocol
     tokenizer = dsv4_tokenizer.load() if line == DEFAULT_LINE else dsv41_tokenizer.load()
@@ -174,13 +187,19 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
     args = dspark_engine.ServerArgsView(
         reasoning_parser=None if "no-reasoning-parser" in F else known.reasoning_parser,
         tool_call_parser=None if "no-tool-parser" in F else known.tool_call_parser,
-        speculative_algorithm=None if "no-spec" in F else "DSPARK")
+        speculative_algorithm=None if "no-spec" in F else "DSPARK",
+    )
     # rid -> the request's plan, made when sglang hands the request to the
     # engine (after its own validation: an invalid request never reaches it)
     pending: dict[str, tuple] = {}
     chat_handler = dspark_engine.serving_chat(
-        serving, tokenizer, lambda obj: plan_for(*pending.pop(obj.rid)),
-        server_args=args, on_delivery=pace, line=line)
+        serving,
+        tokenizer,
+        lambda obj: plan_for(*pending.pop(obj.rid)),
+        server_args=args,
+        on_delivery=pace,
+        line=line,
+    )
 
     async def hang_if_asked() -> None:
         if "hang" in F:
@@ -208,18 +227,26 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
         if spec_on and state.generated > 0:
             internal["avg_spec_accept_length"] = 1.1 if "low-accept" in F else state.accept_length
         body = {
-            "model_path": MODEL_ID, "served_model_name": MODEL_ID, "tp_size": 4,
+            "model_path": MODEL_ID,
+            "served_model_name": MODEL_ID,
+            "tp_size": 4,
             "speculative_algorithm": "DSPARK" if spec_on else None,
             "speculative_num_draft_tokens": GAMMA + 1 if spec_on else None,
-            "reasoning_parser": args.reasoning_parser, "tool_call_parser": args.tool_call_parser,
-            "internal_states": [internal], "version": serving.version,
+            "reasoning_parser": args.reasoning_parser,
+            "tool_call_parser": args.tool_call_parser,
+            "internal_states": [internal],
+            "version": serving.version,
             "sm12x_patches": patched,
         }
         if sps is not None:
-            body.update(scheduler.server_args(), tokenizer_path=str(dsv4_tokenizer.folder()),
-                        speculative_num_draft_tokens=sps.gamma + 1)
-            body["internal_states"] = [scheduler.internal_state(rank, internal)
-                                       for rank in range(sps.dp)]
+            body.update(
+                scheduler.server_args(),
+                tokenizer_path=str(dsv4_tokenizer.folder()),
+                speculative_num_draft_tokens=sps.gamma + 1,
+            )
+            body["internal_states"] = [
+                scheduler.internal_state(rank, internal) for rank in range(sps.dp)
+            ]
         return body
 
     async def server_info(request: Request) -> Response:
@@ -257,29 +284,37 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
         plain = {
             "messages": body["messages"],
             "tools": [t.model_dump() for t in req.tools or []],
-            "tool_choice": req.tool_choice.model_dump() if isinstance(req.tool_choice, P.ToolChoice)
+            "tool_choice": req.tool_choice.model_dump()
+            if isinstance(req.tool_choice, P.ToolChoice)
             else req.tool_choice,
         }
         thinking = bool((req.chat_template_kwargs or {}).get("thinking") is True)
         gen = model.generate(plain, thinking=thinking, image_blind="image-blind" in F)
-        if ({"loop", "salad"} & F.active and state.in_flight >= F.min_concurrency
-                and number % F.every == 0):
+        if (
+            {"loop", "salad"} & F.active
+            and state.in_flight >= F.min_concurrency
+            and number % F.every == 0
+        ):
             gen = model.corrupt(gen, "loop" if "loop" in F else "salad", seed)
         if corruption.FAULTS.keys() & F.active:
-            gen = corruption.apply(gen, F.active, seed=seed,
-                                   loaded=state.in_flight >= F.min_concurrency,
-                                   nth=number % F.every == 0)
+            gen = corruption.apply(
+                gen,
+                F.active,
+                seed=seed,
+                loaded=state.in_flight >= F.min_concurrency,
+                nth=number % F.every == 0,
+            )
         if "think-leak" in F:
             gen = model.leak_think(gen)
-        ids = tokenizer.encode(gen.raw(broken_json="bad-tool-json" in F, line=line),
-                               add_special_tokens=False) + [eos]
+        ids = tokenizer.encode(
+            gen.raw(broken_json="bad-tool-json" in F, line=line), add_special_tokens=False
+        ) + [eos]
         finish = {"type": "stop", "matched": eos}
         limit = body.get("max_completion_tokens") or body.get("max_tokens")
         if limit is not None and len(ids) > limit:
             ids, finish = ids[:limit], {"type": "length", "length": limit}
         rng = random.Random(seed)
-        return dspark_engine.Plan(ids, deliveries(len(ids), rng, merge=state.in_flight > 1),
-                                  finish)
+        return dspark_engine.Plan(ids, deliveries(len(ids), rng, merge=state.in_flight > 1), finish)
 
     async def chat(request: Request) -> Response:
         await hang_if_asked()
@@ -308,8 +343,9 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
             if not req.stream:
                 pending.pop(req.rid, None)
         if isinstance(response, StreamingResponse):
-            return StreamingResponse(_faulty_stream(response.body_iterator, req.rid),
-                                     media_type="text/event-stream")
+            return StreamingResponse(
+                _faulty_stream(response.body_iterator, req.rid), media_type="text/event-stream"
+            )
         state.in_flight -= 1
         if isinstance(response, Response):  # an error sglang answered
             return response
@@ -327,7 +363,7 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
         """A serving-layer fault applied to one SSE event of sglang's stream."""
         if not event.startswith("data: {"):
             return None if (event.startswith("data: [DONE]") and "no-done" in F) else event
-        chunk = json.loads(event[len("data: "):])
+        chunk = json.loads(event[len("data: ") :])
         if chunk.get("usage") and not chunk.get("choices") and "no-usage" in F:
             return None
         for choice in chunk.get("choices") or []:
@@ -373,21 +409,36 @@ def create_app(faults: Faults | None = None, *, accept_length: float = 3.4,
             max_tokens = int(body.get("max_tokens") or 16)
         except (ValueError, TypeError):
             return _error("invalid JSON body", 400)
-        words = [" Paris", ".", " It", " is", " the", " capital", "."][:max(1, max_tokens)]
+        words = [" Paris", ".", " It", " is", " the", " capital", "."][: max(1, max_tokens)]
         state.generated += len(words)
-        return JSONResponse({
-            "id": uuid.uuid4().hex, "object": "text_completion", "created": int(time.time()),
-            "model": body.get("model") or MODEL_ID,
-            "choices": [{"index": 0, "text": "".join(words), "logprobs": None,
-                         "finish_reason": "length"}],
-            "usage": {"prompt_tokens": 5, "completion_tokens": len(words),
-                      "total_tokens": 5 + len(words)},
-        })
+        return JSONResponse(
+            {
+                "id": uuid.uuid4().hex,
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": body.get("model") or MODEL_ID,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": "".join(words),
+                        "logprobs": None,
+                        "finish_reason": "length",
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": 5,
+                    "completion_tokens": len(words),
+                    "total_tokens": 5 + len(words),
+                },
+            }
+        )
 
     routes = [
-        Route("/health", health), Route("/health_generate", health),
+        Route("/health", health),
+        Route("/health_generate", health),
         Route("/v1/models", models),
-        Route("/server_info", server_info), Route("/get_server_info", get_server_info),
+        Route("/server_info", server_info),
+        Route("/get_server_info", get_server_info),
         Route("/metrics", metrics),
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),

@@ -30,18 +30,49 @@ from dataclasses import replace
 from tests.support.fake_sglang import model
 
 RATE = 0.04
-DRIFT_SHARE = 2          # one free-form answer in DRIFT_SHARE drifts
-SYLLABLES = ["bra", "nto", "vel", "qua", "xor", "zun", "dle", "tri", "mop", "fen", "sko", "rik",
-             "plo", "dre", "vun", "gal", "tes", "mir", "kov", "lun", "sap", "ero", "ith", "ump",
-             "zel", "grob", "fay", "nix", "quo", "bli"]
+DRIFT_SHARE = 2  # one free-form answer in DRIFT_SHARE drifts
+SYLLABLES = [
+    "bra",
+    "nto",
+    "vel",
+    "qua",
+    "xor",
+    "zun",
+    "dle",
+    "tri",
+    "mop",
+    "fen",
+    "sko",
+    "rik",
+    "plo",
+    "dre",
+    "vun",
+    "gal",
+    "tes",
+    "mir",
+    "kov",
+    "lun",
+    "sap",
+    "ero",
+    "ith",
+    "ump",
+    "zel",
+    "grob",
+    "fay",
+    "nix",
+    "quo",
+    "bli",
+]
 FAULTS = {
     "substitute": "under load, ~4% of words swapped for other plausible words (a wrong verify row)",
     "nonword": "under load, every 8th request turns partly into salad of non-words",
     "drift": "half of the free-form answers part late in the text (spec on/off numerics)",
 }
 _WORD = re.compile(r"[A-Za-z]{3,}|\d+")
-DRIFT_TAIL = ("That said, the details depend on the deployment, so measure before you tune "
-              "anything and keep the first report as a baseline for later runs.")
+DRIFT_TAIL = (
+    "That said, the details depend on the deployment, so measure before you tune "
+    "anything and keep the first report as a baseline for later runs."
+)
 
 
 def substitute(text: str, rng: random.Random, rate: float = RATE) -> str:
@@ -67,8 +98,9 @@ def substitute(text: str, rng: random.Random, rate: float = RATE) -> str:
 
 
 def nonword_salad(rng: random.Random, words: int) -> str:
-    return " ".join("".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3)))
-                    for _ in range(words))
+    return " ".join(
+        "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3))) for _ in range(words)
+    )
 
 
 def drift(text: str, rng: random.Random) -> str:
@@ -76,7 +108,7 @@ def drift(text: str, rng: random.Random) -> str:
     cuts = [m.start() for m in re.finditer(r"\s", text) if m.start() >= 2 * len(text) // 3]
     if len(text) < 80 or not cuts:
         return text
-    return text[:rng.choice(cuts)] + " " + DRIFT_TAIL
+    return text[: rng.choice(cuts)] + " " + DRIFT_TAIL
 
 
 def _arguments(call, change) -> None:
@@ -102,8 +134,11 @@ def apply(gen, faults: set[str], *, seed: int, loaded: bool, nth: bool):
         gen = replace(gen, content=drift(gen.content, rng))
     if "substitute" in faults and loaded:
         change = lambda text: substitute(text, rng)  # noqa: E731
-        gen = replace(gen, content=change(gen.content),
-                      reasoning=None if gen.reasoning is None else change(gen.reasoning))
+        gen = replace(
+            gen,
+            content=change(gen.content),
+            reasoning=None if gen.reasoning is None else change(gen.reasoning),
+        )
         for call in gen.calls:
             _arguments(call, change)
         gen.corrupted = "substitute"

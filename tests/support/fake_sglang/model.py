@@ -111,8 +111,23 @@ LOOP_UNITS = [
 ]
 # Babble from a handful of frequent tokens, weighted the way a draft that is
 # never corrected falls back on them ("the the of , and the of").
-SALAD_WORDS = ["the", "the", "the", "of", "of", "and", ",", ",", ".", "to", "draft", "token",
-               "accept", "the of", "and the"]
+SALAD_WORDS = [
+    "the",
+    "the",
+    "the",
+    "of",
+    "of",
+    "and",
+    ",",
+    ",",
+    ".",
+    "to",
+    "draft",
+    "token",
+    "accept",
+    "the of",
+    "and the",
+]
 
 
 @dataclass
@@ -141,8 +156,9 @@ class Generation:
         return text
 
 
-def render_dsml(calls: list[Call], *, broken_json: bool = False,
-                line: str = "v4-flash-0731") -> str:
+def render_dsml(
+    calls: list[Call], *, broken_json: bool = False, line: str = "v4-flash-0731"
+) -> str:
     block, sep = MARKUP[line]
     tag = f"{DSML}{sep}"
     out = [f"<{tag}{block}>"]
@@ -153,8 +169,10 @@ def render_dsml(calls: list[Call], *, broken_json: bool = False,
         out.append(f'\n<{tag}invoke name="{call.name}">')
         if v41 and broken_json:
             for key, value in call.arguments.items():  # every value's JSON cut short
-                out.append(f'\n<{tag}parameter name="{key}" string="false">'
-                           f"{json.dumps(value, ensure_ascii=False)[:-1]}</{tag}parameter>")
+                out.append(
+                    f'\n<{tag}parameter name="{key}" string="false">'
+                    f"{json.dumps(value, ensure_ascii=False)[:-1]}</{tag}parameter>"
+                )
         elif (call.json_body and not v41) or broken_json:
             body = json.dumps(call.arguments, ensure_ascii=False)
             if broken_json:
@@ -163,7 +181,9 @@ def render_dsml(calls: list[Call], *, broken_json: bool = False,
         else:
             for key, value in call.arguments.items():
                 if isinstance(value, str):
-                    out.append(f'\n<{tag}parameter name="{key}" string="true">{value}</{tag}parameter>')
+                    out.append(
+                        f'\n<{tag}parameter name="{key}" string="true">{value}</{tag}parameter>'
+                    )
                 else:
                     out.append(
                         f'\n<{tag}parameter name="{key}" string="false">'
@@ -234,7 +254,9 @@ def example_from_schema(schema: dict, name: str = "value"):
 
 def _tool_calls(messages, tools, tool_choice) -> list[Call]:
     by_name = {t["function"]["name"]: t["function"] for t in tools}
-    user = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+    user = next(
+        (_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), ""
+    )
     if isinstance(tool_choice, dict):
         names = [tool_choice["function"]["name"]]
     else:
@@ -297,14 +319,16 @@ def generate(request: dict, *, thinking: bool, image_blind: bool = False) -> Gen
         # A sentence before the calls, as DeepSeek-V4 often writes: the text a
         # streaming parser loses when it arrives with the opener's first tokens.
         names = " and ".join(dict.fromkeys(c.name for c in calls))
-        return Generation(REASONING_TOOL if thinking else None, f"Let me call {names} for that.",
-                          calls)
+        return Generation(
+            REASONING_TOOL if thinking else None, f"Let me call {names} for that.", calls
+        )
     last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
     user = _text(last_user.get("content"))
     pictures = vision.images_of(last_user.get("content"))
     if pictures:
-        return Generation(REASONING if thinking else None,
-                          vision.answer(user, pictures, blind=image_blind))
+        return Generation(
+            REASONING if thinking else None, vision.answer(user, pictures, blind=image_blind)
+        )
     return Generation(REASONING if thinking else None, _answer(user))
 
 

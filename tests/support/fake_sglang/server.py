@@ -24,19 +24,41 @@ class FakeServer:
     ...     server.base_url  # http://127.0.0.1:PORT
     """
 
-    def __init__(self, faults: str | Faults | None = None, *, port: int = 0,
-                 accept_length: float = 3.4, token_delay: float = 0.001,
-                 api_key: str | None = None, sglang_version: str | None = None,
-                 patched: bool = True, sps=None, line: str = "v4-flash-0731",
-                 **fault_options):
+    def __init__(
+        self,
+        faults: str | Faults | None = None,
+        *,
+        port: int = 0,
+        accept_length: float = 3.4,
+        token_delay: float = 0.001,
+        api_key: str | None = None,
+        sglang_version: str | None = None,
+        patched: bool = True,
+        sps=None,
+        line: str = "v4-flash-0731",
+        **fault_options,
+    ):
         if not isinstance(faults, Faults):
             faults = Faults.parse(faults, **fault_options)
-        self.app = create_app(faults, accept_length=accept_length, token_delay=token_delay,
-                              api_key=api_key, sglang_version=sglang_version, patched=patched,
-                              sps=sps, line=line)
+        self.app = create_app(
+            faults,
+            accept_length=accept_length,
+            token_delay=token_delay,
+            api_key=api_key,
+            sglang_version=sglang_version,
+            patched=patched,
+            sps=sps,
+            line=line,
+        )
         self.port = port or free_port()
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
-                                lifespan="off", timeout_graceful_shutdown=1)
+        config = uvicorn.Config(
+            self.app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True)
 
@@ -48,7 +70,7 @@ class FakeServer:
     def state(self):
         return self.app.state.fake
 
-    def start(self) -> "FakeServer":
+    def start(self) -> FakeServer:
         self._thread.start()
         deadline = time.monotonic() + 20
         while not self._server.started:
@@ -62,7 +84,7 @@ class FakeServer:
         self._server.force_exit = True
         self._thread.join(timeout=5)
 
-    def __enter__(self) -> "FakeServer":
+    def __enter__(self) -> FakeServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

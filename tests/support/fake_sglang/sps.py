@@ -70,13 +70,18 @@ class SpsConfig:
         simulate = float(env.get("SGLANG_SIMULATE_ACC_LEN", "-1"))
         mode = env.get("SGLANG_RAGGED_VERIFY_MODE", "static")
         if mode not in ("static", "cap-accept", "compact"):
-            raise ValueError(f"invalid SGLANG_RAGGED_VERIFY_MODE={mode!r}; expected one of "
-                             "'static', 'cap-accept', 'compact'")
+            raise ValueError(
+                f"invalid SGLANG_RAGGED_VERIFY_MODE={mode!r}; expected one of "
+                "'static', 'cap-accept', 'compact'"
+            )
         if simulate > 0 and simulate != 1.0 and mode != "static":
-            raise ValueError("SGLANG_SIMULATE_ACC_LEN>1.0 with DSpark requires a verify-all "
-                             f"schedule; got mode={mode!r}, simulate_acc_len={simulate}")
-        return cls(record=record, simulate_acc_len=simulate if simulate > 0 else None, mode=mode,
-                   **launch)
+            raise ValueError(
+                "SGLANG_SIMULATE_ACC_LEN>1.0 with DSpark requires a verify-all "
+                f"schedule; got mode={mode!r}, simulate_acc_len={simulate}"
+            )
+        return cls(
+            record=record, simulate_acc_len=simulate if simulate > 0 else None, mode=mode, **launch
+        )
 
     @property
     def captured(self) -> list[int]:
@@ -128,8 +133,11 @@ class Scheduler:
         self.waiting = still
 
     def tier(self, batch: int) -> int:
-        return next(s for s in self.config.captured if s >= batch) if batch <= \
-            self.config.cuda_graph_max_bs else batch
+        return (
+            next(s for s in self.config.captured if s >= batch)
+            if batch <= self.config.cuda_graph_max_bs
+            else batch
+        )
 
     def step(self) -> None:
         self.admit()
@@ -141,11 +149,16 @@ class Scheduler:
                 continue
             tokens = self.tier(len(reqs)) * (self.config.gamma + 1)
             if self.config.record:
-                self.records[rank].append({
-                    "forward_ct": self.forward_ct, "bs": len(reqs), "mode": self.config.mode,
-                    "num_running_reqs": len(reqs), "num_verify_tokens": tokens,
-                    "step_cpu_ms": None if self.fresh[rank] else self.config.step_ms(tokens),
-                })
+                self.records[rank].append(
+                    {
+                        "forward_ct": self.forward_ct,
+                        "bs": len(reqs),
+                        "mode": self.config.mode,
+                        "num_running_reqs": len(reqs),
+                        "num_verify_tokens": tokens,
+                        "step_cpu_ms": None if self.fresh[rank] else self.config.step_ms(tokens),
+                    }
+                )
             self.fresh[rank] = False
             for req in reqs:
                 req.generated += 1 if self.config.simulate_acc_len == 1.0 else self.config.gamma
@@ -171,16 +184,22 @@ class Scheduler:
 
     def internal_state(self, rank: int, base: dict) -> dict:
         state = {
-            **base, "dp_size": self.config.dp,
-            "cuda_graph_config": {"decode": {"backend": "full",
-                                             "max_bs": self.config.cuda_graph_max_bs,
-                                             "bs": self.config.captured}},
+            **base,
+            "dp_size": self.config.dp,
+            "cuda_graph_config": {
+                "decode": {
+                    "backend": "full",
+                    "max_bs": self.config.cuda_graph_max_bs,
+                    "bs": self.config.captured,
+                }
+            },
             "effective_max_running_requests_per_dp": self.config.max_running_per_dp,
             "memory_usage": {"weight": 71.2, "token_capacity": self.config.token_capacity},
         }
         if self.config.record:
             state["dspark_info_record"] = {
-                "mode": self.config.mode, "gamma": self.config.gamma,
+                "mode": self.config.mode,
+                "gamma": self.config.gamma,
                 "verify_num_draft_tokens": self.config.gamma + 1,
                 "components": ["core", "step_cpu_time"],
                 "records": list(self.records[rank]),
@@ -189,10 +208,15 @@ class Scheduler:
         return state
 
     def server_args(self) -> dict:
-        return {"tp_size": self.config.tp, "dp_size": self.config.dp, "ep_size": self.config.ep,
-                "enable_dp_attention": self.config.dp > 1,
-                "speculative_dspark_block_size": self.config.gamma, "disable_cuda_graph": False,
-                "cuda_graph_max_bs": self.config.cuda_graph_max_bs}
+        return {
+            "tp_size": self.config.tp,
+            "dp_size": self.config.dp,
+            "ep_size": self.config.ep,
+            "enable_dp_attention": self.config.dp > 1,
+            "speculative_dspark_block_size": self.config.gamma,
+            "disable_cuda_graph": False,
+            "cuda_graph_max_bs": self.config.cuda_graph_max_bs,
+        }
 
     # --- routes -------------------------------------------------------------------
 
@@ -200,8 +224,9 @@ class Scheduler:
         body = await request.json()
         ids = body.get("input_ids")
         if not isinstance(ids, list) or not ids:
-            return JSONResponse({"error": {"message": "input_ids: a list is required"}},
-                                status_code=400)
+            return JSONResponse(
+                {"error": {"message": "input_ids: a list is required"}}, status_code=400
+            )
         batch = ids if isinstance(ids[0], list) else [ids]
         params = body.get("sampling_params") or {}
         max_new = int(params.get("max_new_tokens") or 128)
@@ -213,17 +238,29 @@ class Scheduler:
             self.waiting.extend(reqs)
             self.ensure_running()
         await asyncio.gather(*(r.done.wait() for r in reqs))
-        out = [{"text": "", "output_ids": [0] * r.generated,
-                "meta_info": {"id": uuid.uuid4().hex, "completion_tokens": r.generated,
-                              "finish_reason": {"type": "length" if r.generated >= r.max_new_tokens
-                                                else "abort"}}} for r in reqs]
+        out = [
+            {
+                "text": "",
+                "output_ids": [0] * r.generated,
+                "meta_info": {
+                    "id": uuid.uuid4().hex,
+                    "completion_tokens": r.generated,
+                    "finish_reason": {
+                        "type": "length" if r.generated >= r.max_new_tokens else "abort"
+                    },
+                },
+            }
+            for r in reqs
+        ]
         return JSONResponse(out if isinstance(ids[0], list) else out[0])
 
     async def flush_cache(self, request: Request) -> Response:
         if self.busy():
             return Response("Flush cache failed.\n", status_code=400)
-        return Response("Cache flushed.\nPlease check backend logs for more details. (When there "
-                        "are running or waiting requests, the operation will not be performed.)\n")
+        return Response(
+            "Cache flushed.\nPlease check backend logs for more details. (When there "
+            "are running or waiting requests, the operation will not be performed.)\n"
+        )
 
     async def abort_request(self, request: Request) -> Response:
         body = await request.json()

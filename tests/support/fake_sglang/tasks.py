@@ -16,8 +16,12 @@ import operator
 import re
 from fractions import Fraction
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-        ast.Div: operator.truediv}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+}
 
 
 def _evaluate(node: ast.AST) -> Fraction:
@@ -54,16 +58,21 @@ def _count(text: str) -> int | None:
     block = re.search(r"```\n(.*?)\n```", text, re.S)
     if not (match and block):
         return None
-    return sum(len(line.split()) > 2 and line.split()[2] == match.group(1)
-               for line in block.group(1).splitlines())
+    return sum(
+        len(line.split()) > 2 and line.split()[2] == match.group(1)
+        for line in block.group(1).splitlines()
+    )
 
 
 def _transform(text: str) -> str | None:
     if not text.startswith("Transform the JSON array below"):
         return None
-    records = json.loads(text[text.index("\n\n[") + 2:])
-    out = [{"id": r["id"], "name": f"{r['first']} {r['last']}", "city": r["city"].upper()}
-           for r in records if r.get("active") is True]
+    records = json.loads(text[text.index("\n\n[") + 2 :])
+    out = [
+        {"id": r["id"], "name": f"{r['first']} {r['last']}", "city": r["city"].upper()}
+        for r in records
+        if r.get("active") is True
+    ]
     return json.dumps(out)
 
 

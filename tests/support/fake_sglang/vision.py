@@ -45,8 +45,10 @@ def blobs(image, colour: tuple[int, int, int], tolerance: int = 40) -> list[tupl
     """(pixel count, bounding-box area) of each 4-connected region of `colour`."""
     width, height = image.size
     pixels = image.load()
-    near = [[all(abs(a - b) <= tolerance for a, b in zip(pixels[x, y], colour))
-             for x in range(width)] for y in range(height)]
+    near = [
+        [all(abs(a - b) <= tolerance for a, b in zip(pixels[x, y], colour)) for x in range(width)]
+        for y in range(height)
+    ]
     seen = [[False] * width for _ in range(height)]
     found = []
     for y0 in range(height):
@@ -59,7 +61,12 @@ def blobs(image, colour: tuple[int, int, int], tolerance: int = 40) -> list[tupl
             while stack:
                 x, y = stack.pop()
                 count += 1
-                xs[0], xs[1], ys[0], ys[1] = min(xs[0], x), max(xs[1], x), min(ys[0], y), max(ys[1], y)
+                xs[0], xs[1], ys[0], ys[1] = (
+                    min(xs[0], x),
+                    max(xs[1], x),
+                    min(ys[0], y),
+                    max(ys[1], y),
+                )
                 for nx, ny in ((x + 1, y), (x - 1, y), (x, y + 1), (x, y - 1)):
                     if 0 <= nx < width and 0 <= ny < height and near[ny][nx] and not seen[ny][nx]:
                         seen[ny][nx] = True

@@ -26,8 +26,11 @@ import types
 from pathlib import Path
 
 SITE = os.environ.get("SM12X_SPS_SGLANG_SITE")
-KEPT = ("DEFAULT_TIMEOUT", "should_skip_due_to_max_running_requests",
-        "should_skip_due_to_token_capacity")
+KEPT = (
+    "DEFAULT_TIMEOUT",
+    "should_skip_due_to_max_running_requests",
+    "should_skip_due_to_token_capacity",
+)
 
 
 def _bare_package(name: str, folder: Path) -> types.ModuleType:
@@ -41,10 +44,15 @@ def _bare_package(name: str, folder: Path) -> types.ModuleType:
 
 def _one_batch_server(path: Path) -> types.ModuleType:
     source = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    kept = [node for node in source.body
-            if (isinstance(node, ast.FunctionDef) and node.name in KEPT)
-            or (isinstance(node, ast.Assign) and any(getattr(t, "id", None) in KEPT
-                                                     for t in node.targets))]
+    kept = [
+        node
+        for node in source.body
+        if (isinstance(node, ast.FunctionDef) and node.name in KEPT)
+        or (
+            isinstance(node, ast.Assign)
+            and any(getattr(t, "id", None) in KEPT for t in node.targets)
+        )
+    ]
     found = {getattr(n, "name", None) or n.targets[0].id for n in kept}
     if found != set(KEPT):
         raise ImportError(f"{path} no longer defines {sorted(set(KEPT) - found)}")
@@ -58,4 +66,5 @@ if SITE:
     root = Path(SITE) / "sglang"
     _bare_package("sglang", root)
     sys.modules["sglang.benchmark.one_batch_server"] = _one_batch_server(
-        root / "benchmark" / "one_batch_server.py")
+        root / "benchmark" / "one_batch_server.py"
+    )

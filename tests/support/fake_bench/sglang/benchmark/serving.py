@@ -18,8 +18,8 @@ def _scenario() -> dict:
 
 
 def main(argv: list[str]) -> int:
-    from support import bench_cli
     from sm12x.versions import load_versions
+    from support import bench_cli
 
     version = os.environ.get("SM12X_FAKE_BENCH_SGLANG") or load_versions()["SGLANG_VERSION"]
     args = bench_cli.real_parser(version).parse_args(argv)  # exits 2 on a bad flag, as sglang does
@@ -61,8 +61,15 @@ def main(argv: list[str]) -> int:
         with open(args.output_file, "a", encoding="utf-8") as f:
             if line is not None:
                 line = dict(line)
-                for key in ("backend", "dataset_name", "max_concurrency", "random_input_len",
-                            "random_output_len", "random_range_ratio", "tag"):
+                for key in (
+                    "backend",
+                    "dataset_name",
+                    "max_concurrency",
+                    "random_input_len",
+                    "random_output_len",
+                    "random_range_ratio",
+                    "tag",
+                ):
                     line[key] = getattr(args, key)
                 f.write(json.dumps(line) + "\n")
             else:
