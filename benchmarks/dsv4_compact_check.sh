@@ -13,7 +13,7 @@
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 py=${PYTHON:-python3}
-check="$py $repo/benchmarks/dsv4_kernel_check.py"
+check=("$py" "$repo/benchmarks/dsv4_kernel_check.py")
 
 if [ "${1:-}" = --prepare ]; then
   shift
@@ -52,9 +52,9 @@ for tree in "$trees"/*-pristine "$trees"/*-patched; do names+=("$(basename "$tre
 # Builds in parallel (nvcc is the slow part), then the checks one tree at a time.
 for name in "${names[@]}"; do
   (
-    $check plan --tree "$trees/$name" --state "${name#*-}" --build "$build/$name" \
+    "${check[@]}" plan --tree "$trees/$name" --state "${name#*-}" --build "$build/$name" \
       --json "$out/plan-$name.json" &&
-    $check store --tree "$trees/$name" --state "${name#*-}" --build "$build/$name" \
+    "${check[@]}" store --tree "$trees/$name" --state "${name#*-}" --build "$build/$name" \
       --json "$out/store-$name.json"
   ) > "$out/check-$name.log" 2>&1 &
 done
@@ -68,19 +68,19 @@ padding=()
 if grep -q -- '--padding' <<<"$help"; then padding=(--padding 1048576); fi
 for name in "${names[@]}"; do
   timeout 300 compute-sanitizer --tool racecheck "$only" kns=plan_compress_prefill_kernel0 \
-    $check race --state "${name#*-}" --tree "$trees/$name" --build "$build/$name" \
+    "${check[@]}" race --state "${name#*-}" --tree "$trees/$name" --build "$build/$name" \
     > "$out/racecheck-$name.log" 2>&1
   for kernel in flashmla indexer; do
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 300 compute-sanitizer --tool memcheck \
       "${padding[@]}" "$only" kns=fused_store_$kernel \
-      $check store --standalone --kernel "$kernel" --state "${name#*-}" --tree "$trees/$name" \
+      "${check[@]}" store --standalone --kernel "$kernel" --state "${name#*-}" --tree "$trees/$name" \
       --build "$build/$name" > "$out/memcheck-$kernel-$name.log" 2>&1
   done
   echo "== $name: $(grep -h SUMMARY "$out/racecheck-$name.log" | tr '\n' ' ')" \
     "flashmla: $(grep -h 'ERROR SUMMARY' "$out/memcheck-flashmla-$name.log" | head -1)" \
     "indexer: $(grep -h 'ERROR SUMMARY' "$out/memcheck-indexer-$name.log" | head -1)"
 done
-$check report "$out"/plan-*.json "$out"/store-*.json > "$out/summary.md"
+"${check[@]}" report "$out"/plan-*.json "$out"/store-*.json > "$out/summary.md"
 cat "$out/summary.md"
 } 2>&1 | tee "$out/run.log"
 rm -rf "$build"

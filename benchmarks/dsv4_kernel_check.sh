@@ -20,7 +20,7 @@ wheels=$(cd "$1" && pwd) || exit 2
 mkdir -p "$2" && out=$(cd "$2" && pwd) || exit 2
 py=${PYTHON:-python3}
 work=$(mktemp -d)
-check="$py $repo/benchmarks/dsv4_kernel_check.py"
+check=("$py" "$repo/benchmarks/dsv4_kernel_check.py")
 results=$work/results
 mkdir -p "$results"
 
@@ -33,7 +33,7 @@ nvcc --version | tail -2
 compute-sanitizer --version | tail -1
 "$py" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__)'
 
-tvm=$(ls "$wheels"/apache_tvm_ffi-*.whl 2>/dev/null | head -1)
+tvm=$(compgen -G "$wheels/apache_tvm_ffi-*.whl" | head -1)
 [ -n "$tvm" ] || { echo "no apache_tvm_ffi wheel in $wheels" >&2; exit 2; }
 "$py" -m pip install -q --no-index --no-deps --target "$work/site" "$tvm" || exit 1
 export PYTHONPATH=$work/site${PYTHONPATH:+:$PYTHONPATH}
@@ -56,9 +56,9 @@ say "plan and store checks (builds the kernels; trees in parallel)"
 for name in "${trees[@]}"; do
   (
     state=${name#*-}
-    $check plan --tree "$work/$name" --state "$state" --build "$work/build-$name" \
+    "${check[@]}" plan --tree "$work/$name" --state "$state" --build "$work/build-$name" \
       --json "$results/plan-$name.json" &&
-    $check store --tree "$work/$name" --state "$state" --build "$work/build-$name" \
+    "${check[@]}" store --tree "$work/$name" --state "$state" --build "$work/build-$name" \
       --json "$results/store-$name.json"
   ) > "$results/check-$name.log" 2>&1 &
 done
@@ -76,13 +76,13 @@ say "compute-sanitizer (racecheck: plan kernel0; memcheck: store kernels, index 
 for name in "${trees[@]}"; do
   (
     timeout 300 compute-sanitizer --tool racecheck "$only" kns=plan_compress_prefill_kernel0 \
-      $check race --state "${name#*-}" --tree "$work/$name" --build "$work/build-$name" \
+      "${check[@]}" race --state "${name#*-}" --tree "$work/$name" --build "$work/build-$name" \
       > "$results/racecheck-$name.log" 2>&1
     # One kernel per run: the first out-of-bounds write ends the process.
     for kernel in flashmla indexer; do
       PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 300 compute-sanitizer --tool memcheck \
         "${padding[@]}" "$only" kns=fused_store_$kernel \
-        $check store --standalone --kernel "$kernel" --state "${name#*-}" --tree "$work/$name" \
+        "${check[@]}" store --standalone --kernel "$kernel" --state "${name#*-}" --tree "$work/$name" \
         --build "$work/build-$name" > "$results/memcheck-$kernel-$name.log" 2>&1
     done
   ) &
@@ -92,7 +92,7 @@ wait
 {
   echo "# DeepSeek-V4 compress plan and KV-store kernels: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
   echo
-  $check report "$results"/plan-*.json "$results"/store-*.json
+  "${check[@]}" report "$results"/plan-*.json "$results"/store-*.json
   echo
   echo "### compute-sanitizer"
   echo

@@ -16,6 +16,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 MAX_OUTPUT = 4 * 1024 * 1024
 # After the command exits, how long a grandchild may keep its pipes open.
@@ -53,7 +54,8 @@ def run(
     except OSError as exc:
         return Finished(None, error=f"{argv[0]}: {exc.strerror or exc}")
     deadline = time.monotonic() + timeout
-    out = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    assert proc.stdout is not None and proc.stderr is not None  # both PIPE
+    out: dict[Any, bytearray] = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     error = None
     exited_at = None
     with selectors.DefaultSelector() as selector:

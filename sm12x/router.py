@@ -353,11 +353,11 @@ def check_extra(settings: RouterSettings) -> None:
             continue
         if owner(flag.name, KEY_FLAGS):
             raise _key_refusal(flag.name, f"sglang-router's {owner(flag.name, KEY_FLAGS)}")
-        mine = owner(flag.name, owned)
-        if mine is not None:
+        owning = owner(flag.name, owned)
+        if owning is not None:
             raise UserError(
-                f"after --, {flag.name} is refused: sm12x router sets {mine} from "
-                f"{owned[mine]}; set that instead (it is checked there, and a key on the "
+                f"after --, {flag.name} is refused: sm12x router sets {owning} from "
+                f"{owned[owning]}; set that instead (it is checked there, and a key on the "
                 "command line is readable by every user of the host)"
             )
 

@@ -225,9 +225,9 @@ def lookup(cache_dir: str | Path | None, wanted: TableKey) -> Lookup:
             return Lookup(item.table, wanted, searched=folder)
     # The one at the launch's own path first (same gamma and layout), else the newest.
     at_path = [s for s in tables if s.table == own]
-    closest = (at_path or tables or [None])[0]
-    if closest is None:
+    if not (at_path or tables):
         return Lookup(None, wanted, searched=folder)
+    closest = (at_path or tables)[0]
     return Lookup(None, wanted, closest, tuple(differences(closest.key, wanted)), folder)
 
 

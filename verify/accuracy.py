@@ -105,7 +105,7 @@ def task_name(task: str) -> tuple[str, list[str]]:
     return task, []
 
 
-def _counts(samples: list[dict], filter_name: str) -> tuple[int, int, list[dict]]:
+def _counts(samples: list[dict], filter_name: str | None) -> tuple[int, int, list[dict]]:
     rows = [s for s in samples if s.get("filter") == filter_name]
     wrong = [s for s in rows if not s.get(METRIC)]
     return len(rows) - len(wrong), len(rows), wrong
@@ -155,7 +155,8 @@ def evaluate(
 
 
 def accuracy(ctx: Context, ev: Evidence) -> None:
-    options: AccuracyOptions = ctx.options.accuracy
+    options = ctx.options.accuracy
+    assert isinstance(options, AccuracyOptions)  # registered only with --accuracy
     name, _ = task_name(options.task)
     ep = ctx.endpoint
     ev.saw(
@@ -163,6 +164,12 @@ def accuracy(ctx: Context, ev: Evidence) -> None:
         f"{options.limit or 'all'} questions, {options.concurrency} in flight, "
         f"model {ctx.model!r} at {ep.base_url}"
     )
+    if ctx.model is None:
+        ev.fail(
+            "no model id to ask lm-eval for",
+            "the server's /v1/models listed none (see the models check)",
+            "fix the models check's failure first",
+        )
     try:
         results = evaluate(ep.base_url, ctx.model, ep.api_key, options, ep.timeout)
     except ValueError as exc:

@@ -95,7 +95,7 @@ class BootFailure(Exception):
         self.problem, self.cause, self.fix, self.log_tail = problem, cause, fix, log_tail
 
 
-def scan(line: str):
+def scan(line: str) -> tuple[str, str, str] | None:
     """The known failure a log line shows, or None."""
     for pattern, problem, cause, fix in KNOWN_FAILURES:
         if pattern.search(line):

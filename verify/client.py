@@ -94,9 +94,11 @@ class Endpoint:
         return openai.OpenAI(
             base_url=self.base_url.rstrip("/") + "/v1",
             api_key=self.api_key or "EMPTY",
-            timeout=self.httpx_timeout(),
+            # openai 3 types these against httpx2; it drives an httpx client the
+            # same way (and the image's sglang pins openai 2, which is httpx's).
+            timeout=self.httpx_timeout(),  # type: ignore[arg-type]
             max_retries=0,
-            http_client=http,
+            http_client=http,  # type: ignore[arg-type]
         )
 
 

@@ -94,6 +94,7 @@ def compare_texts(case: int, kind: str, reference: str, target: str) -> Pair:
     a, b = _TOKEN.findall(reference), _TOKEN.findall(target)
     same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     char = exact.first_difference(reference, target)
+    assert char is not None  # the texts differ
     start = max(0, char - exact.CONTEXT)
     return Pair(
         case,

@@ -26,6 +26,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from verify.result import Evidence
 
@@ -75,7 +76,7 @@ COUNT_PROMPT = (
     f"line)? {ANSWER_LINE}\n\n```\n{LOG}\n```"
 )
 
-RECORDS = [
+RECORDS: list[dict[str, Any]] = [
     {"id": 3, "first": "Ada", "last": "Lovelace", "city": "London", "active": True},
     {"id": 7, "first": "Grace", "last": "Hopper", "city": "New York", "active": True},
     {"id": 9, "first": "Edsger", "last": "Dijkstra", "city": "Austin", "active": False},
@@ -296,7 +297,7 @@ TASKS = {
         ),
     ]
 }
-SOAK_MIX = [(t.kind, t.body) for t in TASKS.values()]
+SOAK_MIX: list[tuple[str, dict[str, Any]]] = [(t.kind, t.body) for t in TASKS.values()]
 
 
 def score(kind: str, merged) -> Mismatch | None:
@@ -315,7 +316,7 @@ def report(outcomes: list, ev: Evidence) -> None:
         if not runs:
             continue
         wrong = [o for o in runs if getattr(o, "mismatch", None) is not None]
-        entry = {"requests": len(runs), "wrong": len(wrong)}
+        entry: dict[str, Any] = {"requests": len(runs), "wrong": len(wrong)}
         if wrong:
             first = wrong[0].mismatch
             entry["first"] = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import Enum
+from typing import NoReturn
 
 
 class Verdict(str, Enum):
@@ -62,5 +63,5 @@ class Evidence:
     def saw(self, line: str) -> None:
         self.lines.append(line if len(line) <= 300 else line[:297] + "...")
 
-    def fail(self, problem: str, cause: str | None = None, fix: str | None = None):
+    def fail(self, problem: str, cause: str | None = None, fix: str | None = None) -> NoReturn:
         raise CheckFailure(problem, cause, fix)

@@ -5,6 +5,7 @@ as JSON, so a healthy DeepSeek-V4 answers them the same way every time."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 GET_WEATHER = {
     "type": "function",
@@ -65,7 +66,7 @@ WRITE_FILE = {
     },
 }
 
-TOOLS = [GET_WEATHER, SEARCH_FLIGHTS, WRITE_FILE]
+TOOLS: list[dict[str, Any]] = [GET_WEATHER, SEARCH_FLIGHTS, WRITE_FILE]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 
 
@@ -136,7 +137,7 @@ def multi_turn() -> list[dict]:
 
 # The soak's mix: (kind, payload extras). Prompts that should end well short
 # of max_tokens, so "length" means the output ran away.
-SOAK_MIX = [
+SOAK_MIX: list[tuple[str, dict[str, Any]]] = [
     (
         "chat-code",
         {

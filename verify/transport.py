@@ -238,7 +238,7 @@ class _BoundedBody(httpx.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         limits, loop = self.t.limits, asyncio.get_running_loop()
         what = _what(self.request)
-        chunks = self.response.stream.__aiter__()
+        chunks = self.response.stream.__aiter__()  # type: ignore[union-attr]  # an async client's
         received = 0
         # JSON nested to exhaust the parser's recursion (a hostile server) is
         # cut off here, before any parser (openai's, httpx's .json()) sees it.
@@ -459,7 +459,7 @@ class LineReader:
         rest, self.pending = bytes(self.pending), bytearray()
         return [self._line(rest)] if rest.strip() else []
 
-    def _line(self, raw: bytes) -> str:
+    def _line(self, raw: bytes | bytearray) -> str:
         raw = raw.rstrip(b"\r")
         try:
             line = raw.decode("utf-8")

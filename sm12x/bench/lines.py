@@ -30,7 +30,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from sm12x import bounded
 
@@ -112,7 +112,7 @@ class Outcome:
     """One run as sm12x judges it."""
 
     concurrency: int
-    status: str  # ok | partial | failed
+    status: Literal["ok", "partial", "failed"]
     metrics: dict[str, float | None] = field(default_factory=dict)
     extra: dict[str, float | None] = field(default_factory=dict)
     completed: int | None = None

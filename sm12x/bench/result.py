@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sm12x import generated
 
-SCHEMA_ID = "sm12x-bench/1"
+SCHEMA_ID: Literal["sm12x-bench/1"] = "sm12x-bench/1"
 SCHEMA_FILE = Path(__file__).with_name("result.schema.json")
 
 Status = Literal["ok", "partial", "failed"]

@@ -184,7 +184,7 @@ class Doctor:
             self.add("gpus", "GPUs", "fail", "nvidia-smi lists no GPU", fix_driver)
             return
         found = gpu_query.describe_gpus(self.gpus)
-        data = {"gpus": [asdict(g) for g in self.gpus]}
+        data: dict[str, Any] = {"gpus": [asdict(g) for g in self.gpus]}
         wrong = sorted({g.compute_capability for g in self.gpus} - set(SUPPORTED_CAPS))
         if wrong:
             self.add(

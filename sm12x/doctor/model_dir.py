@@ -166,12 +166,13 @@ def check_config(model: Path, line: Line = V4_FLASH_0731, vision: bool = False) 
     )
 
 
-def _human(size: int) -> str:
+def _human(size_bytes: int) -> str:
+    size = float(size_bytes)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if size < 1024 or unit == "TiB":
-            return f"{size:.1f} {unit}" if unit != "B" else f"{size} B"
+            return f"{size:.1f} {unit}" if unit != "B" else f"{size_bytes} B"
         size /= 1024
-    return f"{size} B"
+    return f"{size_bytes} B"
 
 
 def check_shards(

@@ -397,8 +397,8 @@ def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> Launch
         if var.from_host:
             # The site's value, else the recipe's default, else a placeholder
             # the launcher refuses to exec with.
-            value: Value = ctx.host_env.get(name) or var.default or EnvRef(name)
-            env.append(RenderedEnv(name, value, var.why, fixed=False))
+            site: Value = ctx.host_env.get(name) or var.default or EnvRef(name)
+            env.append(RenderedEnv(name, site, var.why, fixed=False))
         else:
             assert var.value is not None
             env.append(RenderedEnv(name, var.value, var.why, fixed=True))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from sm12x import patch_series
 from sm12x.recipe import fit
@@ -667,7 +667,7 @@ def _model_line_refused(recipe: Recipe) -> Iterator[Finding]:
 # Public field reports of V4.1-Flash on these GPUs (/work/shared/reference/v41-field.md):
 # 8x RTX PRO 6000 (sgl-project/sglang#40877, vllm-project/vllm#56700) and 4x DGX
 # Spark (0xSero/local-ai-registry#55).
-V41_FIELD = {
+V41_FIELD: dict[str, dict[str, Any]] = {
     "rtx-pro-6000": {
         "block_sizes": (6,),
         "max_chunked_prefill": 2048,

@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if envelope.is_envelope(package):
             rules = None
-            emulator = envelope.EnvelopeEmulator(
-                None,
+            emulator: Emulator = envelope.EnvelopeEmulator(
+                None,  # type: ignore[arg-type]  # its rules are `envelope`, not pre-0.7 Rules
                 envelope=envelope.EnvelopeRules.from_flashinfer(
                     package, versions["flashinfer-python"]
                 ),

@@ -70,7 +70,7 @@ def source_attribute(relative: str, name: str) -> int:
             and any(isinstance(t, ast.Attribute) and t.attr == name for t in node.targets)
             and isinstance(node.value, ast.Constant)
         ):
-            return node.value.value
+            return int(node.value.value)  # type: ignore[arg-type]
     raise LookupError(f"self.{name} = <literal> not found in sglang/{relative}")
 
 
@@ -111,7 +111,7 @@ def swa_page_size() -> int:
             and isinstance(test.ops[0], ast.Eq)
             and isinstance(test.comparators[0], ast.Constant)
         ):
-            return test.comparators[0].value
+            return int(test.comparators[0].value)  # type: ignore[arg-type]
     raise LookupError(
         f"sglang/{relative}: neither self.swa_page_size = <literal> nor "
         "assert self.page_size == <literal>"

@@ -70,7 +70,7 @@ MODELS = ("DSV3_2", "DSV4", "GLM_NSA", "GLM53_NOPE", "DOTS3_SWA", "DSV4_1")
 DSV4 = MODELS.index("DSV4")
 # KVCacheTraits<ModelType::DSV4> (kv_cache_traits.cuh, pinned through the files
 # above): 448 FP8 nope + 64 BF16 rope + an 8-byte UE8M0 footer per token.
-DSV4_FORMAT = {
+DSV4_FORMAT: dict[str, Any] = {
     "query_dim": D_QK_DSV4,
     "value_dim": 512,
     "bytes_per_token": BYTES_PER_TOKEN_DSV4,
@@ -892,6 +892,7 @@ class EnvelopeEmulator(Emulator):
         from flashinfer.mla._sparse_mla_sm120 import _api, _calibration, _execution, _prepared
         from sglang.kernels.ops.attention import flash_mla_sm120_triton as tri
 
+        assert self.envelope is not None, "EnvelopeEmulator needs envelope= (its rules)"
         module = CompiledModule(self.envelope, self)
         loader = lambda: module  # noqa: E731 (what build_and_load() returned, cached)
         self._swap(_execution, "get_sparse_mla_sm120_module", loader)

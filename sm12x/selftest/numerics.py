@@ -78,7 +78,9 @@ def make_call(
     """
     gen = torch.Generator(device="cpu").manual_seed(seed)
     indices, lengths = _indices(gen, tokens, width, valid, pages * page)
-    extra_args = dict(extra_k_cache=None, extra_indices=None, extra_topk_length=None)
+    extra_args: dict[str, torch.Tensor | None] = dict(
+        extra_k_cache=None, extra_indices=None, extra_topk_length=None
+    )
     if extra is not None:
         e_width, e_valid, e_page = extra
         e_pages = max(2, -(-e_valid // e_page) * 2)

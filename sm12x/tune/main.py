@@ -238,6 +238,7 @@ def where_to_run(args: argparse.Namespace, loaded: Loaded, reads: tuple[str, ...
             "tune in the service (docker compose exec SERVICE sm12x tune --attach), "
             "or pass --python with one that has sglang"
         )
+    assert docker is not None  # no problem found means docker was found
     return Python(python, runner.InImage(docker, image, f"{os.getuid()}:{os.getgid()}", reads), env)
 
 

@@ -45,7 +45,7 @@ MODULE = "sglang.benchmark.dspark_sps_profiler"
 SESSION = "session.json"
 NO_USABLE_ROUNDS = "No usable rounds"
 # The profiler's own default for --input-len etc. (dspark_sps_profiler.py).
-DEFAULTS = {
+DEFAULTS: dict[str, Any] = {
     "input_len": 16,
     "min_steady_steps": 32,
     "min_steady_seconds": 10.0,

@@ -24,7 +24,7 @@ def _check_usage(ev: Evidence, usage: dict | None, where: str) -> None:
         usage.get("completion_tokens"),
         usage.get("total_tokens"),
     )
-    if None in (prompt, completion, total) or prompt + completion != total:
+    if prompt is None or completion is None or total is None or prompt + completion != total:
         ev.fail(
             f"usage does not add up in {where}: {prompt} + {completion} != {total}",
             "a broken usage count (server or proxy)",

@@ -67,8 +67,8 @@ def _accept_from_info(info: dict) -> float | None:
         if isinstance(s, dict)
     ]
     values.append(info.get("avg_spec_accept_length"))
-    values = [float(v) for v in values if isinstance(v, (int, float))]
-    return statistics.fmean(values) if values else None
+    numbers = [float(v) for v in values if isinstance(v, (int, float))]
+    return statistics.fmean(numbers) if numbers else None
 
 
 def _accept_from_metrics(ctx: Context, urls: list[str], ev: Evidence) -> float | None:

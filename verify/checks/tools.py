@@ -166,7 +166,7 @@ def streamed_calls_of(ev: Evidence, m: Merged, where: str) -> list[tuple[str, di
             "the stream does not mark the tool-call turn (or was cut before its end)",
             "check the sglang version and any proxy in between",
         )
-    out = []
+    out: list[tuple[str, dict]] = []
     for index in sorted(m.calls):
         call = m.calls[index]
         if len(set(call.ids)) > 1:
@@ -196,8 +196,9 @@ def streamed_calls_of(ev: Evidence, m: Merged, where: str) -> list[tuple[str, di
                 "the name should come once, in the call's first fragment",
                 "check the sglang version",
             )
-        args = validate(ev, call.name, call.arguments, f"{where} streamed call {index}")
-        out.append((call.name, args))
+        name = call.names[0]  # exactly one, checked above
+        args = validate(ev, name, call.arguments, f"{where} streamed call {index}")
+        out.append((name, args))
     if DSML in m.content:
         ev.fail(
             f"{where}: DSML markup in streamed content: {m.content[:120]!r}",
