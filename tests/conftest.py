@@ -1,4 +1,6 @@
-"""Shared by every test suite: the repo root and the test-support helpers on sys.path."""
+"""Shared by every test suite: the repo root on sys.path, so the helpers are
+`tests.support.X` under that one name (a second name, `support.X`, would load
+a module twice, each copy with its own state: tests/unit/test_lint.py refuses it)."""
 
 from __future__ import annotations
 
@@ -7,9 +9,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-for path in (REPO, REPO / "tests"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
 # A developer's own .env in the checkout must not reach the tests: every
 # command reads .env (sm12x.settings); a test that wants one names it.
@@ -33,7 +34,62 @@ FIRST = (
 )
 
 
+# --- The tiers (CONTRIBUTING.md, "Running the tests")
+#
+#   fast    tests/unit without any mark below: the CLI, models, renderers and
+#           docs; no real wheel, no Docker, no sglang code (SM12X_TIER=fast
+#           makes the helpers that reach for those fail: tests/support/tiers.py).
+#           `make fast`: `SM12X_TIER=fast pytest -m fast`.
+#   wheels  the real sglang/flashinfer code from PyPI: tests/patch, and any test
+#           whose module holds a helper that unpacks or runs it (WHEEL_HELPERS).
+#   docker  a Docker daemon; slow: more than a minute (both marked in the module).
+#   gpu     tests/gpu: the device (benchmarks/*.sh run them there).
+#   process tests/integration: real processes, servers, Compose.
+# The full suite (scripts/test, CI) runs every tier.
+WHEEL_HELPERS = {
+    "wheels",
+    "trees",
+    "sglang_serving",
+    "server_args_check",
+    "closure",
+    "standin",
+    "dspark_engine",
+    "stream_census",
+    "stream_checks",
+    "sglang_cli",
+}
+FOLDER_MARKS = {"patch": "wheels", "gpu": "gpu", "integration": "process"}
+SLOWER = ("wheels", "docker", "slow", "gpu", "process")
+
+
+def _holds_wheel_helper(module) -> bool:
+    for value in vars(module).values():
+        name = getattr(value, "__name__", "") if isinstance(value, type(os)) else ""
+        if name.rpartition(".")[2] in WHEEL_HELPERS and "support" in name:
+            return True
+    return False
+
+
+def _mark_tiers(items) -> None:
+    import pytest
+
+    helpers: dict[object, bool] = {}
+    for item in items:
+        folder = Path(str(item.fspath)).relative_to(REPO / "tests").parts[0]
+        if folder in FOLDER_MARKS:
+            item.add_marker(getattr(pytest.mark, FOLDER_MARKS[folder]))
+        module = getattr(item, "module", None)
+        if module is not None:
+            if module not in helpers:
+                helpers[module] = _holds_wheel_helper(module)
+            if helpers[module]:
+                item.add_marker(pytest.mark.wheels)
+        if folder == "unit" and not any(item.get_closest_marker(m) for m in SLOWER):
+            item.add_marker(pytest.mark.fast)
+
+
 def pytest_collection_modifyitems(config, items):
+    _mark_tiers(items)
     if hasattr(config, "workerinput"):  # an xdist worker: the order the scheduler hands out
         rank = {path: n for n, path in enumerate(FIRST)}
         items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(FIRST)))

@@ -19,8 +19,8 @@ import pytest
 
 from sm12x.bench import provenance, runner
 from sm12x.versions import load_versions
-from support import bench_cli
-from support.cli import ROOT
+from tests.support import bench_cli
+from tests.support.cli import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "bench"
 FAKE_BENCH = ROOT / "tests" / "support" / "fake_bench"
@@ -675,7 +675,7 @@ def test_compare_configurations_benchmarks_each_and_marks_comparable_figures(
     same workload against each one's server, one comparison table and chart."""
     from sm12x.bench import main as bench_main
     from sm12x.recipe import load
-    from support import throughput
+    from tests.support import throughput
 
     folder = throughput.recipes_with_it(tmp_path / "recipes")
     monkeypatch.setattr(load, "recipes_dir", lambda: folder)

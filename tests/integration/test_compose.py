@@ -20,7 +20,7 @@ from sm12x.recipe import load_all
 from sm12x.settings import Settings, env_name, load, meta
 from sm12x.settings.model import DEFAULT_PORT
 from sm12x.versions import default_track, load_versions, read_versions, tracks
-from support.compose import ROOT, compose, config, image_default, with_values
+from tests.support.compose import ROOT, compose, config, image_default, with_values
 
 RECIPES = load_all()
 COMPOSE_TEXT = (ROOT / "compose.yaml").read_text()
@@ -436,7 +436,7 @@ GATE_CASES = [
 
 @pytest.mark.parametrize(("values", "refused"), GATE_CASES, ids=[str(v) for v, _ in GATE_CASES])
 def test_the_gate_refuses_an_open_api_beyond_loopback(values, refused, env_file, tmp_path):
-    from support.cli import assert_one_clear_error, run_sm12x
+    from tests.support.cli import assert_one_clear_error, run_sm12x
 
     env = gate_env(with_values(env_file, tmp_path, **values))
     result = run_sm12x("gate", env=env)
@@ -448,7 +448,7 @@ def test_the_gate_refuses_an_open_api_beyond_loopback(values, refused, env_file,
 
 def test_the_launcher_refuses_it_again_inside_the_container(env_file, tmp_path):
     """Without compose's gate (a service started by hand), `sm12x launch` itself refuses."""
-    from support.cli import assert_one_clear_error, run_sm12x
+    from tests.support.cli import assert_one_clear_error, run_sm12x
 
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")

@@ -20,8 +20,8 @@ import pytest
 from sm12x.router import RouterSettings, command, router_argv, shell
 from sm12x.settings import load
 from sm12x.versions import load_versions
-from support.cli import assert_one_clear_error, run_sm12x
-from support.compose import compose, config, with_values
+from tests.support.cli import assert_one_clear_error, run_sm12x
+from tests.support.compose import compose, config, with_values
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_EXAMPLE = ROOT / ".env.example"

@@ -42,7 +42,7 @@ import pytest
 from sm12x import patch_series
 from sm12x.recipe import load_all
 from sm12x.versions import default_track, load_versions, tracks
-from support import containers, flashinfer_index, golden, standin, trees, wheels
+from tests.support import containers, flashinfer_index, golden, standin, trees, wheels
 
 # The stand-in base (debootstrap, the track's closure: about 15 minutes cold on
 # two loaded cores) and the image build happen in the first test that needs

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from sm12x.versions import load_versions, tracks
-from support import closure
+from tests.support import closure
 
 pytestmark = [pytest.mark.slow]
 

@@ -32,8 +32,8 @@ from sm12x.launch.render import LaunchContext, build_launch
 from sm12x.recipe import load_all
 from sm12x.router import RouterSettings, command
 from sm12x.settings import Settings, env_name, load, meta
-from support.cli import assert_one_clear_error, run_sm12x
-from support.compose import config
+from tests.support.cli import assert_one_clear_error, run_sm12x
+from tests.support.compose import config
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "k8s"

@@ -23,7 +23,7 @@ import yaml
 
 from sm12x import k8s
 from sm12x.recipe import load_recipe
-from support.policy import EXCEPTIONS, GLOBAL_SKIPS, excused, policy_objects, run_checkov
+from tests.support.policy import EXCEPTIONS, GLOBAL_SKIPS, excused, policy_objects, run_checkov
 
 OPTS = k8s.K8sOptions()
 TREE = k8s.tree(OPTS)
@@ -347,6 +347,6 @@ def test_policy_objects_cover_both_lws_templates():
 
 
 def test_docs_show_the_exceptions_as_the_test_applies_them():
-    from support.policy import block_in_doc, table
+    from tests.support.policy import block_in_doc, table
 
     assert block_in_doc() == table(), "docs/security.md is stale: run scripts/regen"

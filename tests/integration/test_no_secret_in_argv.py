@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from sm12x.versions import load_versions
-from support import sglang_cli
+from tests.support import sglang_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-argv-test-0123456789"

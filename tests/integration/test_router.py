@@ -28,8 +28,8 @@ import httpx
 import pytest
 
 from sm12x.router import HEALTH_FAILURE_THRESHOLD, HEALTH_SUCCESS_THRESHOLD
-from support.cli import assert_one_clear_error, run_sm12x
 from tests.integration.conftest import SMALL_SOAK, check, verdicts
+from tests.support.cli import assert_one_clear_error, run_sm12x
 from tests.support.router import FAST_HEALTH, Backend, Router, load, wait_until
 
 

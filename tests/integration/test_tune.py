@@ -28,8 +28,8 @@ from sm12x.launch.configuration import resolve
 from sm12x.recipe import load_recipe
 from sm12x.tune import main as tune_main
 from sm12x.versions import default_track, load_versions
-from support import throughput as tp
 from tests.support import sglang_serving
+from tests.support import throughput as tp
 from tests.support.fake_sglang.server import FakeServer
 from tests.support.fake_sglang.sps import SpsConfig
 

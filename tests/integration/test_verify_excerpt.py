@@ -17,7 +17,7 @@ import time
 
 import httpx
 
-from support.cli import ROOT
+from tests.support.cli import ROOT
 from tests.support.fake_sglang.server import free_port
 
 README = (ROOT / "README.md").read_text()

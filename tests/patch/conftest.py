@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sm12x.versions import load_versions
-from support import trees, wheels
+from tests.support import trees, wheels
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from support import trees
+from tests.support import trees
 
 TARGET = "sglang/kernels/ops/attention/flash_mla_sm120.py"
 

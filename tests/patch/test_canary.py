@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from support import trees
+from tests.support import trees
 
 DECODE_TABLE = (
     "import json; from flashinfer.mla import _sparse_mla_sm120 as fi; "

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from support import trees
+from tests.support import trees
 
 
 def _routes(report: dict, scenario: str) -> Counter:

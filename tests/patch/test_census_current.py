@@ -18,7 +18,7 @@ from collections import Counter
 import pytest
 
 from sm12x.versions import load_versions
-from support import trees
+from tests.support import trees
 
 CURRENT = load_versions("current")
 

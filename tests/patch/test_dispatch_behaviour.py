@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from support import trees
+from tests.support import trees
 
 LOG_PROBE = """
 import json, logging, sm12x.selftest.env as e

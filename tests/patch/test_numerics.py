@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from sm12x.selftest.numerics import Diff
-from support import trees
+from tests.support import trees
 
 PROBE = str(trees.REPO / "tests" / "patch" / "numerics_probe.py")
 

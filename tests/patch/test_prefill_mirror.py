@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from support import trees, wheels
+from tests.support import trees, wheels
 
 SELECTED = (
     "import json, sm12x.selftest.env as e; e.stub_torchvision(); "

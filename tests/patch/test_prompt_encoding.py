@@ -21,7 +21,7 @@ import json
 import pytest
 
 from sm12x.versions import load_versions
-from support import trees
+from tests.support import trees
 
 PROBE = str(trees.REPO / "tests" / "patch" / "prompt_probe.py")
 

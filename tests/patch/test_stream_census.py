@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from support import sglang_serving, stream_census, trees
+from tests.support import sglang_serving, stream_census, trees
 
 CONFIGS = {
     "0.5.16": ("0.5.16", False),

@@ -17,7 +17,7 @@ import json
 
 import pytest
 
-from support import sglang_serving, stream_census, trees
+from tests.support import sglang_serving, stream_census, trees
 
 CONFIGS = {"0.5.23": ("0.5.23", False), "0.5.23+patches": ("0.5.23", True)}
 

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from support import stream_checks, trees, wheels
+from tests.support import stream_checks, trees, wheels
 
 VERSIONS = ["0.5.17", "0.5.23"]
 SERIES = {

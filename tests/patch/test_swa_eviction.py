@@ -27,7 +27,7 @@ import math
 
 import pytest
 
-from support import trees
+from tests.support import trees
 
 PROBE = str(trees.REPO / "tests" / "patch" / "swa_probe.py")
 INTERVAL = 16

@@ -20,7 +20,7 @@ import json
 
 import pytest
 
-from support import trees
+from tests.support import trees
 
 PROBE = str(trees.REPO / "tests" / "patch" / "tool_choice_probe.py")
 REJECTION = "DFLASH speculative decoding does not support grammar-constrained decoding yet."

@@ -18,7 +18,7 @@ import argparse
 import ast
 import zipfile
 
-from support import wheels
+from tests.support import wheels
 
 SERVING = "sglang/benchmark/serving.py"
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 from sm12x.versions import load_versions
-from support import wheels
+from tests.support import wheels
 
 # The real bases' Python and glibc (Ubuntu 24.04: glibc 2.39) per image arch.
 PYTHON = "3.12"

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import tiers
+
 DOCKER = os.environ.get("SM12X_DOCKER", "docker")
 
 
@@ -38,6 +40,7 @@ def env() -> dict[str, str]:
 def docker(
     *args: str, timeout: float = 600, check: bool = False, stdin: bytes | None = None
 ) -> subprocess.CompletedProcess[str]:
+    tiers.guard("talk to a Docker daemon")
     proc = subprocess.run(
         [DOCKER, *args], capture_output=True, env=env(), timeout=timeout, input=stdin, check=False
     )

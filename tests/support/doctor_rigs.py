@@ -21,8 +21,8 @@ from pathlib import Path
 from sm12x.doctor.checks import Doctor, Options
 from sm12x.doctor.host import Host, Output
 from sm12x.launch import gpus as gpu_query
-from support.checkpoint import write_checkpoint
-from support.cli import ROOT
+from tests.support.checkpoint import write_checkpoint
+from tests.support.cli import ROOT
 
 NVIDIA_SMI = ROOT / "tests" / "fixtures" / "nvidia-smi"
 IBV = ROOT / "tests" / "fixtures" / "ibv_devinfo"

@@ -1,6 +1,6 @@
 """A recipe's launch through sglang's real argument validation, on a CPU.
 
-    from support.server_args_check import validate, V4_FLASH_0731
+    from tests.support.server_args_check import validate, V4_FLASH_0731
     verdict = validate(recipe, node_rank=0, track="current", model_dir=V4_FLASH_0731)
     verdict.ok, verdict.error, verdict.resolved["dp_size"], verdict.warnings
 

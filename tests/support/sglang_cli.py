@@ -29,7 +29,7 @@ import sys
 import zipfile
 from dataclasses import dataclass, field
 
-from support import wheels
+from tests.support import wheels
 
 
 @dataclass
@@ -121,7 +121,7 @@ json.dump(out, sys.stdout)
 
 @functools.cache
 def _real_flags(sglang_version: str) -> dict[str, FlagSpec]:
-    from support import sglang_serving
+    from tests.support import sglang_serving
 
     site = sglang_serving.tree(sglang_version, patched=False)
     env = {
@@ -298,7 +298,7 @@ print(json.dumps(describe(real_parser(), sys.argv[1]), indent=1, sort_keys=True)
 def parser_description(sglang_version: str) -> str:
     """sglang `sglang_version`'s real parser, described (JSON text), built in a
     subprocess with the release's tree (from its wheel) first on the path."""
-    from support import sglang_serving
+    from tests.support import sglang_serving
 
     site = sglang_serving.tree(sglang_version, patched=False)
     env = {
@@ -340,7 +340,7 @@ print(json.dumps(out, default=repr))
 
 def real_parse(sglang_version: str, token_lists: list[list[str]]) -> list[dict]:
     """What sglang `sglang_version`'s real parser sets for each token list."""
-    from support import sglang_serving
+    from tests.support import sglang_serving
 
     site = sglang_serving.tree(sglang_version, patched=False)
     env = {

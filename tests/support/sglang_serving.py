@@ -62,7 +62,7 @@ if str(ROOT) not in sys.path:
 
 from sm12x.selftest.env import _TorchvisionStub  # noqa: E402
 from sm12x.versions import load_versions  # noqa: E402
-from tests.support import wheels  # noqa: E402
+from tests.support import tiers, wheels  # noqa: E402
 
 APPLY = ROOT / "scripts" / "apply-patches"
 PATCHES = ROOT / "patches" / "sglang"
@@ -88,6 +88,7 @@ def tree(version: str, patched: bool) -> Path:
     servers may start at once), into a temporary folder renamed into place, so
     an interrupted build never leaves half a tree.
     """
+    tiers.guard(f"run sglang {version}'s serving code")
     label = f"{version}-patched-{_series_digest(version)}" if patched else f"{version}-pristine"
     site = cache_root() / label
     if (site / ".complete").exists():

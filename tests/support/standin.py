@@ -52,7 +52,7 @@ import zipfile
 from pathlib import Path
 
 from sm12x.versions import load_versions
-from support import closure, containers, wheels
+from tests.support import closure, containers, wheels
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"

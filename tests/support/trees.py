@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support import wheels
+from tests.support import wheels
 
 REPO = wheels.ROOT
 APPLY = REPO / "scripts" / "apply-patches"

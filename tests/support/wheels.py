@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from sm12x.versions import load_versions, tracks  # noqa: E402
+from tests.support import tiers  # noqa: E402
 
 
 def cache_dir() -> Path:
@@ -63,6 +64,7 @@ def _prefix(dist: str, version: str) -> str:
 
 
 def wheel(dist: str, version: str) -> Path:
+    tiers.guard(f"unpack the real wheels ({dist} {version})")
     for path in sorted(cache_dir().glob(_prefix(dist, version) + "*.whl")):
         return path
     raise FileNotFoundError(
@@ -137,6 +139,7 @@ def overlay_dir(version: str) -> Path | None:
 
 def pythonpath(version: str) -> list[str]:
     """What goes first on PYTHONPATH for sglang `version`'s code (its overlay, if any)."""
+    tiers.guard(f"run sglang {version}'s code")
     folder = overlay_dir(version)
     if folder is None:
         return []

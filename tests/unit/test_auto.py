@@ -9,7 +9,7 @@ import pytest
 
 from sm12x.launch import gpus
 from sm12x.recipe import load_all
-from support.cli import ROOT, assert_one_clear_error, fake_nvidia_smi, run_sm12x
+from tests.support.cli import ROOT, assert_one_clear_error, fake_nvidia_smi, run_sm12x
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
 

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from support.bad_inputs import CASES, error_line, normalise, prepare, row, rows_in_doc, run_case
-from support.cli import assert_one_clear_error
+from tests.support.bad_inputs import (
+    CASES,
+    error_line,
+    normalise,
+    prepare,
+    row,
+    rows_in_doc,
+    run_case,
+)
+from tests.support.cli import assert_one_clear_error
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ import pytest
 
 from sm12x.bench import lines
 from sm12x.versions import load_versions
-from support import bench_cli
-from support.cli import ROOT
+from tests.support import bench_cli
+from tests.support.cli import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "bench"
 

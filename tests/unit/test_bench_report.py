@@ -15,7 +15,7 @@ import pytest
 from sm12x.bench import chart, compare
 from sm12x.bench.result import SCHEMA_FILE, BenchResult, generate_schema, load_schema, validate
 from sm12x.recipe import load_recipe
-from support.cli import ROOT, run_sm12x
+from tests.support.cli import ROOT, run_sm12x
 
 FIXTURES = ROOT / "tests" / "fixtures" / "bench"
 WIDE = {"COLUMNS": "200"}

@@ -17,7 +17,7 @@ from sm12x import bounded
 from sm12x.apikey import read_key_file
 from sm12x.errors import UserError
 from sm12x.recipe.load import MAX_BYTES, MAX_DEPTH, load_recipe
-from support.cli import raw_recipe, run_sm12x
+from tests.support.cli import raw_recipe, run_sm12x
 from verify.cli import MAX_FIELD, capped
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 from sm12x import cli
-from support.cli import run_sm12x
+from tests.support.cli import run_sm12x
 
 
 def test_every_registered_module_defines_a_command():

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sm12x import patch_series
-from support import compress_plan as model
+from tests.support import compress_plan as model
 
 RECORDS = Path(__file__).resolve().parents[2] / "docs/benchmarks/dsv4-compact-h200"
 TREES = ["0.5.17-pristine", "0.5.17-patched", "0.5.23-pristine", "0.5.23-patched"]

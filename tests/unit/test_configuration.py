@@ -17,7 +17,7 @@ from sm12x.launch import main as launch_main
 from sm12x.launch.render import LaunchContext, build_launch
 from sm12x.recipe import load, load_recipe
 from sm12x.versions import default_track, load_versions
-from support import throughput as tp
+from tests.support import throughput as tp
 
 PINNED_SGLANG = load_versions(default_track())["SGLANG_VERSION"]
 GPUS = gpus.parse_nvidia_smi((tp.NVIDIA_SMI / "rtx-pro-6000-x4.csv").read_text())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sm12x.selftest import csrc
-from support import wheels
+from tests.support import wheels
 
 PINNED = wheels.patch_series()["patch"][0]["flashinfer_verified"]
 

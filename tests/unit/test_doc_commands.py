@@ -53,9 +53,9 @@ import pytest
 import yaml
 
 from sm12x.versions import load_versions
-from support import compose as compose_cli
-from support import doc_commands as dc
-from support.cli import fake_nvidia_smi
+from tests.support import compose as compose_cli
+from tests.support import doc_commands as dc
+from tests.support.cli import fake_nvidia_smi
 
 ROOT = dc.ROOT
 BENCH_LINES = ROOT / "tests" / "fixtures" / "bench"

@@ -15,7 +15,7 @@ import yaml
 
 from sm12x import cli
 from sm12x.settings.model import Settings, env_name, meta
-from support import doc_commands as dc
+from tests.support import doc_commands as dc
 from verify.cli import parser as verify_parser
 
 ROOT = dc.ROOT

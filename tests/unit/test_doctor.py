@@ -17,9 +17,9 @@ from sm12x.doctor import rdma
 from sm12x.doctor.checks import Doctor, Options
 from sm12x.doctor.host import Host, Output
 from sm12x.errors import UserError
-from support import checkpoint
-from support.doctor_rigs import GIB, IBV, IMAGE_ID, failing, rig, spark_rig
-from support.doctor_rigs import run_doctor as run
+from tests.support import checkpoint
+from tests.support.doctor_rigs import GIB, IBV, IMAGE_ID, failing, rig, spark_rig
+from tests.support.doctor_rigs import run_doctor as run
 
 # --- every rig, healthy --------------------------------------------------------------------------
 
@@ -586,7 +586,7 @@ def test_ssh_and_ping_end_their_options_before_the_host(tmp_path):
 
 
 def test_the_cli_refuses_a_peer_that_is_not_a_host(tmp_path):
-    from support.cli import assert_one_clear_error, run_sm12x
+    from tests.support.cli import assert_one_clear_error, run_sm12x
 
     result = run_sm12x("doctor", "--peer", PROXY, "--json", cwd=tmp_path)
     assert_one_clear_error(result, "--peer", "not a host name or IP address")

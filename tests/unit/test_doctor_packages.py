@@ -11,8 +11,8 @@ import pytest
 
 from sm12x.doctor import packages
 from sm12x.doctor.host import Host, Output
-from support.doctor_rigs import PACKAGES, FakeHost, failing, on_distribution, rig
-from support.doctor_rigs import run_doctor as run
+from tests.support.doctor_rigs import PACKAGES, FakeHost, failing, on_distribution, rig
+from tests.support.doctor_rigs import run_doctor as run
 
 # distribution -> (what the Compose fix must say, what the buildx fix must say)
 EXPECTED = {

@@ -11,8 +11,8 @@ import zipfile
 import pytest
 
 from sm12x.doctor.model_dir import ARCHITECTURE
-from support import compose, wheels
-from support.cli import run_sm12x
+from tests.support import compose, wheels
+from tests.support.cli import run_sm12x
 
 
 def test_doctor_process_on_a_machine_without_gpus(tmp_path):

@@ -4,7 +4,7 @@ deepseek-recipe gives images, and V4's text vocabulary is unchanged."""
 
 from __future__ import annotations
 
-from support import dsv4_tokenizer, dsv41_tokenizer
+from tests.support import dsv4_tokenizer, dsv41_tokenizer
 
 # What deepseek-recipe 0.2.0's DeepseekV41Encoding writes (SpecialToken.default_str(),
 # with sglang's image spelling), and the DSML token of its tool-call block.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from support.golden import GOLDEN_DIR, goldens
+from tests.support.golden import GOLDEN_DIR, goldens
 
 GOLDENS = goldens()
 

@@ -10,7 +10,7 @@ import pytest
 
 from sm12x.launch.health import default_url
 from sm12x.settings import load
-from support.cli import assert_one_clear_error, run_sm12x
+from tests.support.cli import assert_one_clear_error, run_sm12x
 
 
 class FakeServer:

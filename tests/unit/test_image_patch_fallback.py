@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from support import trees
+from tests.support import trees
 
 
 def no_patch_env(tmp_path: Path) -> dict[str, str]:

@@ -9,7 +9,7 @@ import textwrap
 
 from importlinter.cli import lint_imports
 
-from support.cli import ROOT
+from tests.support.cli import ROOT
 
 
 def lint(config: str, capsys) -> tuple[int, str]:

@@ -23,8 +23,8 @@ from sm12x.sglang_parser import (
     from_description,
     load_description,
 )
-from support import sglang_cli
-from support.cli import assert_one_clear_error, run_sm12x
+from tests.support import sglang_cli
+from tests.support.cli import assert_one_clear_error, run_sm12x
 
 VERSIONS = sglang_cli.track_versions()
 
@@ -143,7 +143,7 @@ def test_a_second_listener_is_refused_unless_sglang_binds_loopback(extra, env):
 
 
 def test_a_key_in_a_recipe_flag_is_refused_in_any_spelling(tmp_path):
-    from support.cli import raw_recipe
+    from tests.support.cli import raw_recipe
 
     for name in ("--api", "--admin-api-key", "--api-key"):
         data = raw_recipe("rtx-pro-6000-tp4")
@@ -160,7 +160,7 @@ def test_a_key_in_a_recipe_flag_is_refused_in_any_spelling(tmp_path):
 def test_a_nan_string_in_a_recipe_flag_is_refused(tmp_path):
     import yaml
 
-    from support.cli import raw_recipe
+    from tests.support.cli import raw_recipe
 
     data = raw_recipe("rtx-pro-6000-tp4")
     data["flags"]["--schedule-conservativeness"] = {"value": "nan", "why": "a bad input to refuse"}

@@ -20,7 +20,7 @@ from sm12x.launch.render import EnvRef, LaunchContext, build_launch
 from sm12x.recipe import load_recipe
 from sm12x.settings import load
 from sm12x.versions import load_versions
-from support.cli import ROOT, assert_one_clear_error, run_sm12x
+from tests.support.cli import ROOT, assert_one_clear_error, run_sm12x
 
 SPARK_SITE = {
     "NCCL_IB_HCA": "rocep1s0f0",

@@ -67,6 +67,18 @@ def test_mypy_is_clean():
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
 
 
+def test_the_test_helpers_have_one_import_name():
+    """`tests.support.X`, never `support.X`: a module imported under both names
+    loads twice, and its state (caches, servers started) splits in two."""
+    import re
+
+    two = []
+    for name in run("git", "ls-files", "*.py").stdout.split():
+        text = (ROOT / name).read_text(encoding="utf-8")
+        two += [f"{name}: {m}" for m in re.findall(r"(?m)^\s*(?:from|import) support\b.*$", text)]
+    assert not two, "\n".join(two)
+
+
 def test_shellcheck_is_clean():
     scripts = shell_scripts()
     names = {p.relative_to(ROOT).as_posix() for p in scripts}

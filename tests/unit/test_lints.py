@@ -8,7 +8,7 @@ from sm12x.patch_series import VerifyRows
 from sm12x.recipe import Recipe, RecipeError, lint_recipe
 from sm12x.recipe.lints import LINTS
 from sm12x.recipe.load import validate_recipe
-from support.cli import raw_recipe
+from tests.support.cli import raw_recipe
 
 
 def build(mutate, base: str = "rtx-pro-6000-tp4") -> Recipe:
@@ -567,7 +567,7 @@ def test_errors_come_before_warnings():
 
 def test_load_refuses_a_recipe_with_lint_errors(tmp_path):
     from sm12x.recipe import load_recipe
-    from support.cli import write_recipe
+    from tests.support.cli import write_recipe
 
     data = raw_recipe("rtx-pro-6000-tp4")
     depth(5)(data)
@@ -687,7 +687,7 @@ def test_depth_5_stays_refused_with_the_row_fix(image_sglang):
 
 def test_load_refuses_depth_4_on_a_series_without_the_fix(image_sglang, tmp_path):
     from sm12x.recipe import load_recipe
-    from support.cli import write_recipe
+    from tests.support.cli import write_recipe
 
     image_sglang("0.5.18")
     path = write_recipe(tmp_path, raw_recipe("rtx-pro-6000-tp4"))

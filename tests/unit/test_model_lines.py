@@ -13,7 +13,7 @@ from sm12x.launch import gpus as gpu_query
 from sm12x.recipe import fit, load_all, load_recipe
 from sm12x.recipe.lines import LINES, V4_FLASH_0731, V41_FLASH, serves
 from sm12x.recipe.matrix import FIELD_RIGS, lines_table
-from support import wheels
+from tests.support import wheels
 from verify import images
 
 V41_FILES = ("sglang/srt/configs/deepseek_v41.py",)

@@ -10,7 +10,7 @@ import pytest
 
 from sm12x import patch_table
 from sm12x.patch_series import PatchSeriesError, load_patches
-from support.wheels import ROOT
+from tests.support.wheels import ROOT
 
 DOC = ROOT / "docs" / "patch.md"
 PATCHES = ROOT / "patches" / "sglang"

@@ -15,9 +15,9 @@ from sm12x import cli
 from sm12x.recipe import list_recipes, load_all
 from sm12x.recipe.matrix import BEGIN, END, block
 from sm12x.versions import load_versions
-from support.cli import ROOT
-from support.doc_commands import docs
-from support.doctor_rigs import on_distribution, packages_fixture, rig, run_doctor
+from tests.support.cli import ROOT
+from tests.support.doc_commands import docs
+from tests.support.doctor_rigs import on_distribution, packages_fixture, rig, run_doctor
 
 README = (ROOT / "README.md").read_text()
 
@@ -357,5 +357,5 @@ def test_the_stand_in_example_says_it_needs_the_test_environment():
     assert "prints nothing while it loads" in text
     # ... and says where it listens once it does: the line README quotes.
     main = (ROOT / "tests" / "support" / "fake_sglang" / "__main__.py").read_text()
-    assert 'print(f"fake sglang on http://{args.host}:{args.port}' in main
+    assert 'f"fake sglang on http://{args.host}:{args.port}' in main
     assert "`fake sglang on http://127.0.0.1:30001 ...` as it starts to listen" in text

@@ -6,7 +6,7 @@ import pytest
 
 from sm12x.recipe import RecipeError
 from sm12x.recipe.load import validate_recipe
-from support.cli import assert_one_clear_error, raw_recipe, run_sm12x, write_recipe
+from tests.support.cli import assert_one_clear_error, raw_recipe, run_sm12x, write_recipe
 
 
 def test_bad_yaml(tmp_path):

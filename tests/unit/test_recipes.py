@@ -156,7 +156,7 @@ def test_verify_floor_is_below_every_published_acceptance(name):
 
 
 def test_load_by_path(tmp_path):
-    from support.cli import raw_recipe, write_recipe
+    from tests.support.cli import raw_recipe, write_recipe
 
     path = write_recipe(tmp_path, raw_recipe("rtx-pro-6000-tp2"))
     assert load_recipe(path).name == "rtx-pro-6000-tp2"

@@ -21,7 +21,7 @@ from sm12x.router import (
 )
 from sm12x.settings import load
 from sm12x.versions import load_versions
-from support.cli import assert_one_clear_error, run_sm12x
+from tests.support.cli import assert_one_clear_error, run_sm12x
 
 WORKERS = ("http://192.168.1.10:30000", "http://192.168.1.11:30000/")
 

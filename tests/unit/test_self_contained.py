@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from support.cli import ROOT
+from tests.support.cli import ROOT
 
 # Folders of the machines this project was written on, and ways out of the checkout.
 FOREIGN = re.compile(r"/work/|/root/|/home/\w|\.\./shared\b|\bshared/reference\b|~/\.cache\b")

@@ -13,7 +13,7 @@ from sm12x import cli
 from sm12x.errors import UserError
 from sm12x.settings import COMMANDS, Settings, env_name, flag_name, for_command, load, meta
 from sm12x.settings.cli import flag_settings
-from support.cli import run_sm12x
+from tests.support.cli import run_sm12x
 
 
 def write(path, text: str):
@@ -206,7 +206,7 @@ def test_every_command_explains_each_setting_it_reads(command, tmp_path):
 
 def test_readme_settings_table_is_generated_from_the_model():
     from sm12x.settings.table import BEGIN, END, block
-    from support.cli import ROOT
+    from tests.support.cli import ROOT
 
     readme = (ROOT / "README.md").read_text()
     start, end = readme.index(BEGIN), readme.index(END) + len(END)

@@ -23,8 +23,8 @@ from sm12x.recipe.lints import (
     recipe_tracks,
 )
 from sm12x.versions import load_versions
-from support import golden, wheels
-from support.sglang_cli import env_vars, server_flags
+from tests.support import golden, wheels
+from tests.support.sglang_cli import env_vars, server_flags
 
 VERSIONS = sorted({v for patch in wheels.patch_series()["patch"] for v in patch["sglang"]})
 PLANS = [

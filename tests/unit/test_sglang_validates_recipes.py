@@ -20,8 +20,8 @@ import pytest
 from sm12x.recipe import load_all
 from sm12x.recipe.lints import INDEXER_MIN_QUERY, attention_dp, recipe_tracks
 from sm12x.recipe.load import validate_recipe
-from support.cli import raw_recipe
-from support.server_args_check import GPUS, model_dir, validate
+from tests.support.cli import raw_recipe
+from tests.support.server_args_check import GPUS, model_dir, validate
 
 CASES = [
     (recipe, rank, track)

@@ -22,8 +22,8 @@ from sm12x.versions import (
     track_of_sglang,
     tracks,
 )
-from support import wheels
-from support.wheels import ROOT
+from tests.support import wheels
+from tests.support.wheels import ROOT
 
 
 @pytest.mark.parametrize("track", tracks())

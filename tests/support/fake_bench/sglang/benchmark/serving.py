@@ -19,7 +19,7 @@ def _scenario() -> dict:
 
 def main(argv: list[str]) -> int:
     from sm12x.versions import load_versions
-    from support import bench_cli
+    from tests.support import bench_cli
 
     version = os.environ.get("SM12X_FAKE_BENCH_SGLANG") or load_versions()["SGLANG_VERSION"]
     args = bench_cli.real_parser(version).parse_args(argv)  # exits 2 on a bad flag, as sglang does
