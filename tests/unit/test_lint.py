@@ -86,3 +86,21 @@ def test_shellcheck_is_clean():
     assert {"scripts/test", ".ci/run", "scripts/regen"} <= names, names
     done = run(tool("shellcheck"), "--external-sources", *map(str, scripts))
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_pre_commit_runs_the_pinned_tools():
+    """.pre-commit-config.yaml is a second copy of the lint pins: the same versions."""
+    import tomllib
+
+    import yaml
+
+    test_extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["test"]
+    pins = {r.split("==")[0]: r for r in test_extra if "==" in r}
+    hooks = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())["repos"][0]["hooks"]
+    used = {dep for hook in hooks for dep in hook.get("additional_dependencies", [])}
+    assert used, "no pinned tool in .pre-commit-config.yaml"
+    for dep in used:
+        name = dep.split("==")[0]
+        assert pins.get(name) == dep, f"{dep} in pre-commit, {pins.get(name)} in [test]"
