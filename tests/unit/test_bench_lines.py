@@ -15,6 +15,8 @@ from tests.support.cli import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "bench"
 
+pytestmark = pytest.mark.wheels  # sglang's real benchmark code, from each release's wheel
+
 
 def load(name: str) -> dict:
     return lines.parse_line((FIXTURES / name).read_text().strip())

@@ -30,6 +30,8 @@ CASES = [
     for track in recipe_tracks(recipe)
 ]
 
+pytestmark = pytest.mark.wheels  # sglang's real ServerArgs, from each track's wheel
+
 
 @pytest.fixture(scope="module")
 def verdicts():
