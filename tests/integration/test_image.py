@@ -41,6 +41,7 @@ import pytest
 
 from sm12x import patch_series
 from sm12x.recipe import load_all
+from sm12x.recipe.lints import recipe_tracks
 from sm12x.versions import default_track, load_versions, tracks
 from tests.support import containers, flashinfer_index, golden, standin, trees, wheels
 
@@ -407,6 +408,13 @@ def test_launch_dry_run_in_the_image_is_the_golden_command(image, recipe, rank, 
     if ctx.node_rank is not None:
         environ.update(SM12X_NODE_RANK=str(ctx.node_rank), SM12X_HEAD_ADDR=ctx.head_addr)
     result = containers.run(image.tag, "--dry-run", environ=environ)
+    if image.track not in recipe_tracks(recipe):
+        # A recipe for another track's sglang: the image's launcher refuses it
+        # and names the track to use, before printing any command.
+        assert result.code != 0, result.explain()
+        assert f"set SM12X_TRACK={recipe_tracks(recipe)[0]}" in result.stderr, result.explain()
+        assert " sglang.launch_server" not in result.stdout
+        return
     assert result.code == 0, result.explain()
     lines = result.stdout.splitlines()
     # The launcher execs sys.executable: sglang's own Python in the image.
@@ -464,13 +472,19 @@ def test_patched_files_are_byte_identical_to_apply_patches_on_the_wheel(image, t
         assert "retired for it:" in check.stdout, check.explain()
 
 
+# Where the interpreter would load each patched module from, found the way the
+# import system finds it (the top-level package, then each level's search path)
+# without running any package's __init__: sglang's imports torchvision, which the
+# stand-in does not have, and an import is not what is being checked.
 IMPORTED = """
-import importlib.util as u, json, sys
+import importlib.machinery as m, importlib.util as u, json, sys
 targets = json.loads(sys.argv[1])
 out = {}
 for target in targets:
-    name = target[:-3].replace("/", ".")
-    spec = u.find_spec(name)
+    top, *rest = target[:-3].split("/")
+    spec = u.find_spec(top)
+    for part in rest:
+        spec = m.PathFinder.find_spec(part, list(spec.submodule_search_locations))
     out[target] = {"origin": spec.origin, "cached": spec.cached}
 print(json.dumps(out))
 """
@@ -489,7 +503,11 @@ def test_the_patched_files_are_the_ones_the_interpreter_imports(image):
             ),
         )
     )
+    # The Python modules among the patched files (a .cuh is compiled at run
+    # time, from where the byte-identical test above proves it is).
     targets = sorted({p["target"] for p in record["patches"]} | {TARGET})
+    targets = [t for t in targets if t.endswith(".py")]
+    assert TARGET in targets
     result = containers.run(
         image.tag, "-c", IMPORTED, json.dumps(targets), entrypoint="python3", user="10001:0"
     )

@@ -24,17 +24,20 @@ README = (ROOT / "README.md").read_text()
 VARIES = re.compile(r"^\d+/\d+ soak requests failed \(pass\^\d+ [\d.]+\): .*?(?= cause: )")
 
 
-def excerpt() -> tuple[str, str, str, int]:
-    """(the server command, the verify command, the text block, the rows it says
-    it cut) from README."""
+def excerpt() -> tuple[str, str, str, int, list[str]]:
+    """(the server command, the verify command, the text block, how many passing
+    rows it says it cut, the skipped rows it says it cut) from README."""
     start = README.index("What a run looks like when the server has the depth-5 problem")
     section = README[start : README.index("| check fails |", start)]
     spans = [" ".join(s.split()) for s in re.findall(r"`([^`]+)`", section)]
-    server = next(s for s in spans if s.startswith("python -m tests.support.fake_sglang "))
+    # README names the test environment's interpreter (.cache/venv/bin/python).
+    server = next(s for s in spans if " -m tests.support.fake_sglang " in s)
     verify = next(s for s in spans if s.startswith("sm12x verify "))
     block = re.search(r"```text\n(.*?)```", section, re.DOTALL)[1]
-    cut = int(re.search(r"The (\d+) passing rows", " ".join(section.split()))[1])
-    return server, verify, block, cut
+    prose = " ".join(section.split())
+    cut = int(re.search(r"The (\d+) passing rows", prose)[1])
+    skipped = re.findall(r"the skipped `([\w-]+)` row", prose)
+    return server, verify, block, cut, skipped
 
 
 def rows(table: str) -> dict[str, tuple[str, str]]:
@@ -59,11 +62,12 @@ def comparable(name: str, text: str) -> str:
 
 
 def test_the_excerpt_is_what_its_commands_print(tmp_path):
-    server_cmd, verify_cmd, block, cut_rows = excerpt()
+    server_cmd, verify_cmd, block, cut_rows, cut_skipped = excerpt()
     port = str(free_port())
     server_words = [port if w == "30001" else w for w in shlex.split(server_cmd)]
     verify_words = [w.replace(":30001", f":{port}") for w in shlex.split(verify_cmd)]
-    assert server_words[:3] == ["python", "-m", "tests.support.fake_sglang"]
+    assert server_words[0] == ".cache/venv/bin/python", server_words
+    assert server_words[1:3] == ["-m", "tests.support.fake_sglang"]
     assert verify_words[:2] == ["sm12x", "verify"]
     server = subprocess.Popen(
         [sys.executable, *server_words[1:]],
@@ -104,6 +108,8 @@ def test_the_excerpt_is_what_its_commands_print(tmp_path):
         assert comparable(name, ran[name][1]) == comparable(name, text), name
     # The rows the README cuts all passed, as it says.
     cut = [name for name in ran if name not in shown]
-    assert len(cut) == cut_rows and all(ran[name][0] == "pass" for name in cut), ran
+    assert len([n for n in cut if ran[n][0] == "pass"]) == cut_rows, cut
+    assert {n: ran[n] for n in cut if ran[n][0] != "pass"}.keys() == set(cut_skipped)
+    assert all(ran[n][0] == "skip" for n in cut_skipped), {n: ran[n] for n in cut_skipped}
     summary = block.strip().splitlines()[-1]
     assert summary in done.stdout.splitlines()

@@ -269,6 +269,57 @@ def test_sparse_mla_report_names_the_prebuilt_archs(tmp_path):
     assert "nvcc absent" in proc.stdout
 
 
+def dist_info(site: Path, name: str, version: str, files: list[str], requires=()) -> None:
+    """An installed distribution as pip leaves one: METADATA and RECORD."""
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    lines = [f"Name: {name}", f"Version: {version}"]
+    lines += [f"Requires-Dist: {r}" for r in requires]
+    (info / "METADATA").write_text("Metadata-Version: 2.1\n" + "\n".join(lines) + "\n")
+    (info / "RECORD").write_text("".join(f"{f},,\n" for f in files))
+
+
+def test_sparse_mla_found_in_flashinfer_0_7_s_provider(tmp_path):
+    # 0.7: flashinfer-jit-cache is a shim; the kernels live in the per-arch
+    # provider it requires (flashinfer-jit-cache-sm120f), under its own package.
+    site, bindir = tmp_path / "site", tmp_path / "bin"
+    (site / "flashinfer_jit_cache").mkdir(parents=True)
+    (site / "flashinfer_jit_cache" / "__init__.py").write_text("")
+    dist_info(
+        site,
+        "flashinfer-jit-cache",
+        "0.7.2+cu130",
+        ["flashinfer_jit_cache/__init__.py"],
+        requires=["flashinfer-jit-cache-sm120f==0.7.2+cu130"],
+    )
+    library = "flashinfer_jit_cache_sm120f/sparse_mla_sm120/sparse_mla_sm120.so"
+    (site / library).parent.mkdir(parents=True)
+    (site / library).write_bytes(b"\x7fELF")
+    dist_info(site, "flashinfer-jit-cache-sm120f", "0.7.2+cu130", [library])
+    fake_tool(bindir, "cuobjdump", "ELF file    1: sparse_mla_sm120.1.sm_120f.cubin")
+    proc = sparse_mla_in(site, bindir, required=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "ERROR" not in proc.stdout, proc.stdout
+    assert "sparse_mla_sm120: prebuilt in flashinfer-jit-cache (sm_120f)" in proc.stdout
+
+
+def test_sparse_mla_in_a_shim_without_its_provider_is_not_prebuilt(tmp_path):
+    site, bindir = tmp_path / "site", tmp_path / "bin"
+    (site / "flashinfer_jit_cache").mkdir(parents=True)
+    (site / "flashinfer_jit_cache" / "__init__.py").write_text("")
+    dist_info(
+        site,
+        "flashinfer-jit-cache",
+        "0.7.2+cu130",
+        ["flashinfer_jit_cache/__init__.py"],
+        requires=["flashinfer-jit-cache-sm120f==0.7.2+cu130"],
+    )
+    fake_tool(bindir, "cuobjdump")
+    assert "ERROR sparse_mla_sm120 is neither in flashinfer-jit-cache nor compilable" in (
+        sparse_mla_in(site, bindir, required=True).stdout
+    )
+
+
 def test_sparse_mla_compiled_at_first_use_when_only_nvcc_is_there(tmp_path):
     bindir = tmp_path / "bin"
     fake_tool(bindir, "nvcc")
