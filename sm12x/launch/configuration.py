@@ -45,11 +45,14 @@ def reads_tuned_table(recipe: Recipe) -> bool:
 
 
 def track_problem(recipe: Recipe, track: str) -> str | None:
+    """Why the recipe cannot run on `track`, ending in the setting that would
+    let it (the first track it lists: its image has the sglang it needs)."""
     if track in recipe_tracks(recipe):
         return None
     return (
         f"{recipe.name} runs only on the {' and '.join(recipe_tracks(recipe))} track "
-        f"(its sglang has what it needs), not on SM12X_TRACK={track}"
+        f"(its sglang has what it needs), not on SM12X_TRACK={track}: set "
+        f"SM12X_TRACK={recipe_tracks(recipe)[0]} (its image)"
     )
 
 
@@ -113,7 +116,7 @@ def resolve(
             )
         problem = track_problem(named, track)
         if problem:
-            return refuse(f"{problem}: set SM12X_TRACK accordingly", named)
+            return refuse(problem, named)
         if reads_tuned_table(named) and not profiling:
             lookup = find(named)
             if lookup.table is None:
@@ -122,7 +125,7 @@ def resolve(
 
     problem = track_problem(named, track)
     if problem:
-        raise UserError(f"{problem}: set SM12X_TRACK accordingly")
+        raise UserError(problem)
     throughput = siblings.get("throughput")
     if profiling:
         if throughput is None or not reads_tuned_table(throughput):
@@ -132,7 +135,7 @@ def resolve(
             )
         problem = track_problem(throughput, track)
         if problem:
-            raise UserError(f"{problem}: set SM12X_TRACK accordingly")
+            raise UserError(problem)
         return Resolved(
             throughput,
             f"--sps-profile: {throughput.name} in the mode sglang's "

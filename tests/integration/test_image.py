@@ -412,7 +412,7 @@ def test_launch_dry_run_in_the_image_is_the_golden_command(image, recipe, rank, 
         # A recipe for another track's sglang: the image's launcher refuses it
         # and names the track to use, before printing any command.
         assert result.code != 0, result.explain()
-        assert f"set SM12X_TRACK={recipe_tracks(recipe)[0]}" in result.stderr, result.explain()
+        assert f"SM12X_TRACK={recipe_tracks(recipe)[0]}" in result.stderr, result.explain()
         assert " sglang.launch_server" not in result.stdout
         return
     assert result.code == 0, result.explain()
@@ -516,10 +516,14 @@ def test_the_patched_files_are_the_ones_the_interpreter_imports(image):
     for target in targets:
         assert found[target]["origin"] == f"{CHECKOUT}/{target}", found[target]
     # One sglang in the image: nothing else on sys.path could be imported instead.
+    # A package's own subpackage named sglang (smg_grpc_servicer.sglang, from the
+    # router's dependencies) cannot shadow it: only top-level ones count.
     copies = containers.run(
         image.tag,
         "-c",
-        "find / -xdev -path '*/sglang/__init__.py' -not -path '/proc/*' 2>/dev/null",
+        "find / -xdev -path '*/sglang/__init__.py' -not -path '/proc/*' 2>/dev/null |"
+        ' while read -r p; do d=$(dirname "$(dirname "$p")");'
+        ' [ -e "$d/__init__.py" ] || echo "$p"; done',
         entrypoint="sh",
     )
     assert copies.stdout.split() == [f"{CHECKOUT}/sglang/__init__.py"], copies.explain()

@@ -594,3 +594,29 @@ def test_runtime_caches_names_one_the_runtime_user_cannot_write():
         env=env,
     )
     assert ok.returncode == 0, ok.stderr
+
+
+def test_kernel_libraries_are_0_7_s_providers_not_its_shim(tmp_path):
+    """flashinfer 0.7's jit-cache shim carries no kernels of its own: the kernel
+    check reads its providers instead (else every 0.7 build with its providers
+    failed as 'no GPU code in any of its 0 shared objects')."""
+    site = tmp_path / "site"
+    site.mkdir()
+    dist_info(
+        site,
+        "flashinfer-jit-cache",
+        "0.7.2+cu130",
+        ["flashinfer_jit_cache/__init__.py"],
+        requires=["flashinfer-jit-cache-sm120f==0.7.2+cu130"],
+    )
+    dist_info(site, "flashinfer-jit-cache-sm120f", "0.7.2+cu130", [])
+    code = LOAD + "print(mod.kernel_dists())\n"
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(site)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "['flashinfer-jit-cache-sm120f']"
