@@ -279,10 +279,9 @@ def dist_info(site: Path, name: str, version: str, files: list[str], requires=()
     (info / "RECORD").write_text("".join(f"{f},,\n" for f in files))
 
 
-def test_sparse_mla_found_in_flashinfer_0_7_s_provider(tmp_path):
-    # 0.7: flashinfer-jit-cache is a shim; the kernels live in the per-arch
-    # provider it requires (flashinfer-jit-cache-sm120f), under its own package.
-    site, bindir = tmp_path / "site", tmp_path / "bin"
+def jit_cache_shim(site: Path) -> None:
+    """flashinfer 0.7's flashinfer-jit-cache: a package with no kernels that
+    requires its per-arch provider (flashinfer-jit-cache-sm120f)."""
     (site / "flashinfer_jit_cache").mkdir(parents=True)
     (site / "flashinfer_jit_cache" / "__init__.py").write_text("")
     dist_info(
@@ -292,6 +291,13 @@ def test_sparse_mla_found_in_flashinfer_0_7_s_provider(tmp_path):
         ["flashinfer_jit_cache/__init__.py"],
         requires=["flashinfer-jit-cache-sm120f==0.7.2+cu130"],
     )
+
+
+def test_sparse_mla_found_in_flashinfer_0_7_s_provider(tmp_path):
+    # 0.7: flashinfer-jit-cache is a shim; the kernels live in the per-arch
+    # provider it requires (flashinfer-jit-cache-sm120f), under its own package.
+    site, bindir = tmp_path / "site", tmp_path / "bin"
+    jit_cache_shim(site)
     library = "flashinfer_jit_cache_sm120f/sparse_mla_sm120/sparse_mla_sm120.so"
     (site / library).parent.mkdir(parents=True)
     (site / library).write_bytes(b"\x7fELF")
@@ -305,15 +311,7 @@ def test_sparse_mla_found_in_flashinfer_0_7_s_provider(tmp_path):
 
 def test_sparse_mla_in_a_shim_without_its_provider_is_not_prebuilt(tmp_path):
     site, bindir = tmp_path / "site", tmp_path / "bin"
-    (site / "flashinfer_jit_cache").mkdir(parents=True)
-    (site / "flashinfer_jit_cache" / "__init__.py").write_text("")
-    dist_info(
-        site,
-        "flashinfer-jit-cache",
-        "0.7.2+cu130",
-        ["flashinfer_jit_cache/__init__.py"],
-        requires=["flashinfer-jit-cache-sm120f==0.7.2+cu130"],
-    )
+    jit_cache_shim(site)
     fake_tool(bindir, "cuobjdump")
     assert "ERROR sparse_mla_sm120 is neither in flashinfer-jit-cache nor compilable" in (
         sparse_mla_in(site, bindir, required=True).stdout
@@ -601,14 +599,7 @@ def test_kernel_libraries_are_0_7_s_providers_not_its_shim(tmp_path):
     check reads its providers instead (else every 0.7 build with its providers
     failed as 'no GPU code in any of its 0 shared objects')."""
     site = tmp_path / "site"
-    site.mkdir()
-    dist_info(
-        site,
-        "flashinfer-jit-cache",
-        "0.7.2+cu130",
-        ["flashinfer_jit_cache/__init__.py"],
-        requires=["flashinfer-jit-cache-sm120f==0.7.2+cu130"],
-    )
+    jit_cache_shim(site)
     dist_info(site, "flashinfer-jit-cache-sm120f", "0.7.2+cu130", [])
     code = LOAD + "print(mod.kernel_dists())\n"
     proc = subprocess.run(
