@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -71,8 +73,6 @@ def _holds_wheel_helper(module) -> bool:
 
 
 def _mark_tiers(items) -> None:
-    import pytest
-
     helpers: dict[object, bool] = {}
     for item in items:
         folder = Path(str(item.fspath)).relative_to(REPO / "tests").parts[0]
@@ -93,3 +93,11 @@ def pytest_collection_modifyitems(config, items):
     if hasattr(config, "workerinput"):  # an xdist worker: the order the scheduler hands out
         rank = {path: n for n, path in enumerate(FIRST)}
         items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(FIRST)))
+
+
+@pytest.fixture(autouse=True)
+def _cli_as_a_process(request, monkeypatch):
+    """The process tier starts `sm12x` as a real process; the rest call it in
+    process (tests/support/cli.py says what that isolates by hand)."""
+    if request.node.get_closest_marker("process"):
+        monkeypatch.setenv("SM12X_CLI_PROCESS", "1")

@@ -1,22 +1,52 @@
-"""Run the real `sm12x` CLI in a subprocess, as a user (or the container) would."""
+"""Run the real `sm12x` CLI as a user (or the container) would.
+
+`run_sm12x` calls `sm12x.cli.main` in this process by default: the same code,
+arguments, environment, working folder, standard streams and exit status as
+`python -m sm12x.cli`, without a fresh interpreter's 1-3 s of imports per call
+(what kept the unit tests from a fast tier). `process=True`, or
+SM12X_CLI_PROCESS=1 for the whole run, starts the real process instead;
+tests/integration start the CLI as a process on their own.
+
+In process, what a separate process would isolate is isolated by hand:
+- the environment is replaced by exactly the one the test passes, and restored;
+- file descriptors 1 and 2 point at files for the call, so what a command's
+  own children write lands in its output as it would through a pipe;
+- `os.exec*` (launch hands the process over to sglang) runs the program as a
+  child and exits with its status, which is what the caller of an exec sees;
+- signal handlers, the working folder and sys.argv are put back;
+- an exception that escapes is printed as a traceback with status 1, as the
+  interpreter would.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import os
 import shlex
+import signal
 import stat
 import subprocess
 import sys
+import tempfile
+import traceback
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 120
 
 
 def run_sm12x(
-    *args: str, env: dict[str, str] | None = None, path: str | None = None, cwd: Path | None = None
+    *args: str,
+    env: dict[str, str] | None = None,
+    path: str | None = None,
+    cwd: Path | None = None,
+    process: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """`sm12x ARGS` with a clean environment: only what the test passes.
 
@@ -31,15 +61,169 @@ def run_sm12x(
         # No .env unless the test names one (--env-file or its own SM12X_ENV_FILE).
         "SM12X_ENV_FILE": os.devnull,
     }
-    return subprocess.run(
-        [sys.executable, "-m", "sm12x.cli", *args],
-        env={**base, **(env or {})},
-        cwd=cwd or ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    full_env = {**base, **(env or {})}
+    where = cwd or ROOT
+    if process or os.environ.get("SM12X_CLI_PROCESS") == "1":
+        return subprocess.run(
+            [sys.executable, "-m", "sm12x.cli", *args],
+            env=full_env,
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            check=False,
+        )
+    return run_in_process(list(args), full_env, where)
+
+
+def run_in_process(
+    args: list[str], env: dict[str, str], cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    """`sm12x.cli.main(args)` here, as `python -m sm12x.cli ARGS` would run it."""
+    from sm12x import cli
+
+    with (
+        _environment(env),
+        _working_folder(cwd),
+        _signals(),
+        _exec_as_child(),
+        _captured() as streams,
+    ):
+        saved_argv = sys.argv
+        sys.argv = ["sm12x", *args]
+        try:
+            status = cli.main(args)
+        except SystemExit as exc:
+            status = _exit_status(exc.code)
+        except BaseException:  # an escaped exception, as the interpreter shows it
+            traceback.print_exc()
+            status = 1
+        finally:
+            sys.argv = saved_argv
+    out, err = streams.read()
+    return subprocess.CompletedProcess(["sm12x", *args], status, out, err)
+
+
+def _exit_status(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # sys.exit("message"): printed, status 1
+    return 1
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def _working_folder(cwd: Path) -> Iterator[None]:
+    saved = os.getcwd()
+    os.chdir(cwd)
+    try:
+        yield
+    finally:
+        os.chdir(saved)
+
+
+@contextlib.contextmanager
+def _signals() -> Iterator[None]:
+    names = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM)
+    saved = {sig: signal.getsignal(sig) for sig in names}
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _exec_as_child() -> Iterator[None]:
+    """The exec family runs the program to its end, then the call exits with its status."""
+
+    def execute(program: str, argv: list[str], env: dict[str, str] | None) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        done = subprocess.run(
+            [program, *list(argv)[1:]],
+            env=dict(os.environ) if env is None else dict(env),
+            timeout=TIMEOUT_S,
+            check=False,
+        )
+        raise SystemExit(done.returncode if done.returncode >= 0 else 128 - done.returncode)
+
+    replacements = {
+        "execv": lambda program, argv: execute(program, argv, None),
+        "execve": lambda program, argv, env: execute(program, argv, env),
+        "execvp": lambda program, argv: execute(program, argv, None),
+        "execvpe": lambda program, argv, env: execute(program, argv, env),
+    }
+    saved = {name: getattr(os, name) for name in replacements}
+    for name, fn in replacements.items():
+        setattr(os, name, fn)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(os, name, fn)
+
+
+class _Streams:
+    """What the call wrote on stdout and stderr, filled in when it ends."""
+
+    def __init__(self) -> None:
+        self.text = ("", "")
+
+    def read(self) -> tuple[str, str]:
+        return self.text
+
+
+@contextlib.contextmanager
+def _captured() -> Iterator[_Streams]:
+    """fds 1 and 2 (and sys.stdout/err over them) into files for the call; stdin empty."""
+    streams = _Streams()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        saved_sys = (sys.stdin, sys.stdout, sys.stderr)
+        for handle in saved_sys[1:]:
+            handle.flush()
+        saved_fds = (os.dup(1), os.dup(2))
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        wrappers = [
+            io.TextIOWrapper(
+                io.FileIO(fd, "w", closefd=False), encoding="utf-8", write_through=True
+            )
+            for fd in (1, 2)
+        ]
+        sys.stdin = io.StringIO("")
+        sys.stdout, sys.stderr = wrappers
+        try:
+            yield streams
+        finally:
+            for wrapper in wrappers:
+                with contextlib.suppress(ValueError, OSError):
+                    wrapper.flush()
+            sys.stdin, sys.stdout, sys.stderr = saved_sys
+            os.dup2(saved_fds[0], 1)
+            os.dup2(saved_fds[1], 2)
+            for fd in saved_fds:
+                os.close(fd)
+            streams.text = (_read(out), _read(err))
+
+
+def _read(handle: IO[bytes]) -> str:
+    handle.seek(0)
+    return handle.read().decode("utf-8", errors="replace")
 
 
 def fake_nvidia_smi(tmp_path: Path, body: str) -> str:
