@@ -96,7 +96,7 @@ FROM stack AS patched
 ARG SGLANG_VERSION
 ARG SM12X_PATCHES
 COPY scripts/apply-patches /opt/sm12x/scripts/apply-patches
-COPY sm12x/patch_rules.py /opt/sm12x/scripts/patch_rules.py
+COPY sm12x/patches/rules.py /opt/sm12x/scripts/patch_rules.py
 COPY patches/sglang /opt/sm12x/patches/sglang
 RUN python3 /opt/sm12x/scripts/apply-patches \
  && python3 /opt/sm12x/scripts/image-build check-patches \

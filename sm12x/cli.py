@@ -39,12 +39,13 @@ SUBCOMMANDS: tuple[str, ...] = (
     "sm12x.launch.main",
     "sm12x.launch.render_cmd",
     "sm12x.launch.health",
-    "sm12x.router",
+    "sm12x.deploy.router",
     "sm12x.verify_cmd",
     "sm12x.bench.main",
     "sm12x.doctor.main",
     "sm12x.tune.main",
-    "sm12x.gate",
+    "sm12x.deploy.exposure",
+    "sm12x.mock.command",
 )
 
 

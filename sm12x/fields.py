@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import os
 import re
+import tempfile
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, Field, TypeAdapter, ValidationError
@@ -32,9 +35,35 @@ def _finite(value: float) -> float:
 Port = Annotated[int, Field(ge=1, le=65535)]
 # A node's rank in a multi-node group (the upper bound is the recipe's node count).
 NodeRank = Annotated[int, Field(ge=0, le=255)]
+
+
+def _bounded(test: Any, words: str) -> AfterValidator:
+    """A range check whose message says the rule in words (pydantic's names the
+    bound: 'greater than 0' reads worse than 'must be positive' for seconds)."""
+
+    def check(value: Any) -> Any:
+        if not test(value):
+            raise ValueError(words)
+        return value
+
+    return AfterValidator(check)
+
+
 FiniteFloat = Annotated[float, AfterValidator(_finite)]
-PositiveFloat = Annotated[float, AfterValidator(_finite), Field(gt=0)]
-NonNegativeFloat = Annotated[float, AfterValidator(_finite), Field(ge=0)]
+# Seconds, rates, sizes: a finite number above 0 (`nan` would turn a limit off,
+# `inf` overflows a deadline).
+PositiveFloat = Annotated[
+    float, AfterValidator(_finite), _bounded(lambda v: v > 0, "must be positive")
+]
+NonNegativeFloat = Annotated[
+    float, AfterValidator(_finite), _bounded(lambda v: v >= 0, "must be 0 or more")
+]
+# A share: an accuracy floor, a tolerance.
+Fraction = Annotated[
+    float, AfterValidator(_finite), _bounded(lambda v: 0 <= v <= 1, "must be between 0 and 1")
+]
+# How many: requests, rounds, streams.
+Count = Annotated[int, _bounded(lambda v: v >= 1, "must be at least 1")]
 
 # RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens.
 # A leading '-' is never valid, which is what keeps a value like
@@ -196,3 +225,59 @@ def build_model(model: Any, values: dict[str, Any], flag: Any) -> Any:
         value = values.get(loc[0])
         shown = f"={_shown(value)}" if isinstance(value, str) else ""
         raise UserError(f"{flag(loc[0])}{shown}: {describe(error)}") from None
+
+
+# --- argparse types over the value types above (verify, bench, tune, doctor)
+
+
+def seconds(text: str) -> float:
+    """A finite number of seconds above 0."""
+    return _option(PositiveFloat, text)
+
+
+def non_negative(text: str) -> float:
+    return _option(NonNegativeFloat, text)
+
+
+def fraction(text: str) -> float:
+    return _option(Fraction, text)
+
+
+def count(text: str) -> int:
+    """A whole number, 1 or more."""
+    return _option(Count, text)
+
+
+def _option(kind: Any, text: str) -> Any:
+    import argparse
+
+    try:
+        return parse(kind, text, "value")
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(exc.message.removeprefix("value=")) from None
+
+
+# --- paths an option names: refused before the run, not after it
+
+
+def writable_file(path: Path) -> str | None:
+    """None if path can be written, else why not. Makes its folder and writes a
+    probe file there: permission bits say nothing to root or on a read-only mount."""
+    if path.is_dir():
+        return f"{path} is a folder; give a file name"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".sm12x-probe-"):
+            pass
+    except OSError as exc:
+        return f"cannot write {path}: {exc.strerror or exc}"
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"cannot overwrite {path} (permission denied)"
+    return None
+
+
+def writable_folder(path: Path) -> str | None:
+    """None if files can be written in path (made if need be), else why not."""
+    if path.exists() and not path.is_dir():
+        return f"{path} exists and is not a folder"
+    return writable_file(path / "probe")

@@ -2,7 +2,7 @@
 wait for health with a deadline.
 
 The server is started by a Launcher (the commands that start it, follow its
-log and take it down: sm12x.launch.compose gives one for a compose service)
+log and take it down: sm12x.deploy.compose gives one for a compose service)
 or by any command (its own output is the log). This module knows nothing of
 compose or of sm12x's launcher: it runs the commands it is given. The log
 drives a progress display (weight loading, CUDA graph capture) and is
@@ -27,8 +27,8 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from verify import transport
-from verify.transport import Limits, auth_hint
+from sm12x.http import transport
+from sm12x.http.transport import Limits, auth_hint
 
 HEALTH_LIMITS = Limits(timeout=5.0, stall=2.0, connect=2.0, max_body=64 * 1024)
 

@@ -22,14 +22,15 @@ import httpx
 from rich.console import Console
 from rich.text import Text
 
-from sm12x import settings
+from sm12x import fields, settings
 from sm12x.argparsing import StrictParser
 from sm12x.errors import UserError
+from sm12x.http import redact
+from sm12x.http.redact import Redactor
 from sm12x.settings import Loaded
-from verify import accuracy, argtypes, compare, redact, report
+from verify import accuracy, compare, report
 from verify.client import Endpoint
 from verify.context import Context, Options
-from verify.redact import Redactor
 from verify.result import CheckResult, Verdict
 from verify.runner import NAMES, Interrupted, not_run, plan, run_checks
 
@@ -75,21 +76,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="default: the first model /v1/models lists")
     p.add_argument(
         "--timeout",
-        type=argtypes.seconds,
+        type=fields.seconds,
         default=300.0,
         help="seconds one whole request may take, wall clock, slow trickles "
         "included (default %(default)s)",
     )
     p.add_argument(
         "--stall-timeout",
-        type=argtypes.seconds,
+        type=fields.seconds,
         default=60.0,
         help="seconds without a byte before a request counts as stalled (default %(default)s)",
     )
-    p.add_argument("--connect-timeout", type=argtypes.seconds, default=10.0)
+    p.add_argument("--connect-timeout", type=fields.seconds, default=10.0)
     p.add_argument(
         "--min-accept-length",
-        type=argtypes.non_negative,
+        type=fields.non_negative,
         help="speculative acceptance floor (default: the recipe's, else 2.0)",
     )
     p.add_argument(
@@ -104,21 +105,21 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--soak-concurrency",
-        type=argtypes.count,
+        type=fields.count,
         default=64,
         help=f"streams at once in the soak (at most {MAX_SOAK_CONCURRENCY})",
     )
     p.add_argument(
         "--deadline",
-        type=argtypes.seconds,
+        type=fields.seconds,
         metavar="SECONDS",
         help="seconds the whole run of checks may take (after --boot's boot); "
         "checks not started by then are not run, requests in flight are cut off, "
         "the reports are written (default: derived from the checks chosen and "
         "--timeout)",
     )
-    p.add_argument("--soak-rounds", type=argtypes.count, default=3, help="k of pass^k")
-    p.add_argument("--soak-max-tokens", type=argtypes.count, default=2048)
+    p.add_argument("--soak-rounds", type=fields.count, default=3, help="k of pass^k")
+    p.add_argument("--soak-max-tokens", type=fields.count, default=2048)
     p.add_argument(
         "--skip",
         action="append",
@@ -145,7 +146,7 @@ def parser() -> argparse.ArgumentParser:
     cmp.add_argument("--compare-api-key", help="its API key (default: the same as --api-key)")
     cmp.add_argument(
         "--compare-min-agreement",
-        type=argtypes.fraction,
+        type=fields.fraction,
         default=compare.MIN_AGREEMENT,
         help="fail below this token agreement (default %(default)s; docs/verify.md)",
     )
@@ -160,16 +161,16 @@ def parser() -> argparse.ArgumentParser:
     )
     acc.add_argument(
         "--accuracy-limit",
-        type=argtypes.count,
+        type=fields.count,
         metavar="N",
         help="ask only the first N questions (default: all)",
     )
     acc.add_argument(
         "--accuracy-floor",
-        type=argtypes.fraction,
+        type=fields.fraction,
         help="fail below this accuracy, 0-1 (default: the recipe's)",
     )
-    acc.add_argument("--accuracy-concurrency", type=argtypes.count, default=16)
+    acc.add_argument("--accuracy-concurrency", type=fields.count, default=16)
     boot = p.add_argument_group("boot mode")
     boot.add_argument("--boot", action="store_true", help="start the server, then verify it")
     boot.add_argument(
@@ -183,7 +184,7 @@ def parser() -> argparse.ArgumentParser:
         "for a pair; auto without a recipe)",
     )
     boot.add_argument("--compose-file")
-    boot.add_argument("--boot-timeout", type=argtypes.seconds, default=5400.0)
+    boot.add_argument("--boot-timeout", type=fields.seconds, default=5400.0)
     boot.add_argument("--down", action="store_true", help="tear the server down afterwards")
     boot.add_argument("--boot-log", type=Path, help="save the server log seen while booting")
     # --recipe (the acceptance floor and the boot profile), --api-key, --bind,
@@ -335,7 +336,7 @@ def _check_paths(args) -> None:
         if where in seen:
             raise UsageError(f"{flag} and {seen[where]} name the same file {path}")
         seen[where] = flag
-        problem = argtypes.writable_file(path)
+        problem = fields.writable_file(path)
         if problem:
             raise UsageError(f"{flag}: {problem}")
 
@@ -405,12 +406,12 @@ def capped(value, limit: int = MAX_FIELD):
 
 def _server(args, loaded: Loaded, say):
     """What boot mode starts: --boot-command, else the compose service of
-    --profile or the recipe (sm12x.launch.compose: verify.boot's Launcher)."""
+    --profile or the recipe (sm12x.deploy.compose: verify.boot's Launcher)."""
     from verify.boot import Server
 
     if args.boot_command:
         return Server.command(args.boot_command)
-    from sm12x.launch import compose
+    from sm12x.deploy import compose
 
     service = compose.service(args.profile, args.recipe, loaded, args.compose_file)
     for note in service.notes:

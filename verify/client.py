@@ -1,5 +1,5 @@
 """Talking to the endpoint: the openai client for typed requests, httpx for the
-raw event stream, every request bounded (verify/transport.py).
+raw event stream, every request bounded (sm12x/http/transport.py).
 
 Both go through one BoundedTransport per run, so every request has a
 whole-request deadline (`timeout`, wall clock), a stall limit (`stall_timeout`,
@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 import httpx
 import openai
 
-from verify import redact
-from verify.result import CheckFailure
-from verify.transport import (
+from sm12x.http import redact
+from sm12x.http.transport import (
     BoundedTransport,
     DeadlineExceeded,
     KnownStuck,
@@ -29,6 +28,7 @@ from verify.transport import (
     TooLarge,
     iter_lines,
 )
+from verify.result import CheckFailure
 
 DEFAULT_BASE_URL = "http://127.0.0.1:30000"
 STALL_CAUSE = (

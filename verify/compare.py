@@ -37,12 +37,13 @@ from dataclasses import dataclass, replace
 
 import httpx
 
-from verify import exact, scenarios, transport
+from sm12x.http import transport
+from sm12x.http.transport import Limits, aiter_lines, async_client
+from verify import exact, scenarios
 from verify.client import Endpoint
 from verify.context import Context
 from verify.result import Evidence
 from verify.stream import Merged, merge
-from verify.transport import Limits, aiter_lines, async_client
 
 MIN_AGREEMENT = 0.8
 _TOKEN = re.compile(r"\w+|[^\w\s]|\s+")

@@ -21,12 +21,13 @@ from dataclasses import dataclass, field, replace
 import httpx
 import jsonschema
 
-from verify import detectors, exact, scenarios, transport
+from sm12x.http import transport
+from sm12x.http.transport import KnownStuck, Limits, Stalled, Unfinished, aiter_lines, async_client
+from verify import detectors, exact, scenarios
 from verify.client import max_events
 from verify.context import Context
 from verify.result import Evidence
 from verify.stream import merge
-from verify.transport import KnownStuck, Limits, Stalled, Unfinished, aiter_lines, async_client
 
 TAGS = ("</think>", "<think>")
 MIX = scenarios.SOAK_MIX + exact.SOAK_MIX

@@ -112,7 +112,7 @@ def boot_server(leg: Leg, args: argparse.Namespace, loaded: Loaded):
 
     if args.boot_command:
         return Server.command(args.boot_command.replace("{configuration}", leg.kind))
-    from sm12x.launch import compose
+    from sm12x.deploy import compose
 
     service = compose.service(None, leg.recipe.rig, loaded, args.compose_file)
     setting = f"SM12X_CONFIGURATION={leg.kind}"

@@ -37,7 +37,7 @@ from pydantic import Field
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sm12x import __version__, bounded, settings
+from sm12x import __version__, bounded, fields, settings
 from sm12x.bench import chart, compare, configurations, lines, provenance, report, runner
 from sm12x.bench.result import (
     BenchResult,
@@ -53,10 +53,10 @@ from sm12x.bench.result import (
 from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.fields import PositiveFloat, option_type
+from sm12x.http import redact
 from sm12x.launch import gpus as gpu_query
 from sm12x.recipe import Recipe, load_all, load_recipe
 from sm12x.settings import Loaded
-from verify import argtypes, redact
 
 Count = Annotated[int, Field(ge=1)]
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
@@ -580,7 +580,7 @@ def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Co
     shown = redact.url(base_url)
     if args.dataset_path and not Path(args.dataset_path).is_file():
         raise UserError(f"--dataset-path {args.dataset_path} is not a file")
-    if args.out and (problem := argtypes.writable_folder(args.out)):
+    if args.out and (problem := fields.writable_folder(args.out)):
         raise UserError(f"--out: {problem}")
 
     models, problem = provenance.get_json(f"{base_url}/v1/models", api_key, timeout)

@@ -34,9 +34,9 @@ import httpx
 
 from sm12x import bounded, proc
 from sm12x.bench.result import Environment, Image
+from sm12x.http import transport
+from sm12x.http.transport import Limits, auth_hint
 from sm12x.launch import gpus as gpu_query
-from verify import transport
-from verify.transport import Limits, auth_hint
 
 COMPOSE_PROJECT = "sm12x"
 # Server arguments (from /server_info) kept in the result: the ones that
@@ -103,7 +103,7 @@ def limits(timeout: float) -> Limits:
 def request_json(
     method: str, url: str, api_key: str | None, timeout: float, body: Any = None
 ) -> tuple[Any | None, str | None]:
-    """(answer, None) or (None, why not), the request bounded (verify/transport.py):
+    """(answer, None) or (None, why not), the request bounded (sm12x/http/transport.py):
     a server that trickles, never ends its body or sends gigabytes cannot hold
     bench past the timeout or fill its memory."""
     where = f"{method} {urlsplit(url).path}"

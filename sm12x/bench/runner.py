@@ -33,7 +33,7 @@ from pathlib import Path
 
 from sm12x import proc as bounded
 from sm12x.bench.lines import make_tag
-from verify.redact import Redactor
+from sm12x.http.redact import Redactor
 
 MODULE = "sglang.benchmark.serving"
 # sglang's --ready-check-timeout-sec: bench has already checked the server.

@@ -5,7 +5,7 @@ The same settings as `sm12x launch` (sm12x.settings: flags, environment,
 first says which patches a stock sglang needs for the command to work
 (patches/sglang/patches.toml, for the sglang version it targets).
 
-`sm12x render --k8s RECIPE|router|all`: Kubernetes manifests (sm12x.k8s).
+`sm12x render --k8s RECIPE|router|all`: Kubernetes manifests (sm12x.deploy.k8s).
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from sm12x import patch_series, settings
+from sm12x import settings
 from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.fields import build_model
 from sm12x.launch.judge import judge
 from sm12x.launch.main import AUTO, choose_configuration, installed_sglang, select_recipe
 from sm12x.launch.render import LaunchContext, build_launch
+from sm12x.patches import series as patch_series
 from sm12x.recipe import warnings_for
 from sm12x.sglang_parser import parser_for
 from sm12x.versions import load_versions, track_of_sglang
@@ -46,7 +47,7 @@ def _flag(name: str) -> str:
 
 
 def run_k8s(args: argparse.Namespace) -> int:
-    from sm12x import k8s
+    from sm12x.deploy import k8s
 
     given = [_flag(n) for n in LAUNCH_ONLY if getattr(args, n) is not None]
     given += ["--no-spec"] if args.no_spec else []

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sm12x import patch_series
+from sm12x.patches import series as patch_series
 from sm12x.recipe import fit
 from sm12x.recipe.errors import RecipeError
 from sm12x.recipe.lines import V41_FLASH, serves

@@ -31,11 +31,12 @@ COMMANDS = (
     "render",
     "healthcheck",
     "router",
-    "gate",
+    "exposure-check",
     "verify",
     "bench",
     "doctor",
     "tune",
+    "mock-server",
 )
 SERVERS = ("launch", "render")
 # Clients may take the key as a flag (they are run by hand); servers never do:
@@ -147,7 +148,15 @@ class Settings(BaseSettings):
         Meta(
             "where the API listens on the host (compose publishes the port there); "
             "beyond loopback it needs SM12X_API_KEY",
-            commands=(*SERVERS, "gate", "healthcheck", "verify", "bench", "tune"),
+            commands=(
+                *SERVERS,
+                "exposure-check",
+                "healthcheck",
+                "verify",
+                "bench",
+                "tune",
+                "mock-server",
+            ),
             metavar="ADDR",
         ),
     ] = "127.0.0.1"
@@ -156,7 +165,7 @@ class Settings(BaseSettings):
         Meta(
             "the address sglang itself binds, when it is not SM12X_BIND (compose sets "
             "0.0.0.0 inside a bridged container)",
-            commands=(*SERVERS, "healthcheck"),
+            commands=(*SERVERS, "healthcheck", "mock-server"),
             default="SM12X_BIND",
             metavar="ADDR",
         ),
@@ -165,7 +174,7 @@ class Settings(BaseSettings):
         Port | None,
         Meta(
             "the API's port on the host",
-            commands=(*SERVERS, "healthcheck", "verify", "bench", "tune"),
+            commands=(*SERVERS, "healthcheck", "verify", "bench", "tune", "mock-server"),
             default=f"the recipe's serve.port ({DEFAULT_PORT})",
             metavar="PORT",
         ),
@@ -175,7 +184,15 @@ class Settings(BaseSettings):
         Meta(
             "the key clients send (Authorization: Bearer); empty: no key, allowed only "
             "on 127.0.0.1",
-            commands=(*SERVERS, "router", "gate", "healthcheck", "verify", "bench"),
+            commands=(
+                *SERVERS,
+                "router",
+                "exposure-check",
+                "healthcheck",
+                "verify",
+                "bench",
+                "mock-server",
+            ),
             flag_commands=CLIENTS,
             default="none",
             metavar="KEY",
@@ -186,7 +203,15 @@ class Settings(BaseSettings):
         str | None,
         Meta(
             "a file holding the key instead (a Kubernetes Secret mounted read-only)",
-            commands=(*SERVERS, "router", "gate", "healthcheck", "verify", "bench"),
+            commands=(
+                *SERVERS,
+                "router",
+                "exposure-check",
+                "healthcheck",
+                "verify",
+                "bench",
+                "mock-server",
+            ),
             default="none",
             metavar="FILE",
             path=True,
@@ -195,9 +220,9 @@ class Settings(BaseSettings):
     api_key_set: Annotated[
         bool,
         Meta(
-            "1: a key is set (compose gives the gate this instead of SM12X_API_KEY: it only "
+            "1: a key is set (compose gives the exposure check this instead of SM12X_API_KEY: it only "
             "needs to know that there is one, and `docker compose config` then shows no key)",
-            commands=("gate",),
+            commands=("exposure-check",),
             metavar="1",
         ),
     ] = False
@@ -206,7 +231,7 @@ class Settings(BaseSettings):
         Meta(
             "1: serve beyond loopback without a key anyway (a closed lab network, a "
             "proxy that checks keys)",
-            commands=("launch", "router", "gate"),
+            commands=("launch", "router", "exposure-check", "mock-server"),
             metavar="1",
         ),
     ] = False
@@ -297,7 +322,7 @@ class Settings(BaseSettings):
         HostName,
         Meta(
             "where clients reach the router; beyond loopback it needs SM12X_API_KEY",
-            commands=("router", "gate", "healthcheck"),
+            commands=("router", "exposure-check", "healthcheck"),
             metavar="ADDR",
         ),
     ] = "127.0.0.1"

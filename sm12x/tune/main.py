@@ -35,7 +35,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sm12x import __version__, settings
+from sm12x import __version__, fields, settings
 from sm12x import sps_tables as store
 from sm12x.bench import provenance, runner
 from sm12x.cli import Command
@@ -61,7 +61,6 @@ from sm12x.tune.profiler import (
     session_identity,
 )
 from sm12x.versions import load_versions
-from verify import argtypes
 
 REQUEST_TIMEOUT_S = 30.0
 DEFAULT_DEADLINE_S = 3600.0
@@ -111,7 +110,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sweep = parser.add_argument_group("the profiler's sweep (its own flags)")
     sweep.add_argument(
         "--batch-size",
-        type=argtypes.count,
+        type=fields.count,
         nargs="+",
         metavar="N",
         help="running requests per DP rank to measure (default: the profiler's "
@@ -119,13 +118,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     sweep.add_argument(
         "--max-batch-size",
-        type=argtypes.count,
+        type=fields.count,
         metavar="N",
         help="the top of the profiler's sweep, per DP rank",
     )
-    sweep.add_argument("--input-len", type=argtypes.count, default=DEFAULTS["input_len"])
+    sweep.add_argument("--input-len", type=fields.count, default=DEFAULTS["input_len"])
     sweep.add_argument(
-        "--min-steady-steps", type=argtypes.count, default=DEFAULTS["min_steady_steps"]
+        "--min-steady-steps", type=fields.count, default=DEFAULTS["min_steady_steps"]
     )
     sweep.add_argument(
         "--min-steady-seconds",
@@ -487,7 +486,7 @@ def boot_and_tune(
     if args.boot_command:
         server = Server.command(args.boot_command)
     else:
-        from sm12x.launch import compose
+        from sm12x.deploy import compose
 
         service = compose.profiling_service(recipe, loaded, args.compose_file)
         for note in service.notes:

@@ -147,7 +147,7 @@ def fake_docker(tmp_path: Path, log: str) -> tuple[Path, Path]:
 
 
 def test_boot_starts_the_recipes_compose_service_through_the_launcher(tmp_path):
-    # verify.boot knows no compose: sm12x.launch.compose gives it the commands,
+    # verify.boot knows no compose: sm12x.deploy.compose gives it the commands,
     # with the head node's profile for a pair, the settings' docker and .env.
     import json
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sm12x.launch.compose import profiles as compose_profiles
+from sm12x.deploy.compose import profiles as compose_profiles
 from sm12x.recipe import load_all
 from sm12x.settings import Settings, env_name, load, meta
 from sm12x.settings.model import DEFAULT_PORT
@@ -36,8 +36,8 @@ profiles_of = compose_profiles
 ALL_PROFILES = ["auto"] + [p for r in RECIPES for p in profiles_of(r)]
 # Services that are not a rig (tests/integration/test_compose_router.py).
 OTHER_PROFILES = ["router"]
-# Runs with every profile, before any server (sm12x/gate.py).
-GATE = "gate"
+# Runs with every profile, before any server (sm12x/deploy/exposure.py).
+GATE = "exposure-check"
 
 
 @pytest.fixture(scope="module")
@@ -232,7 +232,7 @@ def test_api_key_from_env_reaches_every_server(env_file, tmp_path):
         argv = (service.get("entrypoint") or []) + (service.get("command") or [])
         assert "sk-test" not in " ".join(argv), name
         if name == GATE:
-            # The gate only needs to know a key is set: `docker compose config` shows no key.
+            # The exposure check only needs to know a key is set: `docker compose config` shows no key.
             assert "SM12X_API_KEY" not in service["environment"]
             assert service["environment"]["SM12X_API_KEY_SET"] == "1"
             assert "sk-test" not in json.dumps(service)
@@ -395,7 +395,7 @@ SERVERS = [p for p in ALL_PROFILES + OTHER_PROFILES]
 
 
 @pytest.mark.parametrize("profile", SERVERS)
-def test_every_server_waits_for_the_gate(profile, env_file):
+def test_every_server_waits_for_the_exposure_check(profile, env_file):
     service = config(profile, env_file=env_file)["services"][profile]
     assert service["depends_on"] == {
         GATE: {"condition": "service_completed_successfully", "required": True}
@@ -412,14 +412,14 @@ def test_no_privileges_beyond_what_the_recipe_asks(profile, env_file):
     assert service.get("cap_add", []) == (recipe.container.cap_add if recipe else [])
 
 
-def gate_env(env_file: Path) -> dict[str, str]:
+def exposure_check_env(env_file: Path) -> dict[str, str]:
     service = config(GATE, env_file=env_file)["services"][GATE]
-    assert service["entrypoint"] == ["sm12x", "gate"]
+    assert service["entrypoint"] == ["sm12x", "exposure-check"]
     assert service["network_mode"] == "none" and service["read_only"] is True
     return {k: v for k, v in service["environment"].items() if v}
 
 
-# (.env values, refused?) : the gate run on the environment compose gives it.
+# (.env values, refused?) : the exposure check run on the environment compose gives it.
 GATE_CASES = [
     ({}, False),
     ({"SM12X_BIND": "127.0.0.1"}, False),
@@ -435,19 +435,21 @@ GATE_CASES = [
 
 
 @pytest.mark.parametrize(("values", "refused"), GATE_CASES, ids=[str(v) for v, _ in GATE_CASES])
-def test_the_gate_refuses_an_open_api_beyond_loopback(values, refused, env_file, tmp_path):
+def test_the_exposure_check_refuses_an_open_api_beyond_loopback(
+    values, refused, env_file, tmp_path
+):
     from tests.support.cli import assert_one_clear_error, run_sm12x
 
-    env = gate_env(with_values(env_file, tmp_path, **values))
-    result = run_sm12x("gate", env=env)
+    env = exposure_check_env(with_values(env_file, tmp_path, **values))
+    result = run_sm12x("exposure-check", env=env)
     if refused:
-        assert_one_clear_error(result, "sm12x gate: error:")
+        assert_one_clear_error(result, "sm12x exposure-check: error:")
     else:
         assert result.returncode == 0, result.stderr
 
 
 def test_the_launcher_refuses_it_again_inside_the_container(env_file, tmp_path):
-    """Without compose's gate (a service started by hand), `sm12x launch` itself refuses."""
+    """Without compose's exposure check (a service started by hand), `sm12x launch` itself refuses."""
     from tests.support.cli import assert_one_clear_error, run_sm12x
 
     (tmp_path / "model").mkdir()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sm12x.router import RouterSettings, command, router_argv, shell
+from sm12x.deploy.router import RouterSettings, command, router_argv, shell
 from sm12x.settings import load
 from sm12x.versions import load_versions
 from tests.support.cli import assert_one_clear_error, run_sm12x
@@ -41,7 +41,7 @@ def env_file(tmp_path_factory) -> Path:
 
 def router_service(env_file: Path) -> dict:
     services = config("router", env_file=env_file)["services"]
-    assert sorted(services) == ["gate", "router"]
+    assert sorted(services) == ["exposure-check", "router"]
     return services["router"]
 
 
@@ -158,7 +158,7 @@ def test_router_starts_beside_a_rig_when_both_profiles_are_named(env_file):
         "--profile", "router", "--profile", "auto", "config", "--services", env_file=env_file
     )
     assert result.returncode == 0, result.stderr
-    assert sorted(result.stdout.split()) == ["auto", "gate", "router"]
+    assert sorted(result.stdout.split()) == ["auto", "exposure-check", "router"]
 
 
 def test_bare_up_does_not_start_the_router(env_file):

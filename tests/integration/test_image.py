@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-from sm12x import patch_series
+from sm12x.patches import series as patch_series
 from sm12x.recipe import load_all
 from sm12x.recipe.lints import recipe_tracks
 from sm12x.versions import default_track, load_versions, tracks

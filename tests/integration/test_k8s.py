@@ -1,4 +1,4 @@
-"""Kubernetes manifests (sm12x/k8s.py, deploy/k8s/): validated, generated, and
+"""Kubernetes manifests (sm12x/deploy/k8s.py, deploy/k8s/): validated, generated, and
 checked against the recipes and against compose.yaml.
 
 Validation: every Kubernetes object is validated by kubernetes-validate
@@ -26,11 +26,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from sm12x import k8s
+from sm12x.deploy import k8s
+from sm12x.deploy.router import RouterSettings, command
 from sm12x.keyed import with_key
 from sm12x.launch.render import LaunchContext, build_launch
 from sm12x.recipe import load_all
-from sm12x.router import RouterSettings, command
 from sm12x.settings import Settings, env_name, load, meta
 from tests.support.cli import assert_one_clear_error, run_sm12x
 from tests.support.compose import config

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import pytest
 import yaml
 
-from sm12x import k8s
+from sm12x.deploy import k8s
 from sm12x.recipe import load_recipe
 from tests.support.policy import EXCEPTIONS, GLOBAL_SKIPS, excused, policy_objects, run_checkov
 

@@ -14,7 +14,7 @@ What it shows:
   longer than --worker-startup-timeout-secs (why sm12x sets 2 h).
 
 The health checks run with the production thresholds (3 misses to drop, 2
-successes to rejoin; sm12x/router.py) at a 1 s interval instead of 10 s, so
+successes to rejoin; sm12x/deploy/router.py) at a 1 s interval instead of 10 s, so
 the measured times scale by 10 in production.
 """
 
@@ -27,7 +27,7 @@ import time
 import httpx
 import pytest
 
-from sm12x.router import HEALTH_FAILURE_THRESHOLD, HEALTH_SUCCESS_THRESHOLD
+from sm12x.deploy.router import HEALTH_FAILURE_THRESHOLD, HEALTH_SUCCESS_THRESHOLD
 from tests.integration.conftest import SMALL_SOAK, check, verdicts
 from tests.support.cli import assert_one_clear_error, run_sm12x
 from tests.support.router import FAST_HEALTH, Backend, Router, load, wait_until

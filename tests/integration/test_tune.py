@@ -274,7 +274,7 @@ def test_boot_mode_refuses_when_a_server_already_answers(machine):
 
 
 def test_boot_mode_starts_a_one_off_container_of_the_rigs_service_in_profiling_mode():
-    from sm12x.launch import compose
+    from sm12x.deploy import compose
     from sm12x.settings import load
 
     recipe = load_recipe(tp.FIXTURE)

@@ -158,7 +158,7 @@ def test_finds_the_version_of_an_editable_install(tmp_path):
     assert explicit.returncode == 1 and "no .dist-info metadata" in explicit.stderr
 
 
-# --- The retirement rule (sm12x/patch_rules.py) ----------------------------------------
+# --- The retirement rule (sm12x/patches/rules.py) ----------------------------------------
 
 
 def test_the_current_track_applies_its_series_and_names_every_retired_patch(fresh, series):
@@ -293,7 +293,7 @@ def test_a_patch_for_code_a_release_lacks_is_not_for_it():
     """`since_sglang`: 0023 changes deepseek-recipe's output parser, which 0.5.17 does
     not have; 0.5.17's series stays complete without it. From `since_sglang` on the
     patch counts like any other: a release between with no series is refused."""
-    from sm12x import patch_rules
+    from sm12x.patches import rules as patch_rules
 
     patches = [
         {

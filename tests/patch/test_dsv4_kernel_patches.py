@@ -181,7 +181,7 @@ def test_0_5_23_plans_every_row_of_the_recipes_verifies(sglang_tree):
     0.5.23's pool configurator asserts at boot against the draft count
     (get_compress_state_write_pad, "mirrors mtp_pad in c_plan.cuh"). With the
     speculative c4 ring of 16 slots that is 10 rows: patches.toml's [[release]]."""
-    from sm12x import patch_series
+    from sm12x.patches import series as patch_series
 
     tree = sglang_tree(CURRENT, patched=False)
     plan = source(tree, CURRENT, "c_plan.cuh").read_text()

@@ -236,7 +236,7 @@ CASES: list[Case] = [
     Case(
         "doctor-min-free-negative",
         ("doctor", "--min-free-gib", "-1"),
-        ("greater than or equal to 0",),
+        ("must be 0 or more",),
     ),
     # --- recipes ---------------------------------------------------------------------
     Case("recipe-not-utf8", ("render", "{tmp}/latin1.yaml"), ("not UTF-8 text",)),
@@ -315,7 +315,12 @@ CASES: list[Case] = [
         ("the router would listen on 0.0.0.0",),
         {"SM12X_ROUTER_WORKERS": "http://127.0.0.1:30000", "SM12X_ROUTER_BIND": "0.0.0.0"},
     ),
-    Case("gate-open-bind", ("gate",), ("SM12X_BIND", "no API key"), {"SM12X_BIND": "0.0.0.0"}),
+    Case(
+        "exposure-check-open-bind",
+        ("exposure-check",),
+        ("SM12X_BIND", "no API key"),
+        {"SM12X_BIND": "0.0.0.0"},
+    ),
     Case(
         "api-key-with-space",
         ("launch", "--dry-run"),

@@ -34,7 +34,7 @@ PY = sys.executable
 
 # Timings scaled down by 10 for tests, thresholds kept: health checks every
 # 1 s instead of 10 s (3 misses to drop, 2 successes to rejoin, as in
-# sm12x/router.py), and the circuit breaker, which keeps a rig that failed 10
+# sm12x/deploy/router.py), and the circuit breaker, which keeps a rig that failed 10
 # requests in a row out for 60 s by default even once /health is back, opens
 # for 6 s.
 FAST_HEALTH = (

@@ -4,19 +4,14 @@ redaction, --only's plan, fail fast, the event-stream line reader."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from verify import argtypes, redact  # noqa: E402
-from verify.runner import needed, plan  # noqa: E402
-from verify.transport import (  # noqa: E402
+from sm12x import fields
+from sm12x.http import redact
+from sm12x.http.transport import (
     FailFast,
     Limits,
     LineReader,
@@ -25,20 +20,21 @@ from verify.transport import (  # noqa: E402
     auth_hint,
     request_kind,
 )
+from verify.runner import needed, plan
 
 
 @pytest.mark.parametrize("text", ["nan", "inf", "-inf", "0", "-1", "abc", ""])
 def test_seconds_refuses_what_would_turn_a_limit_off(text):
     with pytest.raises(argparse.ArgumentTypeError):
-        argtypes.seconds(text)
+        fields.seconds(text)
 
 
 def test_seconds_and_counts_accept_sane_values():
-    assert argtypes.seconds("0.5") == 0.5 and argtypes.count("3") == 3
-    assert argtypes.fraction("1") == 1.0 and argtypes.non_negative("0") == 0.0
+    assert fields.seconds("0.5") == 0.5 and fields.count("3") == 3
+    assert fields.fraction("1") == 1.0 and fields.non_negative("0") == 0.0
     for bad in ("0", "-2", "1.5", "x"):
         with pytest.raises(argparse.ArgumentTypeError):
-            argtypes.count(bad)
+            fields.count(bad)
 
 
 def test_limits_refuse_non_finite_values():
@@ -48,13 +44,13 @@ def test_limits_refuse_non_finite_values():
 
 
 def test_writable_file(tmp_path):
-    assert argtypes.writable_file(tmp_path / "new" / "deeper" / "r.json") is None
+    assert fields.writable_file(tmp_path / "new" / "deeper" / "r.json") is None
     assert (tmp_path / "new" / "deeper").is_dir()
-    assert "is a folder" in argtypes.writable_file(tmp_path)
+    assert "is a folder" in fields.writable_file(tmp_path)
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    assert "cannot write" in argtypes.writable_file(blocker / "r.json")
-    assert "cannot write" in argtypes.writable_file(Path("/proc/sm12x-test/r.json"))
+    assert "cannot write" in fields.writable_file(blocker / "r.json")
+    assert "cannot write" in fields.writable_file(Path("/proc/sm12x-test/r.json"))
 
 
 def test_redaction_of_urls_keys_and_bearer_tokens():

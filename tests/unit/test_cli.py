@@ -23,7 +23,8 @@ def test_every_registered_module_defines_a_command():
         "bench",
         "doctor",
         "tune",
-        "gate",
+        "exposure-check",
+        "mock-server",
     ]
     assert len(set(names)) == len(names)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sm12x import patch_series
+from sm12x.patches import series as patch_series
 from tests.support import compress_plan as model
 
 RECORDS = Path(__file__).resolve().parents[2] / "docs/benchmarks/dsv4-compact-h200"

@@ -410,8 +410,8 @@ def test_render_for_the_current_track_names_its_own_series():
 def test_render_says_when_no_patch_is_needed(monkeypatch, tmp_path):
     """A release whose every patch is retired (the rule apply-patches reads) gets a
     comment saying so, not a list."""
-    from sm12x import patch_series
     from sm12x.launch import render_cmd
+    from sm12x.patches import series as patch_series
 
     toml = tmp_path / "patches.toml"
     toml.write_text(

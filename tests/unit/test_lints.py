@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sm12x.patch_series import VerifyRows
+from sm12x.patches.series import VerifyRows
 from sm12x.recipe import Recipe, RecipeError, lint_recipe
 from sm12x.recipe.lints import LINTS
 from sm12x.recipe.load import validate_recipe
@@ -599,7 +599,7 @@ def image_sglang(monkeypatch):
 @pytest.fixture
 def series_file(monkeypatch, tmp_path):
     """series_file(text): the lint reads this patches.toml instead of the project's."""
-    from sm12x import patch_series
+    from sm12x.patches import series as patch_series
 
     def use(text: str) -> None:
         path = tmp_path / "patches.toml"
@@ -670,7 +670,7 @@ def test_every_track_s_sglang_is_judged_and_named(monkeypatch):
 def test_the_current_track_s_own_plan_keeps_ten_rows():
     """sglang 0.5.23 keeps a verify of up to 10 rows with no patch (its [[release]]
     entry; tests/patch/test_dsv4_kernel_patches.py reads it from 0.5.23's code)."""
-    from sm12x import patch_series
+    from sm12x.patches import series as patch_series
     from sm12x.versions import load_versions
 
     assert load_versions("current")["SGLANG_VERSION"] == "0.5.23"

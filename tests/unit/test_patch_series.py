@@ -1,11 +1,11 @@
-"""sm12x.patch_series reads patches/sglang/patches.toml as apply-patches does."""
+"""sm12x.patches.series reads patches/sglang/patches.toml as apply-patches does."""
 
 from __future__ import annotations
 
 import pytest
 
-from sm12x import patch_series
-from sm12x.patch_series import PatchSeriesError, VerifyRows
+from sm12x.patches import series as patch_series
+from sm12x.patches.series import PatchSeriesError, VerifyRows
 
 
 def test_series_is_what_apply_patches_applies_in_order():

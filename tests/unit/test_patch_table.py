@@ -8,8 +8,8 @@ import tomllib
 
 import pytest
 
-from sm12x import patch_table
-from sm12x.patch_series import PatchSeriesError, load_patches
+from sm12x.patches import table as patch_table
+from sm12x.patches.series import PatchSeriesError, load_patches
 from tests.support.wheels import ROOT
 
 DOC = ROOT / "docs" / "patch.md"

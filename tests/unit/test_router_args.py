@@ -7,8 +7,7 @@ from importlib import metadata
 
 import pytest
 
-from sm12x.errors import UserError
-from sm12x.router import (
+from sm12x.deploy.router import (
     HEALTH_FAILURE_THRESHOLD,
     HEALTH_INTERVAL_S,
     HEALTH_SUCCESS_THRESHOLD,
@@ -19,6 +18,7 @@ from sm12x.router import (
     command,
     router_argv,
 )
+from sm12x.errors import UserError
 from sm12x.settings import load
 from sm12x.versions import load_versions
 from tests.support.cli import assert_one_clear_error, run_sm12x
@@ -118,7 +118,7 @@ def test_extra_flags_are_appended_and_win():
     ],
 )
 def test_extra_flags_that_repeat_a_rendered_one_are_refused(extra, needle):
-    from sm12x.router import check_extra
+    from sm12x.deploy.router import check_extra
 
     with pytest.raises(UserError, match=needle):
         check_extra(RouterSettings(workers=WORKERS, extra=extra))
@@ -234,7 +234,7 @@ def test_cli_flags_win_over_dotenv(tmp_path):
 def test_cli_hands_the_dotenv_key_to_the_router_in_its_environment(tmp_path, monkeypatch):
     import argparse
 
-    from sm12x import router
+    from sm12x.deploy import router
 
     (tmp_path / ".env").write_text(f"SM12X_ROUTER_WORKERS={WORKERS[0]}\nSM12X_API_KEY=sk-dot\n")
     calls = []

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import hcl2
 
-from sm12x import patch_series
+from sm12x.patches import series as patch_series
 from sm12x.versions import default_track, load_versions, tracks
 
 ROOT = Path(__file__).resolve().parents[2]

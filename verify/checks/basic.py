@@ -3,10 +3,10 @@ generation is broken)."""
 
 from __future__ import annotations
 
+from sm12x.http.transport import auth_hint
 from verify.client import explain
 from verify.context import Context
 from verify.result import Evidence
-from verify.transport import auth_hint
 
 
 def health(ctx: Context, ev: Evidence) -> None:

@@ -1,11 +1,11 @@
-"""`sm12x gate`: compose runs it before any server, and nothing starts if it fails.
+"""`sm12x exposure-check`: compose runs it before any server, and nothing starts if it fails.
 
 Closed by default: an API published beyond loopback (SM12X_BIND for the rigs,
 SM12X_ROUTER_BIND for the router) without SM12X_API_KEY is refused, unless
 SM12X_INSECURE_NO_API_KEY=1 says the operator means it. Compose's variable
 interpolation cannot express that rule (compose-go evaluates every nested
 `${VAR:?}` whether or not its branch is taken), so the rule is code: this
-command, run by the `gate` service that every other service depends on
+command, run by the `exposure-check` service that every other service depends on
 (`condition: service_completed_successfully`), so `docker compose up` stops
 with this message instead of starting an open API. `sm12x launch` and
 `sm12x router` apply the same rule again when they start.
@@ -40,23 +40,24 @@ def problems(loaded: Loaded) -> list[str]:
 
 
 def run(args: argparse.Namespace, environ=None) -> int:
-    loaded = settings.from_args(args, "gate", environ=environ)
+    loaded = settings.from_args(args, "exposure-check", environ=environ)
     if args.explain:
-        sys.stdout.write(settings.explain(loaded, "gate"))
+        sys.stdout.write(settings.explain(loaded, "exposure-check"))
         return 0
     found = problems(loaded)
     if found:
         raise UserError("; ".join(found))
     print(
-        "sm12x gate: ok: nothing is published beyond loopback without an API key", file=sys.stderr
+        "sm12x exposure-check: ok: nothing is published beyond loopback without an API key",
+        file=sys.stderr,
     )
     return 0
 
 
 COMMAND = Command(
-    name="gate",
+    name="exposure-check",
     help="refuse an API published beyond loopback without a key (compose runs it first)",
     description=__doc__.split("\n\n")[0],
-    add_arguments=lambda parser: settings.add_arguments(parser, "gate"),
+    add_arguments=lambda parser: settings.add_arguments(parser, "exposure-check"),
     run=run,
 )

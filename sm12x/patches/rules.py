@@ -17,7 +17,7 @@ dispatch patch `retire_flashinfer`). For a release the rule is:
 
 Pure standard library and no sm12x imports: scripts/apply-patches loads this
 file by path, in the image's build stage before sm12x is installed, and
-sm12x.patch_series imports it, so both read the rule from one place.
+sm12x.patches.series imports it, so both read the rule from one place.
 """
 
 from __future__ import annotations

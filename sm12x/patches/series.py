@@ -2,7 +2,7 @@
 
 scripts/apply-patches applies, for an sglang version, every [[patch]] whose `sglang`
 list holds it, and needs nothing for a release where the retirement rule retires
-every patch (sm12x.patch_rules, shared with the script); this module reads the same
+every patch (sm12x.patches.rules, shared with the script); this module reads the same
 file, so a recipe lint can ask what a release with its series guarantees instead of
 repeating it. [[release]] entries record what a release's own code guarantees.
 """
@@ -14,7 +14,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from sm12x import patch_rules
+from sm12x.patches import rules as patch_rules
 from sm12x.paths import data_path
 
 # sglang 0.5.16-0.5.17's DeepSeek-V4 compress plan keeps at most this many rows of a
