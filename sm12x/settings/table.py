@@ -63,15 +63,24 @@ def readme() -> Path:
     return root / "README.md"
 
 
+_BLOCK = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+
+
+def replace_block(text: str) -> str:
+    """README.md's text with the settings block regenerated."""
+    if not _BLOCK.search(text):
+        raise ValueError(f"README.md has no settings block ({BEGIN})")
+    return _BLOCK.sub(lambda _m: block(), text)
+
+
 def main(argv: list[str]) -> int:
     path = readme()
     text = path.read_text(encoding="utf-8")
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
-    if not pattern.search(text):
+    if not _BLOCK.search(text):
         print(f"{path} has no settings block ({BEGIN})", file=sys.stderr)
         return 1
     if argv == ["--write"]:
-        path.write_text(pattern.sub(lambda _m: block(), text), encoding="utf-8")
+        path.write_text(replace_block(text), encoding="utf-8")
         print(f"wrote {path}")
         return 0
     sys.stdout.write(block() + "\n")

@@ -24,7 +24,6 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 from tests.support.cli import raw_recipe, run_sm12x  # noqa: E402 - after the path setup above
@@ -461,7 +460,8 @@ def rows_in_doc() -> dict[str, str]:
     return {m[1]: m[0] for m in re.finditer(r"(?m)^\| `([^`]+)` \|.*$", block)}
 
 
-def write() -> None:
+def render_doc() -> str:
+    """docs/security.md with every case run through the CLI into its table."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as folder:
@@ -473,11 +473,4 @@ def write() -> None:
             results[case.id] = (result.returncode, normalise(error_line(result.stderr), tmp))
     text = DOC.read_text()
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    DOC.write_text(text[:start] + "\n" + table(results) + "\n" + text[end:])
-    print(f"wrote {DOC} ({len(CASES)} cases)")
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python tests/support/bad_inputs.py --write")
-    write()
+    return text[:start] + "\n" + table(results) + "\n" + text[end:]

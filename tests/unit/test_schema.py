@@ -10,13 +10,7 @@ import yaml
 
 from sm12x.recipe import list_recipes
 from sm12x.recipe.load import recipes_dir
-from sm12x.recipe.schema import generate, schema_path
-
-
-def test_committed_schema_equals_generated():
-    assert schema_path().read_text() == generate(), (
-        "recipes/recipe.schema.json is stale: run scripts/regen and commit the diff"
-    )
+from sm12x.recipe.schema import schema_path
 
 
 @pytest.mark.parametrize("name", list_recipes())

@@ -204,14 +204,12 @@ def test_every_command_explains_each_setting_it_reads(command, tmp_path):
         )
 
 
-def test_readme_settings_table_is_generated_from_the_model():
-    from sm12x.settings.table import BEGIN, END, block
+def test_readme_settings_table_names_every_setting():
+    """(That it is what the model makes: tools/regen.py, tests/unit/test_generated.py.)"""
+    from sm12x.settings.table import BEGIN, END
     from tests.support.cli import ROOT
 
     readme = (ROOT / "README.md").read_text()
     start, end = readme.index(BEGIN), readme.index(END) + len(END)
-    assert readme[start:end] == block(), (
-        "README's settings table is stale: run scripts/regen and commit the diff"
-    )
     for name in Settings.model_fields:
         assert f"| `{env_name(name)}`" in readme[start:end]

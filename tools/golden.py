@@ -1,21 +1,19 @@
 """Golden launch commands: what each recipe renders to inside its container.
 
-tests/unit/test_golden.py compares build_launch() output with the files in
-tests/golden/; they are only ever rewritten on purpose, by `scripts/regen`
-(`python tests/support/golden.py --write`), so every change to a rendered
-command shows up as a reviewed diff.
+tests/golden/ holds them; they are only ever rewritten on purpose, by
+`python -m tools.regen` (its `goldens` entry), so every change to a rendered
+command shows up as a reviewed diff. tests/unit/test_golden.py renders each
+recipe again per node rank.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from sm12x.launch.render import LaunchContext, build_launch
+from sm12x.recipe import Recipe, load_all
 
-from sm12x.launch.render import LaunchContext, build_launch  # noqa: E402
-from sm12x.recipe import Recipe, load_all  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 GOLDEN_DIR = ROOT / "tests" / "golden"
 # The head address used in multi-node goldens (a documentation-style address).
@@ -57,21 +55,3 @@ def goldens() -> dict[Path, str]:
         else:
             files[GOLDEN_DIR / f"{recipe.name}.sh"] = render(recipe, 0)
     return files
-
-
-def write() -> None:
-    GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
-    wanted = goldens()
-    for stale in set(GOLDEN_DIR.glob("*.sh")) - set(wanted):
-        stale.unlink()
-        print(f"removed {stale.relative_to(ROOT)}")
-    for path, text in wanted.items():
-        if not path.is_file() or path.read_text() != text:
-            path.write_text(text)
-            print(f"wrote {path.relative_to(ROOT)}")
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python tests/support/golden.py --write")
-    write()

@@ -1,0 +1,2 @@
+"""Maintainer tools run from a checkout (`python -m tools.X`): the regeneration
+registry (`regen`) and the golden launch commands it writes (`golden`)."""

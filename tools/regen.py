@@ -1,0 +1,267 @@
+"""Every file generated from code, in one registry: write them, or check them.
+
+    python -m tools.regen                 rewrite every generated file (then review `git diff`)
+    python -m tools.regen --check         exit 1 naming each stale file; writes nothing
+    python -m tools.regen --only NAME     one entry (repeatable); --list names them
+
+An entry owns whole files (a JSON Schema), a block inside a file (README's
+support matrix) or a folder (tests/golden/*.sh, deploy/k8s/*.yaml: a file
+there that the code no longer makes is stale too). Each says what making it
+needs: `fast` entries need this checkout only, `wheels` ones the real sglang
+wheels from PyPI (the parser descriptions). tests/unit/test_generated.py runs
+`--check`'s own function over every entry, in the tier its needs put it in;
+no other test compares a generated file with its generator.
+
+The generators stay beside what they describe (the recipe schema in
+sm12x.recipe, the bad-input table beside its cases in tests/support); this
+module only knows, for each generated file, who makes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python tools/regen.py` as well as `-m tools.regen`
+    sys.path.insert(0, str(ROOT))
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    what: str
+    # What making it needs: "fast" (this checkout) or "wheels" (sglang from PyPI).
+    needs: str
+    # The full text of every file it owns, by path under ROOT.
+    render: Callable[[], dict[Path, str]]
+    # Folders it owns whole, with the glob of its files there: an extra file is stale.
+    folders: tuple[tuple[str, str], ...] = ()
+
+
+# --- the generators, each imported only when its entry runs
+
+
+def _recipe_schema() -> dict[Path, str]:
+    from sm12x.recipe import schema
+
+    return {schema.schema_path(): schema.generate()}
+
+
+def _bench_schema() -> dict[Path, str]:
+    from sm12x.bench import result
+
+    return {result.SCHEMA_FILE: result.generate_schema()}
+
+
+def _goldens() -> dict[Path, str]:
+    from tools import golden
+
+    return golden.goldens()
+
+
+def _k8s() -> dict[Path, str]:
+    # The pinned defaults only: not the developer's SM12X_IMAGE or .env.
+    from sm12x.deploy import k8s
+
+    return {
+        ROOT / "deploy" / "k8s" / name: text for name, text in k8s.tree(k8s.K8sOptions()).items()
+    }
+
+
+def _readme_block(replace: Callable[[str], str]) -> dict[Path, str]:
+    path = ROOT / "README.md"
+    return {path: replace(path.read_text(encoding="utf-8"))}
+
+
+def _support_matrix() -> dict[Path, str]:
+    from sm12x.recipe import load_all, matrix
+
+    recipes = load_all()
+    return _readme_block(lambda text: matrix.replace_block(text, recipes))
+
+
+def _settings_table() -> dict[Path, str]:
+    from sm12x.settings import table
+
+    return _readme_block(table.replace_block)
+
+
+def _patch_table() -> dict[Path, str]:
+    from sm12x.patches import table
+
+    return {table.DOC: table.replace_block(table.DOC.read_text(encoding="utf-8"))}
+
+
+def _bad_inputs() -> dict[Path, str]:
+    from tests.support import bad_inputs
+
+    return {bad_inputs.DOC: bad_inputs.render_doc()}
+
+
+def _policy_exceptions() -> dict[Path, str]:
+    from tests.support import policy
+
+    return {policy.DOC: policy.render_doc()}
+
+
+def _parser_descriptions() -> dict[Path, str]:
+    from tests.support import sglang_cli
+
+    return sglang_cli.descriptions()
+
+
+ENTRIES: tuple[Entry, ...] = (
+    Entry(
+        "recipe-schema",
+        "recipes/recipe.schema.json: the recipe model's JSON Schema",
+        "fast",
+        _recipe_schema,
+    ),
+    Entry(
+        "goldens",
+        "tests/golden/*.sh: each recipe's launch command as its compose service renders it",
+        "fast",
+        _goldens,
+        (("tests/golden", "*.sh"),),
+    ),
+    Entry(
+        "k8s",
+        "deploy/k8s/*.yaml: `sm12x render --k8s all` with the pinned defaults",
+        "fast",
+        _k8s,
+        (("deploy/k8s", "*.yaml"),),
+    ),
+    Entry(
+        "bench-schema",
+        "sm12x/bench/result.schema.json: bench's result format",
+        "fast",
+        _bench_schema,
+    ),
+    Entry(
+        "support-matrix",
+        "README.md's support matrix, from each recipe's hardware, status and references",
+        "fast",
+        _support_matrix,
+    ),
+    Entry(
+        "settings-table",
+        "README.md's settings table, from sm12x/settings/model.py",
+        "fast",
+        _settings_table,
+    ),
+    Entry(
+        "patch-table",
+        "docs/patch.md's table of patches, from patches/sglang/patches.toml",
+        "fast",
+        _patch_table,
+    ),
+    Entry(
+        "bad-inputs",
+        "docs/security.md's bad-input table: every case run through the CLI",
+        "fast",
+        _bad_inputs,
+    ),
+    Entry(
+        "policy-exceptions",
+        "docs/security.md's Kubernetes policy exceptions",
+        "fast",
+        _policy_exceptions,
+    ),
+    Entry(
+        "sglang-parsers",
+        "sm12x/sglang_parsers/*.json: each track's real sglang parser, from its wheel",
+        "wheels",
+        _parser_descriptions,
+    ),
+)
+
+
+def named(names: Iterable[str]) -> list[Entry]:
+    by_name = {entry.name: entry for entry in ENTRIES}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise SystemExit(
+            f"python -m tools.regen: error: no entry {', '.join(map(repr, unknown))} "
+            f"(the entries: {', '.join(by_name)})"
+        )
+    return [by_name[n] for n in names] if names else list(ENTRIES)
+
+
+def _extra_files(entry: Entry, wanted: dict[Path, str], root: Path) -> list[Path]:
+    extra = []
+    for folder, pattern in entry.folders:
+        for path in sorted((root / folder).glob(pattern)):
+            if ROOT / path.relative_to(root) not in wanted:
+                extra.append(path)
+    return extra
+
+
+def stale(entry: Entry, root: Path = ROOT) -> list[str]:
+    """What is out of date under `root` (a checkout), each as 'path: why'."""
+    wanted = entry.render()
+    found = []
+    for path, text in wanted.items():
+        on_disk = root / path.relative_to(ROOT)
+        if not on_disk.is_file():
+            found.append(f"{on_disk.relative_to(root)}: missing")
+        elif on_disk.read_text(encoding="utf-8") != text:
+            found.append(f"{on_disk.relative_to(root)}: differs from what {entry.name} makes")
+    for path in _extra_files(entry, wanted, root):
+        found.append(f"{path.relative_to(root)}: no longer made by {entry.name}")
+    return found
+
+
+def write(entry: Entry) -> list[str]:
+    """Rewrite what changed, remove what is no longer made; say each."""
+    wanted = entry.render()
+    said = []
+    for path in _extra_files(entry, wanted, ROOT):
+        path.unlink()
+        said.append(f"removed {path.relative_to(ROOT)}")
+    for path, text in wanted.items():
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.regen")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)  # never a half-written file
+            said.append(f"wrote {path.relative_to(ROOT)}")
+    return said
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.regen", description=__doc__.splitlines()[0], allow_abbrev=False
+    )
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if stale")
+    parser.add_argument("--only", action="append", default=[], metavar="NAME")
+    parser.add_argument("--list", action="store_true", help="name each entry and what it owns")
+    args = parser.parse_args(argv)
+    entries = named(args.only)
+    if args.list:
+        for entry in entries:
+            print(f"{entry.name:18} [{entry.needs}] {entry.what}")
+        return 0
+    if args.check:
+        found = [line for entry in entries for line in stale(entry)]
+        for line in found:
+            print(f"stale: {line}", file=sys.stderr)
+        if found:
+            print(
+                "run `python -m tools.regen` (or `make regen`) and review the diff", file=sys.stderr
+            )
+            return 1
+        print(f"{len(entries)} generated entries up to date")
+        return 0
+    for entry in entries:
+        for line in write(entry):
+            print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
