@@ -50,14 +50,14 @@ from sm12x.errors import UserError
 from sm12x.keyed import with_key
 from sm12x.recipe.extra import check_values, owned_router_flags, owner, parse_extra
 from sm12x.settings import Loaded
+from sm12x.settings.model import DEFAULT_ROUTER_METRICS_PORT as DEFAULT_METRICS_PORT
+from sm12x.settings.model import DEFAULT_ROUTER_PORT as DEFAULT_PORT
 from sm12x.sglang_parser import JudgeParser, ParserError
 
 ROUTER_MODULE = "sglang_router.launch_router"
 KEYED_MODULE = "sm12x.keyed"
 POLICIES = ("cache_aware", "power_of_two", "round_robin", "random")
 
-DEFAULT_PORT = 8000
-DEFAULT_METRICS_PORT = 29000
 DEFAULT_DISCOVERY_PORT = 30000
 
 # Worker health checks (the router's own, on each rig's /health). Measured

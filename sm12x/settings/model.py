@@ -43,6 +43,9 @@ SERVERS = ("launch", "render")
 # a key on a command line is readable by every user of the host (`ps`).
 CLIENTS = ("verify", "bench")
 DEFAULT_PORT = 30000
+# The router's ports: the one place they are written (sm12x.deploy reads them).
+DEFAULT_ROUTER_PORT = 8000
+DEFAULT_ROUTER_METRICS_PORT = 29000
 # The layers of the Settings being built (sm12x.settings.sources.load sets them).
 LAYERS: contextvars.ContextVar[tuple[PydanticBaseSettingsSource, ...]] = contextvars.ContextVar(
     "sm12x_settings_layers", default=()
@@ -328,7 +331,7 @@ class Settings(BaseSettings):
     ] = "127.0.0.1"
     router_port: Annotated[
         Port, Meta("the router's port", commands=("router", "healthcheck"), metavar="PORT")
-    ] = 8000
+    ] = DEFAULT_ROUTER_PORT
     router_metrics_bind: Annotated[
         HostName,
         Meta(
@@ -340,7 +343,7 @@ class Settings(BaseSettings):
     ] = "127.0.0.1"
     router_metrics_port: Annotated[
         Port, Meta("the router's metrics port", commands=("router",), metavar="PORT")
-    ] = 29000
+    ] = DEFAULT_ROUTER_METRICS_PORT
 
     @classmethod
     def settings_customise_sources(
