@@ -43,7 +43,8 @@ from sm12x.patches import series as patch_series
 from sm12x.recipe import load_all
 from sm12x.recipe.lints import recipe_tracks
 from sm12x.versions import default_track, load_versions, tracks
-from tests.support import containers, flashinfer_index, golden, standin, trees, wheels
+from tests.support import containers, flashinfer_index, standin, trees
+from tools import golden
 
 # The stand-in base (debootstrap, the track's closure: about 15 minutes cold on
 # two loaded cores) and the image build happen in the first test that needs
@@ -55,7 +56,7 @@ from tests.support import containers, flashinfer_index, golden, standin, trees, 
 BUILD_LIMIT_S = 2700
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(BUILD_LIMIT_S)]
 
-ROOT = wheels.ROOT
+ROOT = Path(__file__).resolve().parents[2]
 TARGET = "sglang/kernels/ops/attention/flash_mla_sm120.py"
 PINS = load_versions()
 TIMINGS: dict[str, float] = {}

@@ -61,7 +61,7 @@ from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 from sglang.srt.server_args import prepare_server_args  # noqa: E402
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 
-from tests.support import golden  # noqa: E402
+from tools import golden  # noqa: E402
 
 TOOLS = [
     protocol.Tool(

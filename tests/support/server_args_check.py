@@ -49,9 +49,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from sm12x.launch.render import build_launch  # noqa: E402
+from sm12x.mock import serving as sglang_serving  # noqa: E402
+from sm12x.mock import wheels  # noqa: E402
 from sm12x.recipe import Recipe  # noqa: E402
 from sm12x.versions import load_versions  # noqa: E402
-from tests.support import golden, sglang_serving, wheels  # noqa: E402
+from tools import golden  # noqa: E402
 
 PROBE = Path(__file__).with_name("server_args_probe.py")
 MODELS = ROOT / "tests" / "fixtures" / "models"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from sm12x.launch.render import EnvRef, build_launch
+from sm12x.mock import wheels
 from sm12x.recipe import load_all
 from sm12x.recipe.lints import (
     CANONICAL_FLAGS,
@@ -23,8 +24,8 @@ from sm12x.recipe.lints import (
     recipe_tracks,
 )
 from sm12x.versions import load_versions
-from tests.support import golden, wheels
 from tests.support.sglang_cli import env_vars, server_flags
+from tools import golden
 
 VERSIONS = sorted({v for patch in wheels.patch_series()["patch"] for v in patch["sglang"]})
 PLANS = [
