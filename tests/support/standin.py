@@ -51,8 +51,9 @@ import time
 import zipfile
 from pathlib import Path
 
+from sm12x.mock import wheels
 from sm12x.versions import load_versions
-from tests.support import closure, containers, wheels
+from tests.support import calibrate, closure, containers
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
@@ -99,7 +100,7 @@ RECIPE_VERSION = "3"
 
 
 def cache_dir() -> Path:
-    path = Path(os.environ.get("SM12X_CACHE", wheels.ROOT / ".cache")) / "standin"
+    path = wheels.cache_root() / "standin"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -161,7 +162,7 @@ def os_image(timer: Timer) -> str:
                 ],
                 capture_output=True,
                 text=True,
-                timeout=1200,
+                timeout=calibrate.scaled(1200),
             )
             if proc.returncode != 0:
                 raise RuntimeError(
@@ -271,7 +272,7 @@ def wheelhouse(timer: Timer, track: str | None = None) -> Path:
         ],
         capture_output=True,
         text=True,
-        timeout=3600,
+        timeout=calibrate.scaled(3600),
     )
     if proc.returncode != 0:
         raise RuntimeError(f"pip download failed:\n{containers.tail(proc.stdout + proc.stderr)}")
