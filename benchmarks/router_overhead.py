@@ -1,7 +1,7 @@
 """What sglang-router adds: time to first token and throughput, through the
 router versus straight to the same server.
 
-One fake sglang server (tests/support/fake_sglang, its own process) and one
+One mock sglang server (`sm12x mock-server`, its own process) and one
 sglang-router in front of it, started by `sm12x router` with the production
 settings (as the compose `router` service runs it, per-request logging at
 info level included). The same streamed chat load is run direct and through

@@ -1,6 +1,6 @@
 """Can verify's soak client outrun the fastest rig? Its CPU per output token.
 
-Starts the fake sglang server (tests/support/fake_sglang, no token pacing) in
+Starts the mock sglang server (`sm12x mock-server`, no token pacing) in
 a process of its own, runs `python -m verify` with only the soak (and the
 checks it needs) against it, and reports verify's own CPU time per output
 token from the kernel's accounting of that child process. Both processes share
@@ -42,7 +42,7 @@ def wait_healthy(url: str, deadline_s: float = 30) -> None:
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
-    raise SystemExit(f"the fake server at {url} did not become healthy in {deadline_s} s")
+    raise SystemExit(f"the mock server at {url} did not become healthy in {deadline_s} s")
 
 
 def main() -> int:
@@ -56,7 +56,7 @@ def main() -> int:
         [
             sys.executable,
             "-m",
-            "tests.support.fake_sglang",
+            "sm12x.mock",
             "--port",
             str(port),
             "--token-delay",

@@ -18,6 +18,12 @@ if str(REPO) not in sys.path:
 # command reads .env (sm12x.settings); a test that wants one names it.
 os.environ["SM12X_ENV_FILE"] = os.devnull
 
+# No test downloads a wheel (SM12X_OFFLINE=1: scripts/test fetched them), and
+# the fast tier reaches none (SM12X_FORBID_WHEELS): tests/support/tiers.py.
+from tests.support import tiers  # noqa: E402
+
+tiers.apply()
+
 
 # --- Running in several processes (pytest-xdist: `scripts/test` runs -n 4 --dist loadfile)
 #
@@ -40,7 +46,7 @@ FIRST = (
 #
 #   fast    tests/unit without any mark below: the CLI, models, renderers and
 #           docs; no real wheel, no Docker, no sglang code (SM12X_TIER=fast
-#           makes the helpers that reach for those fail: tests/support/tiers.py).
+#           makes the code that reaches for those fail: tests/support/tiers.py).
 #           `make fast`: `SM12X_TIER=fast pytest -m fast`.
 #   wheels  the real sglang/flashinfer code from PyPI: tests/patch, and any test
 #           whose module holds a helper that unpacks or runs it (WHEEL_HELPERS).
@@ -49,16 +55,16 @@ FIRST = (
 #   process tests/integration: real processes, servers, Compose.
 # The full suite (scripts/test, CI) runs every tier.
 WHEEL_HELPERS = {
-    "wheels",
-    "trees",
-    "sglang_serving",
-    "server_args_check",
-    "closure",
-    "standin",
-    "dspark_engine",
-    "stream_census",
-    "stream_checks",
-    "sglang_cli",
+    "sm12x.mock.wheels",
+    "sm12x.mock.serving",
+    "sm12x.mock.engine",
+    "tests.support.trees",
+    "tests.support.server_args_check",
+    "tests.support.closure",
+    "tests.support.standin",
+    "tests.support.stream_census",
+    "tests.support.stream_checks",
+    "tests.support.sglang_cli",
 }
 FOLDER_MARKS = {"patch": "wheels", "gpu": "gpu", "integration": "process"}
 SLOWER = ("wheels", "docker", "slow", "gpu", "process")
@@ -67,7 +73,7 @@ SLOWER = ("wheels", "docker", "slow", "gpu", "process")
 def _holds_wheel_helper(module) -> bool:
     for value in vars(module).values():
         name = getattr(value, "__name__", "") if isinstance(value, type(os)) else ""
-        if name.rpartition(".")[2] in WHEEL_HELPERS and "support" in name:
+        if name in WHEEL_HELPERS:
             return True
     return False
 

@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.support.fake_sglang.server import FakeServer  # noqa: E402
+from sm12x.mock.server import MockServer  # noqa: E402
 from verify.cli import main  # noqa: E402
 
 SMALL_SOAK = ["--soak-concurrency", "16", "--soak-rounds", "2"]
@@ -19,7 +19,7 @@ def fake():
     servers = []
 
     def start(faults=None, **kw):
-        server = FakeServer(faults, **kw).start()
+        server = MockServer(faults, **kw).start()
         servers.append(server)
         return server
 

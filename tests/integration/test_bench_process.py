@@ -328,7 +328,7 @@ def test_api_key_reaches_the_server_and_the_benchmark(tmp_path):
 
 
 def test_no_server(tmp_path):
-    from tests.support.fake_sglang.server import free_port
+    from sm12x.mock.server import free_port
 
     done, result, calls, _ = bench(
         tmp_path, f"http://127.0.0.1:{free_port()}", "--recipe", "rtx-pro-6000-tp4"

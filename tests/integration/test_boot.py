@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.fake_sglang.server import free_port
+from sm12x.mock.server import free_port
 from verify.boot import scan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,9 +71,7 @@ def test_known_failure_in_the_log_stops_the_boot_early(log, tmp_path):
 
 def test_crashing_process_is_reported(tmp_path):
     port = free_port()
-    command = (
-        f"{PY} -m tests.support.fake_sglang --port {port} --boot-log {LOGS / 'healthy.log'} --crash"
-    )
+    command = f"{PY} -m sm12x.mock --port {port} --boot-log {LOGS / 'healthy.log'} --crash"
     done = verify(
         "--boot",
         "--boot-command",
@@ -90,7 +88,7 @@ def test_crashing_process_is_reported(tmp_path):
 
 def test_healthy_boot_runs_the_checks_and_tears_down(tmp_path):
     port = free_port()
-    command = f"{PY} -m tests.support.fake_sglang --port {port} --boot-log {LOGS / 'healthy.log'}"
+    command = f"{PY} -m sm12x.mock --port {port} --boot-log {LOGS / 'healthy.log'}"
     done = verify(
         "--boot",
         "--boot-command",

@@ -47,9 +47,12 @@ def processes():
         thing.stop()
 
 
-def backends(processes, tmp_path, count: int, *args: str) -> list[Backend]:
+def backends(
+    processes, tmp_path, count: int, *args: str, api_key: str | None = None
+) -> list[Backend]:
     started = [
-        processes(Backend(args=args, log=tmp_path / f"backend{i}.log")) for i in range(count)
+        processes(Backend(args=args, log=tmp_path / f"backend{i}.log", api_key=api_key))
+        for i in range(count)
     ]
     return [b.wait_ready() for b in started]
 
@@ -234,7 +237,7 @@ def test_a_dead_rig_is_routed_around_and_rejoins(three, verify, tmp_path, record
 
 
 def test_api_key_is_enforced_by_the_router_and_reaches_the_rigs(processes, tmp_path, verify):
-    rigs = backends(processes, tmp_path, 1, "--api-key", "sk-shared")
+    rigs = backends(processes, tmp_path, 1, api_key="sk-shared")
     router = router_for(processes, tmp_path, [rigs[0].url], env={"SM12X_API_KEY": "sk-shared"})
     body = {
         "model": "deepseek-ai/DeepSeek-V4-Flash-0731",
@@ -267,7 +270,7 @@ def test_api_key_is_enforced_by_the_router_and_reaches_the_rigs(processes, tmp_p
 
     # A rig the router learns of at run time without a key of its own, as
     # Kubernetes discovery adds pods, is served with the same key.
-    late = processes(Backend(args=("--api-key", "sk-shared"), log=tmp_path / "late.log"))
+    late = processes(Backend(log=tmp_path / "late.log", api_key="sk-shared"))
     late.wait_ready()
     added = httpx.post(router.url + "/workers", json={"url": late.url}, headers=right, timeout=10)
     assert added.status_code in (200, 202), added.text

@@ -2,8 +2,8 @@
 
 The profiler is the pinned track's wheel's `sglang/benchmark/dspark_sps_profiler.py`,
 run as tune runs it (`python -m ...`, its own flags) with tests/support/sps_site
-making the wheel's tree importable here. The stand-in (tests/support/fake_sglang,
-sps.py) answers what the profiler asks (/server_info with per-rank records,
+making the wheel's tree importable here. The mock server (sm12x.mock, its DSpark
+scheduler sps.py) answers what the profiler asks (/server_info with per-rank records,
 /generate, /flush_cache, /abort_request) by sglang's rules. Time bounds are
 relative to the first tune's own wall time, measured in the same run.
 """
@@ -25,13 +25,13 @@ from sm12x.errors import UserError
 from sm12x.launch import gpus
 from sm12x.launch import main as launch_main
 from sm12x.launch.configuration import resolve
+from sm12x.mock import serving as sglang_serving
+from sm12x.mock.server import MockServer
+from sm12x.mock.sps import SpsConfig
 from sm12x.recipe import load_recipe
 from sm12x.tune import main as tune_main
 from sm12x.versions import default_track, load_versions
-from tests.support import sglang_serving
 from tests.support import throughput as tp
-from tests.support.fake_sglang.server import FakeServer
-from tests.support.fake_sglang.sps import SpsConfig
 
 SGLANG = load_versions(default_track())["SGLANG_VERSION"]
 SITE_PATH = Path(__file__).resolve().parents[1] / "support" / "sps_site"
@@ -89,7 +89,7 @@ def leftovers(cache: Path) -> list[Path]:
 
 def test_tune_makes_a_table_that_the_launch_then_runs(machine, capsys):
     cache = machine / "cache"
-    with FakeServer(sps=config()) as server:
+    with MockServer(sps=config()) as server:
         started = time.monotonic()
         assert tune(cache, server.base_url, "--max-batch-size", "8") == 0
         TIMES["full"] = time.monotonic() - started
@@ -136,7 +136,7 @@ def test_the_deadline_stops_it_keeps_what_was_measured_and_writes_nothing(machin
     # The last round wedges (a /generate of 16 per rank is never scheduled): the
     # rounds before it finish within the full tune's time, then the deadline.
     deadline = TIMES["full"] + 15
-    with FakeServer(sps=config(stall_batch=16 * DP)) as server:
+    with MockServer(sps=config(stall_batch=16 * DP)) as server:
         started = time.monotonic()
         with pytest.raises(UserError) as caught:
             tune(
@@ -175,7 +175,7 @@ def test_a_resumed_tune_does_not_measure_finished_rounds_again(machine, capsys):
     ]
     finished = {r["batch_size_per_rank"] for r in rounds}
     assert finished and 16 not in finished
-    with FakeServer(sps=config()) as server:
+    with MockServer(sps=config()) as server:
         assert tune(cache, server.base_url, "--batch-size", "1", "2", "4", "16") == 0
         batches = server.app.state.scheduler.batches
     # The warmup round (min(8, 16) per rank) and the one round left; nothing finished.
@@ -196,7 +196,7 @@ def test_a_resumed_tune_does_not_measure_finished_rounds_again(machine, capsys):
     ids=["no-records", "no-simulated-acceptance", "compact"],
 )
 def test_a_server_not_in_profiling_mode_gets_one_clear_error(machine, changes, says):
-    with FakeServer(sps=config(**changes)) as server:
+    with MockServer(sps=config(**changes)) as server:
         with pytest.raises(UserError) as caught:
             tune(machine / "cache", server.base_url)
         assert server.app.state.scheduler.batches == []  # nothing was sent to it
@@ -210,7 +210,7 @@ def test_the_real_profiler_refuses_the_stand_in_outside_profiling_mode(machine):
     import subprocess
     import sys
 
-    with FakeServer(sps=config(record=False)) as server:
+    with MockServer(sps=config(record=False)) as server:
         done = subprocess.run(
             [
                 sys.executable,
@@ -234,7 +234,7 @@ def test_the_real_profiler_refuses_the_stand_in_outside_profiling_mode(machine):
 
 
 def test_a_server_for_another_gamma_or_layout_is_refused(machine):
-    with FakeServer(sps=config(gamma=6)) as server:
+    with MockServer(sps=config(gamma=6)) as server:
         with pytest.raises(UserError, match="does not run .*gamma 6"):
             tune(machine / "cache", server.base_url)
 
@@ -256,7 +256,7 @@ def test_gpus_are_read_from_nvidia_smi(machine):
 def test_boot_mode_refuses_when_a_server_already_answers(machine):
     parser = argparse.ArgumentParser()
     tune_main.add_arguments(parser)
-    with FakeServer() as server:
+    with MockServer() as server:
         args = parser.parse_args(
             [
                 "--recipe",

@@ -1,10 +1,10 @@
 """README's verify excerpt is what the commands it names print.
 
-The README names the stand-in server's command and verify's; this runs both as
-written (on a free port instead of 30001) and compares the table rows the
-excerpt shows: each verdict, and each row's text, except what the README says
-varies from run to run (how many soak requests fail, which detectors fire,
-the seconds column)."""
+The README names the mock server's command (`sm12x mock-server`) and verify's;
+this runs both as written (on a free port instead of 30001) and compares the
+table rows the excerpt shows: each verdict, and each row's text, except what
+the README says varies from run to run (how many soak requests fail, which
+detectors fire, the seconds column)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import time
 
 import httpx
 
+from sm12x.mock.server import free_port
 from tests.support.cli import ROOT
-from tests.support.fake_sglang.server import free_port
 
 README = (ROOT / "README.md").read_text()
 VARIES = re.compile(r"^\d+/\d+ soak requests failed \(pass\^\d+ [\d.]+\): .*?(?= cause: )")
@@ -30,8 +30,7 @@ def excerpt() -> tuple[str, str, str, int, list[str]]:
     start = README.index("What a run looks like when the server has the depth-5 problem")
     section = README[start : README.index("| check fails |", start)]
     spans = [" ".join(s.split()) for s in re.findall(r"`([^`]+)`", section)]
-    # README names the test environment's interpreter (.cache/venv/bin/python).
-    server = next(s for s in spans if " -m tests.support.fake_sglang " in s)
+    server = next(s for s in spans if s.startswith("sm12x mock-server "))
     verify = next(s for s in spans if s.startswith("sm12x verify "))
     block = re.search(r"```text\n(.*?)```", section, re.DOTALL)[1]
     prose = " ".join(section.split())
@@ -66,11 +65,10 @@ def test_the_excerpt_is_what_its_commands_print(tmp_path):
     port = str(free_port())
     server_words = [port if w == "30001" else w for w in shlex.split(server_cmd)]
     verify_words = [w.replace(":30001", f":{port}") for w in shlex.split(verify_cmd)]
-    assert server_words[0] == ".cache/venv/bin/python", server_words
-    assert server_words[1:3] == ["-m", "tests.support.fake_sglang"]
+    assert server_words[:2] == ["sm12x", "mock-server"], server_words
     assert verify_words[:2] == ["sm12x", "verify"]
     server = subprocess.Popen(
-        [sys.executable, *server_words[1:]],
+        [sys.executable, "-m", "sm12x.cli", *server_words[1:]],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -3,7 +3,6 @@
 recipe, every check passes, the image check included; an image the model never
 sees fails it, and only it; the 0731 line refuses images as sglang does."""
 
-import os
 import subprocess
 import sys
 import time
@@ -13,10 +12,9 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
+from sm12x.mock.server import free_port
 from sm12x.versions import load_versions
 from tests.integration.conftest import SMALL_SOAK, check, verdicts
-from tests.support import wheels
-from tests.support.fake_sglang.server import free_port
 
 V41 = "rtx-pro-6000-tp8-v41"
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,14 +23,13 @@ CURRENT = load_versions("current")["SGLANG_VERSION"]
 
 @pytest.fixture
 def v41():
-    """The stand-in serving V4.1 on the current track's sglang, in a process of its own
-    with that release's own transformers/tokenizers/deepseek-recipe pins first on the
-    path (tests/support/wheels.py), as the image has them."""
+    """The mock server serving V4.1 on the current track's sglang, in a process of its
+    own, which puts that release's own transformers/tokenizers/deepseek-recipe pins
+    first on its path (sm12x.mock.wheels.pythonpath), as the image has them."""
     procs = []
 
     def start(*faults: str):
         port = free_port()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(wheels.pythonpath(CURRENT))}
         args = [
             "--line",
             "v4.1-flash",
@@ -41,9 +38,8 @@ def v41():
             *(a for f in faults for a in ("--fault", f)),
         ]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.fake_sglang", "--port", str(port), *args],
+            [sys.executable, "-m", "sm12x.mock", "--port", str(port), *args],
             cwd=ROOT,
-            env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,

@@ -1,7 +1,8 @@
-"""The fake server as a separate process (as sglang-router and boot mode see
+"""The mock server (`sm12x mock-server`) as a separate process (as sglang-router and boot mode see
 it), verify as a process, bad input, and a server dying mid-run."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -9,19 +10,20 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.fake_sglang.server import free_port
+from sm12x.mock.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 
 
-def start_fake(*args: str) -> tuple[subprocess.Popen, str]:
+def start_fake(*args: str, api_key: str | None = None) -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen(
-        [PY, "-m", "tests.support.fake_sglang", "--port", str(port), *args],
+        [PY, "-m", "sm12x.mock", "--port", str(port), *args],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, **({"SM12X_API_KEY": api_key} if api_key else {})},
     )
     url = f"http://127.0.0.1:{port}"
     # it imports sglang's serving code and DeepSeek-V4's tokenizer (and builds
@@ -34,7 +36,7 @@ def start_fake(*args: str) -> tuple[subprocess.Popen, str]:
         except httpx.HTTPError:
             time.sleep(0.1)
     proc.kill()
-    raise RuntimeError("fake server did not start")
+    raise RuntimeError("the mock server did not start")
 
 
 def verify(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -214,7 +216,7 @@ def sm12x_verify(*args: str, cwd: Path, env: dict[str, str] | None = None):
 def test_verify_sends_the_key_and_asks_the_port_set_in_dotenv(tmp_path):
     # The bug this settles: the key in .env, and verify got HTTP 401 and advised
     # setting the variable that was set.
-    proc, url = start_fake("--api-key", "sk-dotenv")
+    proc, url = start_fake(api_key="sk-dotenv")
     port = url.rsplit(":", 1)[1]
     try:
         (tmp_path / ".env").write_text(f"SM12X_API_KEY=sk-dotenv\nSM12X_PORT={port}\n")

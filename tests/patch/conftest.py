@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from sm12x.mock import wheels
 from sm12x.versions import load_versions
-from tests.support import trees, wheels
+from tests.support import trees
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ the encoder it vendors: the stand-in's tokenizer turns that text into its code
 points, so the string is recovered exactly from the request's ids. sglang 0.5.23
 renders DeepSeek-V4 prompts to token ids with deepseek-recipe (DeepSeek's own
 renderer) and vendors no encoder: there the tokenizer is DeepSeek-V4's
-(tests/support/dsv4_tokenizer.py), the served prompt is its decoding of the
+(tests/support/tokenizer_v4.py), the served prompt is its decoding of the
 request's ids (and the ids must equal the reference text's tokens), the
 reference encoder the pinned track's copy (the serving configuration is
 published as sglang 0.5.23 reads it, from its real ServerArgs).
@@ -44,7 +44,8 @@ VENDORED = importlib.util.find_spec("sglang.srt.entrypoints.openai.encoding_dsv4
 if VENDORED:
     from sglang.srt.entrypoints.openai import encoding_dsv4
 else:
-    from tests.support import dsv4_tokenizer, sglang_serving
+    from sm12x.mock import serving as sglang_serving
+    from sm12x.mock import tokenizer_v4
 
     encoding_dsv4 = sglang_serving.reference_encoder()
 
@@ -100,7 +101,7 @@ def serving() -> OpenAIServingChat:
     manager = SimpleNamespace(
         server_args=server_args,
         model_config=model_config,
-        tokenizer=CodePointTokenizer() if VENDORED else dsv4_tokenizer.load(),
+        tokenizer=CodePointTokenizer() if VENDORED else tokenizer_v4.load(),
         model_path="deepseek-ai/DeepSeek-V4-Flash-0731",
         config_value=lambda name: getattr(server_args, name),
     )

@@ -11,7 +11,8 @@ import json
 
 import pytest
 
-from tests.support import trees, wheels
+from sm12x.mock import wheels
+from tests.support import trees
 
 SELECTED = (
     "import json, sm12x.selftest.env as e; e.stub_torchvision(); "

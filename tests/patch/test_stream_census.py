@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from tests.support import sglang_serving, stream_census, trees
+from sm12x.mock import serving as sglang_serving
+from tests.support import stream_census, trees
 
 CONFIGS = {
     "0.5.16": ("0.5.16", False),

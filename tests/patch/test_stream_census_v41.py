@@ -7,7 +7,7 @@ deepseek_v41 and the parsers are deepseek-v41 / deepseekv41, so sglang chooses
 the `dsv41` encoding (DeepSeek's V4.1 encoder and output parser, deepseek-recipe at
 the track's pin); the outputs are rendered by that same encoder (`<｜DSML｜ calls>`
 blocks), tokenized with the V4.1 tokenizer derived from V4's
-(tests/support/dsv41_tokenizer.py). The corpus is the outputs in V4.1's own format
+(tests/support/tokenizer_v41.py). The corpus is the outputs in V4.1's own format
 (stream_census.line_cases).
 """
 
@@ -17,7 +17,8 @@ import json
 
 import pytest
 
-from tests.support import sglang_serving, stream_census, trees
+from sm12x.mock import serving as sglang_serving
+from tests.support import stream_census, trees
 
 CONFIGS = {"0.5.23": ("0.5.23", False), "0.5.23+patches": ("0.5.23", True)}
 

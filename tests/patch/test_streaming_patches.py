@@ -17,7 +17,8 @@ import sys
 
 import pytest
 
-from tests.support import stream_checks, trees, wheels
+from sm12x.mock import wheels
+from tests.support import stream_checks, trees
 
 VERSIONS = ["0.5.17", "0.5.23"]
 SERIES = {

@@ -18,7 +18,7 @@ import argparse
 import ast
 import zipfile
 
-from tests.support import wheels
+from sm12x.mock import wheels
 
 SERVING = "sglang/benchmark/serving.py"
 

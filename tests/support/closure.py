@@ -4,7 +4,7 @@ The real base carries hundreds of packages at the versions sglang's pins pull
 in (upstream-facts.md); the image's `install-app` step installs sm12x and the
 router against all of them as constraints. This resolves that set here, from
 the Requires-Dist of the sglang wheel the tests already download
-(tests/support/wheels.py), for the real base's Python (3.12) and each image
+(sm12x/mock/wheels.py), for the real base's Python (3.12) and each image
 architecture, so a test can resolve sm12x's own requirements and the router
 pin against it and a conflict shows up in the suite instead of as a
 ResolutionImpossible in a real build.
@@ -34,8 +34,10 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
+from sm12x.mock import wheels
 from sm12x.versions import load_versions
-from tests.support import wheels
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # The real bases' Python and glibc (Ubuntu 24.04: glibc 2.39) per image arch.
 PYTHON = "3.12"
@@ -53,7 +55,7 @@ def norm(name: str) -> str:
 
 
 def cache_dir() -> Path:
-    path = Path(os.environ.get("SM12X_CACHE", wheels.ROOT / ".cache")) / "closure"
+    path = wheels.cache_root() / "closure"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -205,7 +207,7 @@ def sm12x_requirements() -> list[str]:
     """sm12x's own runtime requirements (pyproject.toml [project] dependencies)."""
     import tomllib
 
-    project = tomllib.loads((wheels.ROOT / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     return list(project["dependencies"])
 
 

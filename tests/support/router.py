@@ -1,7 +1,7 @@
 """Real processes for the router tests and the router benchmark.
 
-- Backend: the fake sglang server as its own process
-  (`python -m tests.support.fake_sglang`), as a rig looks to the router.
+- Backend: the mock sglang server as its own process
+  (`python -m sm12x.mock`, i.e. `sm12x mock-server`), as a rig looks to the router.
 - Router: `sm12x router`, i.e. the same code path the compose `router`
   service runs, which execs the pinned sglang-router (same pid).
 - load(): concurrent streamed chat requests, each recorded with its start and
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.fake_sglang.app import MODEL_ID
-from tests.support.fake_sglang.server import free_port
+from sm12x.mock.app import MODEL_ID
+from sm12x.mock.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -77,11 +77,13 @@ def _stop(proc: subprocess.Popen | None, sig: int = signal.SIGKILL) -> None:
 
 @dataclass
 class Backend:
-    """A fake sglang server process on a fixed port (so it can come back)."""
+    """A mock sglang server process on a fixed port (so it can come back); its key,
+    if any, in the environment (SM12X_API_KEY), as the mock server takes it."""
 
     port: int = field(default_factory=free_port)
     args: tuple[str, ...] = ()
     log: Path | None = None
+    api_key: str | None = None
     proc: subprocess.Popen | None = None
 
     @property
@@ -91,10 +93,11 @@ class Backend:
     def start(self) -> Backend:
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [PY, "-m", "tests.support.fake_sglang", "--port", str(self.port), *self.args],
+            [PY, "-m", "sm12x.mock", "--port", str(self.port), *self.args],
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **({"SM12X_API_KEY": self.api_key} if self.api_key else {})},
         )
         return self
 
@@ -103,10 +106,10 @@ class Backend:
         # before it listens: seconds each, and several start at once on 2 cores.
         def up() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
-                raise AssertionError(f"fake server on {self.port} exited {self.proc.returncode}")
+                raise AssertionError(f"mock server on {self.port} exited {self.proc.returncode}")
             return httpx.get(self.url + "/health", timeout=1).status_code == 200
 
-        wait_until(up, timeout, f"the fake server on port {self.port}")
+        wait_until(up, timeout, f"the mock server on port {self.port}")
         return self
 
     def stop(self, sig: int = signal.SIGKILL) -> None:

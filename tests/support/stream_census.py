@@ -5,7 +5,7 @@ own DeepSeek-V4 encoder (the completion the model writes after the prompt),
 tokenize it with DeepSeek-V4's tokenizer, and stream it through
 `OpenAIServingChat.handle_request` (real reasoning parser `deepseek-v4`, real
 tool-call detector `deepseekv4`, real SSE serialisation) over the stand-in
-engine of dspark_engine.py, in every chunking mode DSPARK produces
+engine of sm12x/mock/engine.py, in every chunking mode DSPARK produces
 (`MODES`). Each stream is merged back as a client merges it and compared with
 two oracles: the intended output, and the non-streamed response to the same
 text. What differs is named (`FAILURES`).
@@ -32,7 +32,9 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.support import dspark_engine, dsv4_tokenizer, dsv41_tokenizer, sglang_serving  # noqa: E402
+from sm12x.mock import engine as dspark_engine  # noqa: E402
+from sm12x.mock import serving as sglang_serving  # noqa: E402
+from sm12x.mock import tokenizer_v4, tokenizer_v41  # noqa: E402
 from verify.stream import merge  # noqa: E402
 
 DSML = "｜DSML｜"
@@ -710,10 +712,10 @@ class Runner:
             module.Draft202012Validator = _SchemaChecks(module.Draft202012Validator)
         self.line = line
         if line == LINES[0]:
-            self.tokenizer = dsv4_tokenizer.load()
+            self.tokenizer = tokenizer_v4.load()
             self.encoder = self.serving.encoding_dsv4 or sglang_serving.reference_encoder()
         else:
-            self.tokenizer = dsv41_tokenizer.load()
+            self.tokenizer = tokenizer_v41.load()
             self.encoder = RecipeText()
         self.plan: dspark_engine.Plan | None = None
         self.chat = dspark_engine.serving_chat(
@@ -855,7 +857,7 @@ def main(argv: list[str] | None = None) -> int:
         "--site",
         required=True,
         type=Path,
-        help="a folder holding sglang/ (tests/support/sglang_serving.tree)",
+        help="a folder holding sglang/ (sm12x.mock.serving.tree)",
     )
     parser.add_argument("--json", required=True, type=Path, help="write the report here")
     parser.add_argument("--modes", default=",".join(MODES))

@@ -15,9 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support import wheels
+from sm12x.mock import wheels
 
-REPO = wheels.ROOT
+REPO = Path(__file__).resolve().parents[2]
 APPLY = REPO / "scripts" / "apply-patches"
 
 

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from tests.support.wheels import ROOT
+from tests.support.cli import ROOT
 
 SCRIPT = ROOT / "scripts" / "census-chart"
 

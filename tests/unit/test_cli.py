@@ -50,7 +50,7 @@ def test_version():
 
 def test_verify_is_handed_its_arguments_untouched():
     """`sm12x verify ...` is `python -m verify ...`: same options, same exit codes."""
-    from tests.support.fake_sglang.server import free_port
+    from sm12x.mock.server import free_port
 
     result = run_sm12x("verify", "--help")
     assert result.returncode == 0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from sm12x.mock import wheels
 from sm12x.selftest import csrc
-from tests.support import wheels
 
 PINNED = wheels.patch_series()["patch"][0]["flashinfer_verified"]
 

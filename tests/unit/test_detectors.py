@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.support.fake_sglang import corruption, model  # noqa: E402
+from sm12x.mock import corruption, model  # noqa: E402
 from verify import detectors as d  # noqa: E402
 from verify import exact  # noqa: E402
 

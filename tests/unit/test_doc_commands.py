@@ -15,7 +15,7 @@ above the command in the same document.
   (flags, environment, the reader's .env) and exits 0 only when all of it is
   accepted. Then what this machine allows runs for real (`runs_for_real`):
   every `doctor`, `verify` of a server on 127.0.0.1 and a plain `bench`,
-  against the stand-in sglang server (tests/support/fake_sglang) on a free
+  against the mock sglang server (`sm12x mock-server`, sm12x/mock) on a free
   port, bench's sglang benchmark the stand-in that parses sglang's real flags
   (tests/support/fake_bench). GPUs are a recorded `nvidia-smi` answer
   (tests/fixtures/nvidia-smi/rtx-pro-6000-x4.csv). What needs a GPU, a peer,
@@ -41,6 +41,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -139,7 +140,7 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
         "needs a CUDA GPU"
     ),
     "pip download --no-deps --only-binary=:all: -d wheels sglang==0.5.16 sglang==0.5.17": NotHere(
-        GPU_BENCH + "; scripts/test fetches the same wheels (tests/support/wheels.py)"
+        GPU_BENCH + "; scripts/test fetches the same wheels (sm12x/mock/wheels.py)"
     ),
     "pip download --no-deps --only-binary=:all: --python-version 3.12 --platform "
     "manylinux_2_28_x86_64 -d wheels apache-tvm-ffi==0.1.11": NotHere(GPU_BENCH),
@@ -211,9 +212,10 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
         "every mode, ragged7 among them)"
     ),
     # docs/verify.md
-    "python -m tests.support.fake_sglang --port 30001 --fault loop --accept-length 3.4 "
-    "--token-delay 0.001": Help(
-        "a server that runs until stopped; the integration tests start it with these flags"
+    ".venv/bin/pip install -e '.[mock]'": Install(
+        "the mock server's extra: what `sm12x mock-server` imports beyond sm12x's own",
+        "from sm12x.mock.command import missing_dependencies as m; import sys; "
+        "import sm12x.mock.app; sys.exit(', '.join(m()) or 0)",
     ),
     ".venv/bin/pip install -e '.[accuracy]'": Install(
         "verify --accuracy's lm-eval: its chat-completions model and sm12x's own GSM8K task",
@@ -338,8 +340,9 @@ def runs_for_real(sub: str, args: list[str]) -> bool:
     """What this machine can run as written, beside the stand-in server:
     doctor (it reports what it finds, GPUs from the recorded nvidia-smi),
     verify of a server on this machine, bench of one (its benchmark the
-    stand-in of sglang's, which parses the real flags)."""
-    if sub == "doctor":
+    stand-in of sglang's, which parses the real flags), and the mock server
+    itself (on a free port, until it answers)."""
+    if sub in ("doctor", "mock-server"):
         return True
     if sub == "verify":
         urls = [args[k + 1] for k, a in enumerate(args) if a == "--base-url"]
@@ -386,40 +389,77 @@ def run_sm12x(
 
 
 class StandIn:
-    """The stand-in sglang server (tests/support/fake_sglang) on a free port,
+    """The mock sglang server (`sm12x mock-server`) on a free port,
     and the commands a reader runs against it, for real."""
 
     def __init__(self, work: Path) -> None:
-        from tests.support.fake_sglang.server import free_port
+        from sm12x.mock.server import free_port
 
         self.work = work
         self.port = free_port()
-        # Its own process, as README starts it: in pytest's process its event
+        # Its own process, as the docs start it: in pytest's process its event
         # loop would share one interpreter with the test on a loaded machine.
         self.log = (work / "stand-in.log").open("w")
         self.process = subprocess.Popen(
-            [PY, "-m", "tests.support.fake_sglang", "--port", str(self.port)],
+            [str(Path(PY).parent / "sm12x"), "mock-server", "--port", str(self.port)],
             cwd=ROOT,
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + 300
-        while not self.healthy():
-            assert self.process.poll() is None, (work / "stand-in.log").read_text()
-            assert time.monotonic() < deadline, "the stand-in did not listen within 300 s"
-            time.sleep(0.5)
+        wait_healthy(self.process, self.port, work / "stand-in.log")
 
-    def healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2):
-                return True
-        except OSError:
-            return False
+    def serve(
+        self, args: list[str], cwd: Path, env: dict[str, str]
+    ) -> subprocess.CompletedProcess[str]:
+        """The documented `sm12x mock-server ...`, as written but on a free port,
+        in the reader's checkout: it listens, answers a chat completion, and
+        Ctrl-C stops it with 130."""
+        from sm12x.mock.server import free_port
+
+        port = free_port()
+        if "--port" in args:
+            k = args.index("--port") + 1
+            args = [*args[:k], str(port), *args[k + 1 :]]
+        else:
+            args = [*args, "--port", str(port)]
+        log = cwd / "mock-server.log"
+        keep = ("SM12X_CACHE", "SM12X_OFFLINE", "SM12X_FORBID_WHEELS")
+        env = {**env, **{k: os.environ[k] for k in keep if k in os.environ}}
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                [str(Path(PY).parent / "sm12x"), "mock-server", *args],
+                cwd=cwd,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+            try:
+                wait_healthy(proc, port, log)
+                body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "Hi"}]})
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{port}/v1/chat/completions",
+                    data=body.encode(),
+                    headers={"Content-Type": "application/json"},
+                )
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    assert json.loads(response.read())["choices"][0]["message"]["content"]
+                proc.send_signal(signal.SIGINT)
+                code = proc.wait(timeout=30)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(timeout=30)
+        text = log.read_text()
+        assert code == 130, text
+        assert f"listening on http://127.0.0.1:{port}" in text, text
+        return subprocess.CompletedProcess(args, 0, text, "")
 
     def run(
         self, sub: str, args: list[str], cwd: Path, env: dict[str, str]
     ) -> subprocess.CompletedProcess[str]:
         env = {**env, "COLUMNS": "200"}
+        if sub == "mock-server":
+            return self.serve(args, cwd, env)
         if sub == "verify":  # the reader's port is the stand-in's
             args = [re.sub(r":30000\b", f":{self.port}", a) for a in args]
         if sub == "bench":
@@ -483,6 +523,22 @@ class StandIn:
             self.process.kill()
             self.process.wait(timeout=20)
         self.log.close()
+
+
+def healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def wait_healthy(process: subprocess.Popen, port: int, log: Path) -> None:
+    deadline = time.monotonic() + 300
+    while not healthy(port):
+        assert process.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, "the mock server did not listen within 300 s"
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,8 @@ import zipfile
 import pytest
 
 from sm12x.doctor.model_dir import ARCHITECTURE
-from tests.support import compose, wheels
+from sm12x.mock import wheels
+from tests.support import compose
 from tests.support.cli import run_sm12x
 
 

@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.support import dsv4_tokenizer, sglang_serving, stream_census  # noqa: E402
+from sm12x.mock import serving as sglang_serving  # noqa: E402
+from sm12x.mock import tokenizer_v4  # noqa: E402
+from tests.support import stream_census  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,7 @@ def enc():
 
 @pytest.fixture(scope="module")
 def tok():
-    return dsv4_tokenizer.load()
+    return tokenizer_v4.load()
 
 
 def _specials(enc) -> list[str]:
@@ -55,7 +57,7 @@ def _specials(enc) -> list[str]:
 
 
 def test_the_package_ships_a_tokenizer_json():
-    assert (dsv4_tokenizer.folder() / "tokenizer.json").is_file()
+    assert (tokenizer_v4.folder() / "tokenizer.json").is_file()
 
 
 def test_every_encoder_special_token_is_one_token(enc, tok):
@@ -98,7 +100,7 @@ def test_loaded_as_autotokenizer_loads_it(tok, enc):
     """load() builds directly what transformers.AutoTokenizer builds from the folder."""
     from transformers import AutoTokenizer
 
-    auto = AutoTokenizer.from_pretrained(str(dsv4_tokenizer.folder()))
+    auto = AutoTokenizer.from_pretrained(str(tokenizer_v4.folder()))
     assert type(auto) is type(tok) and len(auto) == len(tok)
     assert (auto.bos_token, auto.eos_token, auto.eos_token_id) == (
         tok.bos_token,

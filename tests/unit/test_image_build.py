@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.wheels import ROOT
+from tests.support.cli import ROOT
 
 SCRIPT = ROOT / "scripts" / "image-build"
 request_cleanup: list[Path] = []

@@ -25,7 +25,7 @@ from dockerfile_parse import DockerfileParser
 
 from sm12x.launch.render import CACHE_ENV
 from sm12x.versions import TRACK_KEYS, default_track, load_versions, track_key, tracks
-from tests.support.wheels import ROOT
+from tests.support.cli import ROOT
 
 DOCKERFILE = ROOT / "Dockerfile"
 BAKE = ROOT / "docker-bake.hcl"

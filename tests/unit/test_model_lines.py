@@ -10,10 +10,10 @@ import zipfile
 import pytest
 
 from sm12x.launch import gpus as gpu_query
+from sm12x.mock import wheels
 from sm12x.recipe import fit, load_all, load_recipe
 from sm12x.recipe.lines import LINES, V4_FLASH_0731, V41_FLASH, serves
 from sm12x.recipe.matrix import FIELD_RIGS, lines_table
-from tests.support import wheels
 from verify import images
 
 V41_FILES = ("sglang/srt/configs/deepseek_v41.py",)
@@ -128,7 +128,7 @@ def test_lines_are_named_once():
 def test_the_pictures_are_valid_pngs_with_their_answer(scene):
     from PIL import Image
 
-    from tests.support.fake_sglang import vision
+    from sm12x.mock import vision
 
     picture = Image.open(io.BytesIO(images.png(scene)))
     picture.load()

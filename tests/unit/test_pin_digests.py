@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from sm12x.versions import parse_versions, read_versions, track_key, tracks
-from tests.support.wheels import ROOT
+from tests.support.cli import ROOT
 
 SCRIPT = ROOT / "scripts" / "pin-digests"
 REF = "example.org/sglang:v1-runtime"

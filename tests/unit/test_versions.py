@@ -9,6 +9,7 @@ import zipfile
 
 import pytest
 
+from sm12x.mock import wheels
 from sm12x.versions import (
     TRACK_KEYS,
     UnknownTrackError,
@@ -22,8 +23,7 @@ from sm12x.versions import (
     track_of_sglang,
     tracks,
 )
-from tests.support import wheels
-from tests.support.wheels import ROOT
+from tests.support.cli import ROOT
 
 
 @pytest.mark.parametrize("track", tracks())

@@ -1,7 +1,7 @@
 """Lets this machine's Python run sglang's real SPS profiler from a wheel's tree.
 
 Put this folder on PYTHONPATH and SM12X_SPS_SGLANG_SITE at a site folder
-holding an unpacked sglang wheel (tests/support/sglang_serving.tree): then
+holding an unpacked sglang wheel (sm12x.mock.serving.tree): then
 `python -m sglang.benchmark.dspark_sps_profiler ...` runs that wheel's
 profiler, its SPS table code (dspark_sps.py) and its tokenizer loader
 (benchmark/utils.get_tokenizer) unchanged.

@@ -30,7 +30,7 @@ import random
 import re
 from dataclasses import dataclass, field
 
-from tests.support.fake_sglang import tasks, vision
+from sm12x.mock import tasks, vision
 
 THINK_END = "</think>"
 DSML = "｜DSML｜"
@@ -322,7 +322,7 @@ def generate(request: dict, *, thinking: bool, image_blind: bool = False) -> Gen
         return Generation(
             REASONING_TOOL if thinking else None, f"Let me call {names} for that.", calls
         )
-    last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+    last_user: dict = next((m for m in reversed(messages) if m.get("role") == "user"), {})
     user = _text(last_user.get("content"))
     pictures = vision.images_of(last_user.get("content"))
     if pictures:

@@ -27,7 +27,7 @@ import random
 import re
 from dataclasses import replace
 
-from tests.support.fake_sglang import model
+from sm12x.mock import model
 
 RATE = 0.04
 DRIFT_SHARE = 2  # one free-form answer in DRIFT_SHARE drifts

@@ -5,17 +5,17 @@ streamed and not, `/server_info`, `/get_server_info`, `/metrics`, and a
 one-token `/v1/completions` for `sm12x healthcheck` through a router).
 
 Chat completions are served by sglang's own `OpenAIServingChat.handle_request`
-(tests/support/sglang_serving.py), from the image's sglang release patched by
+(sm12x.mock.serving), from the image's sglang release patched by
 scripts/apply-patches, or unpatched (`patched=False`, `--sglang-patches none`):
 request validation, the DeepSeek-V4 prompt encoder, the `deepseek-v4`
 reasoning parser, the `deepseekv4` tool-call detector, response and SSE
-building are sglang's. Behind it, the engine (tests/support/dspark_engine.py)
+building are sglang's. Behind it, the engine (sm12x.mock.engine)
 replays the scripted model's text (model.py), tokenized with DeepSeek-V4's
 tokenizer, as DSPARK delivers it: decode steps of 1 to gamma+1 tokens, and,
 while other requests are in flight, several steps merged into one chunk of up
 to 16 tokens, through sglang's own incremental detokenizer.
 
-Faults (`Faults`) reproduce what verify must catch; see FAULTS. Those of the
+Faults (sm12x.mock.faults) reproduce what verify must catch. Those of the
 model change its text; those of the serving layer rewrite sglang's response.
 """
 
@@ -27,7 +27,7 @@ import os
 import random
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pydantic import ValidationError
 from starlette.applications import Starlette
@@ -35,63 +35,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from sm12x.mock import corruption, engine, model, tokenizer_v4, tokenizer_v41
+from sm12x.mock import serving as sglang_serving
+from sm12x.mock.faults import Faults
+from sm12x.mock.sps import Scheduler, SpsConfig
 from sm12x.recipe.lines import DEFAULT_LINE, LINES, serves
 from sm12x.versions import load_versions, tracks
-from tests.support import dspark_engine, dsv4_tokenizer, dsv41_tokenizer, sglang_serving
-from tests.support.fake_sglang import corruption, model
-from tests.support.fake_sglang.sps import Scheduler, SpsConfig
 
 MODEL_ID = "deepseek-ai/DeepSeek-V4-Flash-0731"
-
-FAULTS = {
-    "healthy": "no fault",
-    "loop": "under concurrency, some outputs end in a repetition loop (depth-5 style)",
-    "salad": "under concurrency, some outputs turn into word salad (depth-5 style)",
-    "think-leak": "with thinking on, a second </think> leaks reasoning and the tag into content",
-    "no-reasoning-parser": "served without --reasoning-parser: reasoning stays in content",
-    "no-tool-parser": "served without --tool-call-parser: raw DSML markup in content",
-    "bad-tool-json": "the model writes tool arguments as JSON with its closing brace lost",
-    "truncated-tool-stream": "streamed tool-call arguments stop after their first fragment",
-    "tool-id-change": "streamed tool-call fragments carry a new id each time",
-    "wrong-finish-reason": "tool calls end with finish_reason 'stop' instead of 'tool_calls'",
-    "no-usage": "no usage in responses, stream_options.include_usage ignored",
-    "no-done": "streams end without the final 'data: [DONE]'",
-    "stall": "streams stall after a few chunks (no bytes, connection left open)",
-    "http-500": "chat completions answer HTTP 500",
-    "hang": "every request is accepted and never answered",
-    "no-spec": "speculative decoding off: no acceptance length, the gauge reads 0",
-    "low-accept": "speculative decoding on but accepting almost nothing (1.1)",
-    "router-info": "answers server info like sglang-router: router fields, no /server_info or /metrics",
-    "image-blind": "images are accepted but never reach the model (a vision tower not loaded): "
-    "it counts shapes without looking",
-}
-FAULTS.update(corruption.FAULTS)  # wrong tokens in fluent text (corruption.py)
-
-
-@dataclass
-class Faults:
-    active: set[str] = field(default_factory=set)
-    # loop/salad: corrupt every `every`-th request while at least
-    # `min_concurrency` requests are in flight (single requests stay clean).
-    every: int = 8
-    min_concurrency: int = 4
-    stall_seconds: float = 3600.0
-    die_after: int = 0  # exit the process after this many chat requests (0: never)
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.active
-
-    @classmethod
-    def parse(cls, spec: str | list[str] | None, **kw) -> Faults:
-        names: set[str] = set()
-        for part in [spec] if isinstance(spec, str) or spec is None else spec:
-            for name in (part or "").split(","):
-                name = name.strip()
-                if name and name != "healthy":
-                    if name not in FAULTS:
-                        raise ValueError(f"unknown fault {name!r}; known: {', '.join(FAULTS)}")
-                    names.add(name)
-        return cls(active=names, **kw)
 
 
 @dataclass
@@ -134,13 +85,33 @@ def deliveries(n: int, rng: random.Random, merge: bool) -> list[list[int]]:
         left -= k
     if not merge:
         return [[k] for k in steps]
-    out, current = [], []
+    out: list[list[int]] = []
+    current: list[int] = []
     for k in steps:
         if current and sum(current) + k > rng.randint(GAMMA + 1, MERGED_MAX):
             out.append(current)
             current = []
         current.append(k)
     return out + [current] if current else out
+
+
+def resolve_version(line: str = DEFAULT_LINE, sglang_version: str | None = None) -> str:
+    """The sglang release that serves `line`: the one asked for, else the image's
+    pin, else the track whose sglang serves the line (V4.1: current), as its
+    recipes name it. ValueError when the release cannot serve the line."""
+    known = LINES[line]
+    version = sglang_version or serving_version()
+    if sglang_version is None and not serves(known, version):
+        version = next(
+            (v for v in (load_versions(t)["SGLANG_VERSION"] for t in tracks()) if serves(known, v)),
+            version,
+        )
+    if not serves(known, version):
+        raise ValueError(
+            f"sglang {version} cannot serve {known.title} "
+            f"(needs >= {known.min_sglang}): pass --sglang-version"
+        )
+    return version
 
 
 def create_app(
@@ -153,38 +124,29 @@ def create_app(
     patched: bool = True,
     sps: SpsConfig | None = None,
     line: str = DEFAULT_LINE,
+    sglang_source: str = "auto",
 ) -> Starlette:
     """sps: the server's DSpark scheduler as sglang's SPS profiler sees it
     (sps.py; None: one DP rank, no per-step records, /server_info as before).
     `line`: the model line served (sm12x.recipe.lines). V4.1-Flash needs an sglang
-    that serves it (0.5.23): its encoder, parsers and the vision tower's image input."""
+    that serves it (0.5.23): its encoder, parsers and the vision tower's image input.
+    `sglang_source`: where sglang's serving code comes from (serving.locate)."""
     state = State(faults or Faults(), accept_length, token_delay, api_key)
     scheduler = Scheduler(sps or SpsConfig(gamma=GAMMA, tp=4, dp=1, ep=1))
     F = state.faults
     known = LINES[line]
-    version = sglang_version or serving_version()
-    if sglang_version is None and not serves(known, version):
-        # the track whose sglang serves the line (V4.1: current), as its recipes name
-        version = next(
-            (v for v in (load_versions(t)["SGLANG_VERSION"] for t in tracks()) if serves(known, v)),
-            version,
-        )
-    if not serves(known, version):
-        raise RuntimeError(
-            f"sglang {version} cannot serve {known.title} "
-            f"(needs >= {known.min_sglang}): pass --sglang-version"
-        )
-    serving = sglang_serving.load(sglang_serving.tree(version, patched))
+    version = resolve_version(line, sglang_version)
+    serving = sglang_serving.load(sglang_serving.locate(version, patched, sglang_source))
     P = serving.protocol
-    tokenizer = dsv4_tokenizer.load() if line == DEFAULT_LINE else dsv41_tokenizer.load()
+    tokenizer = tokenizer_v4.load() if line == DEFAULT_LINE else tokenizer_v41.load()
     eos = tokenizer.eos_token_id
-    MODEL_ID = dspark_engine.model_id(line)  # noqa: N806 (the module's name, per line)
+    MODEL_ID = engine.model_id(line)  # noqa: N806 (the module's name, per line)
 
     async def pace() -> None:
         if state.token_delay:
             await asyncio.sleep(state.token_delay)
 
-    args = dspark_engine.ServerArgsView(
+    args = engine.ServerArgsView(
         reasoning_parser=None if "no-reasoning-parser" in F else known.reasoning_parser,
         tool_call_parser=None if "no-tool-parser" in F else known.tool_call_parser,
         speculative_algorithm=None if "no-spec" in F else "DSPARK",
@@ -192,7 +154,7 @@ def create_app(
     # rid -> the request's plan, made when sglang hands the request to the
     # engine (after its own validation: an invalid request never reaches it)
     pending: dict[str, tuple] = {}
-    chat_handler = dspark_engine.serving_chat(
+    chat_handler = engine.serving_chat(
         serving,
         tokenizer,
         lambda obj: plan_for(*pending.pop(obj.rid)),
@@ -241,7 +203,7 @@ def create_app(
         if sps is not None:
             body.update(
                 scheduler.server_args(),
-                tokenizer_path=str(dsv4_tokenizer.folder()),
+                tokenizer_path=str(tokenizer_v4.folder()),
                 speculative_num_draft_tokens=sps.gamma + 1,
             )
             body["internal_states"] = [
@@ -279,7 +241,7 @@ def create_app(
         )
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
-    def plan_for(body: dict, req, seed: int, number: int) -> dspark_engine.Plan:
+    def plan_for(body: dict, req, seed: int, number: int) -> engine.Plan:
         """What the scripted model writes for this request, as DSPARK delivers it."""
         plain = {
             "messages": body["messages"],
@@ -314,7 +276,7 @@ def create_app(
         if limit is not None and len(ids) > limit:
             ids, finish = ids[:limit], {"type": "length", "length": limit}
         rng = random.Random(seed)
-        return dspark_engine.Plan(ids, deliveries(len(ids), rng, merge=state.in_flight > 1), finish)
+        return engine.Plan(ids, deliveries(len(ids), rng, merge=state.in_flight > 1), finish)
 
     async def chat(request: Request) -> Response:
         await hang_if_asked()
@@ -381,7 +343,7 @@ def create_app(
         return "data: " + json.dumps(chunk, ensure_ascii=False) + "\n\n"
 
     async def _faulty_stream(events, rid: str):
-        sent, first_args = 0, set()
+        sent, first_args = 0, set[int]()
         try:
             async for event in events:
                 event = event if isinstance(event, str) else event.decode()
@@ -447,6 +409,6 @@ def create_app(
         Route("/abort_request", scheduler.abort_request, methods=["POST"]),
     ]
     app = Starlette(routes=routes)
-    app.state.fake = state
+    app.state.mock = state
     app.state.scheduler = scheduler
     return app

@@ -1,4 +1,5 @@
-"""Run the fake sglang server: in a thread (tests) or as a process (`python -m`)."""
+"""Run the mock sglang server in a background thread (tests, benchmarks); as a
+process it is `sm12x mock-server` (sm12x.mock.command)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 
 import uvicorn
 
-from tests.support.fake_sglang.app import Faults, create_app
+from sm12x.mock.app import Faults, create_app
 
 
 def free_port() -> int:
@@ -17,10 +18,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-class FakeServer:
-    """A fake sglang on 127.0.0.1 in a background thread; a context manager.
+class MockServer:
+    """A mock sglang on 127.0.0.1 in a background thread; a context manager.
 
-    >>> with FakeServer(faults="loop") as server:
+    >>> with MockServer(faults="loop") as server:
     ...     server.base_url  # http://127.0.0.1:PORT
     """
 
@@ -36,6 +37,7 @@ class FakeServer:
         patched: bool = True,
         sps=None,
         line: str = "v4-flash-0731",
+        sglang_source: str = "auto",
         **fault_options,
     ):
         if not isinstance(faults, Faults):
@@ -49,6 +51,7 @@ class FakeServer:
             patched=patched,
             sps=sps,
             line=line,
+            sglang_source=sglang_source,
         )
         self.port = port or free_port()
         config = uvicorn.Config(
@@ -68,14 +71,14 @@ class FakeServer:
 
     @property
     def state(self):
-        return self.app.state.fake
+        return self.app.state.mock
 
-    def start(self) -> FakeServer:
+    def start(self) -> MockServer:
         self._thread.start()
         deadline = time.monotonic() + 20
         while not self._server.started:
             if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("fake sglang server did not start")
+                raise RuntimeError("the mock sglang server did not start")
             time.sleep(0.02)
         return self
 
@@ -84,7 +87,7 @@ class FakeServer:
         self._server.force_exit = True
         self._thread.join(timeout=5)
 
-    def __enter__(self) -> FakeServer:
+    def __enter__(self) -> MockServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

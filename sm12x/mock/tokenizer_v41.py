@@ -1,4 +1,4 @@
-"""A DeepSeek-V4.1 tokenizer for the tests, derived from V4's: no package ships V4.1's.
+"""A DeepSeek-V4.1 tokenizer for the mock server, derived from V4's: no package ships V4.1's.
 
 DeepSeek publishes V4.1-Flash's tokenizer only inside the model repository, which
 cannot be reached here, and no package on PyPI carries it. What sglang 0.5.23's
@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import json
 
-from tests.support import dsv4_tokenizer
+from sm12x.mock import tokenizer_v4
 
 IMAGE_TOKEN = "<｜deepseek_image｜>"
 IMAGE_TOKEN_ID = 129264  # deepseek_recipe.IMAGE_SPECIAL_TOKEN_ID
@@ -39,12 +39,12 @@ SYSTEM_TOKEN = "<｜System｜>"
 
 def tokenizer_json() -> dict:
     """V4's tokenizer.json, changed into V4.1's as far as its code tells."""
-    data = json.loads((dsv4_tokenizer.folder() / "tokenizer.json").read_text(encoding="utf-8"))
+    data = json.loads((tokenizer_v4.folder() / "tokenizer.json").read_text(encoding="utf-8"))
     added = data["added_tokens"]
     slot = next((t for t in added if t["id"] == IMAGE_TOKEN_ID), None)
     if slot is None:
         raise RuntimeError(
-            f"V4's tokenizer has no added token {IMAGE_TOKEN_ID}: {dsv4_tokenizer.PACKAGE} changed"
+            f"V4's tokenizer has no added token {IMAGE_TOKEN_ID}: {tokenizer_v4.PACKAGE} changed"
         )
     slot.update(content=IMAGE_TOKEN, special=True)
     if not any(t["content"] == SYSTEM_TOKEN for t in added):
@@ -65,11 +65,11 @@ def tokenizer_json() -> dict:
 
 @functools.cache
 def load():
-    """The V4.1 tokenizer in the class sglang's AutoTokenizer gives (as dsv4_tokenizer)."""
+    """The V4.1 tokenizer in the class sglang's AutoTokenizer gives (as sm12x.mock.tokenizer_v4)."""
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
-    v4 = dsv4_tokenizer.load()
+    v4 = tokenizer_v4.load()
     backend = Tokenizer.from_str(json.dumps(tokenizer_json()))
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,

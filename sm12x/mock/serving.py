@@ -1,15 +1,20 @@
 """sglang's real OpenAI serving code (serving_chat.py and what it calls), on a CPU.
 
-`tree(version, patched)` unpacks a cached sglang wheel (tests/support/wheels.py)
-into $SM12X_CACHE/sglang-serving/ and, when asked, patches it with
-scripts/apply-patches, the script the image build runs. The folder's name
-carries a digest of the patch series, so editing a patch rebuilds it.
+`locate(version, patched)` is where that code comes from: the installed sglang
+when it is that release, patched by scripts/apply-patches (its record,
+sglang/.sm12x-patches.json) when `patched` (the image), else
+`tree(version, patched)`, which unpacks the sglang wheel (sm12x.mock.wheels,
+downloaded unless SM12X_OFFLINE=1) into <cache>/sglang-serving/ and, when
+asked, patches it with scripts/apply-patches, the script the image build runs
+(a checkout's: a pip-installed sm12x without one serves `patched=False` or the
+installed sglang only). The folder's name carries a digest of the patch
+series, so editing a patch rebuilds it.
 
 `load(site)` imports, from that tree, `OpenAIServingChat` and everything its
 chat path runs: the protocol models, the DeepSeek-V4 encoder, the `deepseek-v4`
 reasoning parser, the `deepseekv4` tool-call detector, the SSE helpers, usage
 accounting. Only what belongs to the engine behind the serving layer, which the
-stand-in engine (dspark_engine.py) replaces, is stubbed, because importing it
+stand-in engine (sm12x.mock.engine) replaces, is stubbed, because importing it
 drags in the scheduler, the model configs and CUDA-only packages:
 
 - `sglang.srt.managers.io_struct`: `GenerateReqInput`, the request the
@@ -56,29 +61,83 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from sm12x.mock import wheels
+from sm12x.paths import checkout_root, data_path
+from sm12x.selftest.env import _TorchvisionStub
+from sm12x.versions import load_versions
 
-from sm12x.selftest.env import _TorchvisionStub  # noqa: E402
-from sm12x.versions import load_versions  # noqa: E402
-from tests.support import tiers, wheels  # noqa: E402
+# What the image records in the sglang it patched (scripts/apply-patches RECORD).
+RECORD = ".sm12x-patches.json"
+SOURCES = ("auto", "installed", "wheel")
 
-APPLY = ROOT / "scripts" / "apply-patches"
-PATCHES = ROOT / "patches" / "sglang"
+
+def _apply_patches() -> Path:
+    root = checkout_root()
+    script = root / "scripts" / "apply-patches" if root is not None else None
+    if script is None or not script.is_file():
+        raise RuntimeError(
+            "patching sglang's wheel needs scripts/apply-patches from a checkout of sm12x: "
+            "run from a checkout, in the image (its sglang is patched already), or serve "
+            "unpatched (--sglang-patches none)"
+        )
+    return script
+
+
+def _patches() -> Path:
+    return data_path("patches") / "sglang"
 
 
 def _series_digest(version: str) -> str:
     """What apply-patches would apply to `version`: patches.toml and the folder."""
-    digest = hashlib.sha256((PATCHES / "patches.toml").read_bytes())
-    folder = PATCHES / version
+    digest = hashlib.sha256((_patches() / "patches.toml").read_bytes())
+    folder = _patches() / version
     for path in sorted(folder.glob("*.patch")) if folder.is_dir() else []:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("SM12X_CACHE", ROOT / ".cache")) / "sglang-serving"
+    return wheels.cache_root() / "sglang-serving"
+
+
+def installed(version: str, patched: bool) -> Path | None:
+    """The site-packages folder of the sglang this Python would import, when it
+    can stand for the tree of (version, patched): that release, patched by
+    scripts/apply-patches (its record) when `patched`, unrecorded when not.
+    A tree of this cache on sys.path (the tests put some there) does not count."""
+    from importlib.machinery import PathFinder
+    from importlib.metadata import distributions
+
+    spec = PathFinder.find_spec("sglang")  # searches sys.path, imports nothing
+    if spec is None or not spec.origin or not spec.origin.endswith("__init__.py"):
+        return None
+    package_dir = Path(spec.origin).parent
+    site = package_dir.parent
+    if site.resolve().is_relative_to(cache_root().resolve()):
+        return None
+    dists = list(distributions(name="sglang", path=[str(site)]))
+    if not dists or dists[0].version != version:
+        return None
+    return site if (package_dir / RECORD).is_file() == patched else None
+
+
+def locate(version: str, patched: bool, source: str = "auto") -> Path:
+    """Where sglang `version`'s serving code comes from: `source` "installed" (the
+    image's sglang, refused when it is not that release, so patched), "wheel"
+    (`tree`), or "auto": the installed one when it fits, else the wheel's tree."""
+    wheels.guard(f"run sglang {version}'s serving code")
+    if source not in SOURCES:
+        raise ValueError(f"unknown sglang source {source!r}; known: {', '.join(SOURCES)}")
+    if source != "wheel":
+        found = installed(version, patched)
+        if found is not None:
+            return found
+        if source == "installed":
+            raise RuntimeError(
+                f"no installed sglang {version} {'patched by scripts/apply-patches' if patched else 'unpatched'}"
+                " on this Python's path: install it, or use the wheel's code (--sglang-source wheel)"
+            )
+    return tree(version, patched)
 
 
 def tree(version: str, patched: bool) -> Path:
@@ -88,7 +147,7 @@ def tree(version: str, patched: bool) -> Path:
     servers may start at once), into a temporary folder renamed into place, so
     an interrupted build never leaves half a tree.
     """
-    tiers.guard(f"run sglang {version}'s serving code")
+    wheels.guard(f"run sglang {version}'s serving code")
     label = f"{version}-patched-{_series_digest(version)}" if patched else f"{version}-pristine"
     site = cache_root() / label
     if (site / ".complete").exists():
@@ -98,12 +157,13 @@ def tree(version: str, patched: bool) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (site / ".complete").exists():
             return site
+        apply = _apply_patches() if patched else None
         building = cache_root() / f".{label}.{os.getpid()}"
         shutil.rmtree(building, ignore_errors=True)
         wheels.unpack("sglang", version, building, members=("sglang/",))
-        if patched:
+        if apply is not None:
             done = subprocess.run(
-                [sys.executable, str(APPLY), "--site-packages", str(building)],
+                [sys.executable, str(apply), "--site-packages", str(building)],
                 capture_output=True,
                 text=True,
                 timeout=300,
@@ -144,7 +204,7 @@ class Serving:
 
     def publish(self, args) -> None:
         """sglang >= 0.5.23: publish the real ServerArgs for the stand-in's server
-        arguments (a dataclass of flag values, dspark_engine.ServerArgsView)."""
+        arguments (a dataclass of flag values, sm12x.mock.engine.ServerArgsView)."""
         if not self.publishes_config:
             return
         from sglang.srt.runtime_context import publish

@@ -66,14 +66,14 @@ def _lift_detokenizer(source: Path, find_printable_text: Callable) -> type:
     if decode_status is None or manager is None:
         raise RuntimeError(
             f"{source}: no DecodeStatus / DetokenizerManager class: sglang's "
-            "detokenizer changed; update tests/support/dspark_engine.py"
+            "detokenizer changed; update sm12x/mock/engine.py"
         )
     methods = {n.name: n for n in manager.body if isinstance(n, ast.FunctionDef)}
     missing = [m for m in _LIFTED_METHODS if m not in methods]
     if missing:
         raise RuntimeError(
             f"{source}: DetokenizerManager has no {missing}: sglang's "
-            "detokenizer changed; update tests/support/dspark_engine.py"
+            "detokenizer changed; update sm12x/mock/engine.py"
         )
     lifted = ast.ClassDef(
         name="LiftedDetokenizer",
@@ -83,7 +83,7 @@ def _lift_detokenizer(source: Path, find_printable_text: Callable) -> type:
         body=[methods[m] for m in _LIFTED_METHODS],
     )
     if "type_params" in ast.ClassDef._fields:  # Python >= 3.12
-        lifted.type_params = []
+        lifted.type_params = []  # type: ignore[attr-defined]
     tree = ast.Module(body=[decode_status, lifted], type_ignores=[])
     ast.fix_missing_locations(tree)
     # dataclasses looks the defining module up in sys.modules

