@@ -1,0 +1,206 @@
+"""`sm12x mock-server` as a user runs it: the installed command, its own process on a
+free port, its key from the environment; driven by the official `openai` client
+(a chat completion, a streamed one, a tool call, reasoning), by `python -m
+verify`, and with a fault on; Ctrl-C ends it with 130."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from sm12x.mock.server import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+SM12X = Path(sys.executable).parent / "sm12x"
+KEY = "sk-mock-test"
+MODEL = "deepseek-ai/DeepSeek-V4-Flash-0731"
+
+
+class Running:
+    def __init__(self, tmp_path: Path, *flags: str, key: str | None = KEY) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tmp_path / f"mock-{self.port}.log"
+        env = {**os.environ, "SM12X_ENV_FILE": os.devnull}
+        env.pop("SM12X_API_KEY", None)
+        if key:
+            env["SM12X_API_KEY"] = key
+        with self.log.open("w") as out:
+            self.proc = subprocess.Popen(
+                [str(SM12X), "mock-server", "--port", str(self.port), *flags],
+                cwd=tmp_path,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 240
+        while True:
+            assert self.proc.poll() is None, self.text()
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "not listening after 240 s: " + self.text()
+            time.sleep(0.2)
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def client(self, key: str = KEY) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0, timeout=60)
+
+    def interrupt(self) -> int:
+        self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory):
+    server = Running(tmp_path_factory.mktemp("mock"))
+    yield server
+    server.stop()
+
+
+def test_it_says_where_it_listens_and_with_which_faults(healthy):
+    text = healthy.text()
+    assert "sm12x mock-server: loading sglang " in text
+    assert f"sm12x mock-server: listening on {healthy.url} faults=healthy " in text
+    assert "key=set" in text and KEY not in text
+    ps = subprocess.run(
+        ["ps", "-o", "args=", "-p", str(healthy.proc.pid)], capture_output=True, text=True
+    )
+    assert KEY not in ps.stdout  # the key never reaches argv
+
+
+def test_the_openai_client_chats(healthy):
+    client = healthy.client()
+    assert [m.id for m in client.models.list()] == [MODEL]
+    done = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "What is speculative decoding?"}]
+    )
+    choice = done.choices[0]
+    assert choice.finish_reason == "stop"
+    assert len(choice.message.content.split()) > 10
+    assert done.usage.completion_tokens > 10 and done.usage.prompt_tokens > 0
+
+
+def test_the_openai_client_streams_the_same_answer(healthy):
+    client = healthy.client()
+    messages = [{"role": "user", "content": "What is speculative decoding?"}]
+    whole = client.chat.completions.create(model=MODEL, messages=messages)
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL, messages=messages, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert len([c for c in chunks if c.choices]) > 3  # DSPARK's steps, not one chunk
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] == "stop"
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+
+def test_the_openai_client_gets_tool_calls_and_reasoning(healthy):
+    client = healthy.client()
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "the weather in a city",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "required": ["city"],
+                },
+            },
+        }
+    ]
+    done = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": 'Call get_weather {"city": "Paris"}'}],
+        tools=tools,
+    )
+    choice = done.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    thought = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "What is 17 * 23?"}],
+        extra_body={"chat_template_kwargs": {"thinking": True}},
+    )
+    message = thought.choices[0].message
+    assert getattr(message, "reasoning_content", None)
+    assert "</think>" not in (message.content or "")
+
+
+def test_the_key_is_required(healthy):
+    with pytest.raises(openai.AuthenticationError):
+        healthy.client(key="sk-wrong").models.list()
+
+
+def test_verify_passes_against_it(healthy, tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verify",
+            "--base-url",
+            healthy.url,
+            "--only",
+            "health,models,one-token,chat,chat-stream,raw-stream,tools,spec",
+            "--no-files",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "SM12X_API_KEY": KEY, "SM12X_ENV_FILE": os.devnull},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_fault_is_what_verify_and_a_client_see(tmp_path):
+    """--fault no-done: sglang's streams end without `data: [DONE]`; verify's
+    raw-stream check fails on it; Ctrl-C ends the server with 130."""
+    server = Running(tmp_path, "--fault", "no-done", key=None)
+    try:
+        assert "faults=no-done" in server.text() and "key=none" in server.text()
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "stream": True}
+        with httpx.stream("POST", server.url + "/v1/chat/completions", json=body) as response:
+            events = [line for line in response.iter_lines() if line.startswith("data: ")]
+        assert len(events) > 2 and "data: [DONE]" not in events
+        done = subprocess.run(
+            [sys.executable, "-m", "verify", "--base-url", server.url]
+            + ["--only", "raw-stream", "--no-files"],
+            cwd=tmp_path,
+            env={**os.environ, "SM12X_ENV_FILE": os.devnull},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "[DONE]" in done.stdout, done.stdout
+        assert server.interrupt() == 130, server.text()
+    finally:
+        server.stop()
