@@ -19,7 +19,7 @@ help:
 	@echo "make check  lint + types + fast: what to run before a commit"
 
 fast:
-	SM12X_CACHE=$(CURDIR)/.cache $(PY) -m pytest -m fast -n 2 --dist loadfile -q
+	SM12X_TIER=fast SM12X_CACHE=$(CURDIR)/.cache $(PY) -m pytest -m fast -n 2 --dist loadfile -q
 
 full:
 	scripts/test
