@@ -317,10 +317,21 @@ def serve(args, faults, version: str, patched: bool, host: str, port: int, key) 
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
     )
-    # uvicorn stops on SIGINT/SIGTERM and raises the signal again once it has:
-    # Ctrl-C reaches sm12x.cli as KeyboardInterrupt (exit 130).
-    uvicorn.Server(config).run()
-    return 0
+    server = uvicorn.Server(config)
+    server.run()
+    return _stopped_status(server)
+
+
+def _stopped_status(server) -> int:
+    """uvicorn stops on SIGINT/SIGTERM and raises the signal again once it has,
+    so Ctrl-C normally reaches sm12x.cli as KeyboardInterrupt (exit 130). Where
+    SIGINT was ignored when the process started (a background job of a shell
+    script inherits that), the raise does nothing and run() returns: the stop
+    is still a signal's, so the status says which (128 + its number)."""
+    if not server.should_exit:
+        return 0
+    captured = list(getattr(server, "_captured_signals", ()))
+    return 128 + int(captured[-1]) if captured else 130
 
 
 COMMAND = Command(

@@ -240,3 +240,20 @@ def test_a_tree_of_the_cache_on_the_path_is_not_an_install(monkeypatch, tmp_path
     site = fake_site(sm12x.mock.serving.cache_root() / "0.5.17-pristine", "0.5.17", record=False)
     monkeypatch.syspath_prepend(str(site))
     assert sm12x.mock.serving.installed("0.5.17", patched=False) is None
+
+
+def test_a_signal_stop_is_a_signal_status_even_where_sigint_was_ignored():
+    """uvicorn returns from run() after a signal when the re-raised SIGINT is
+    ignored (a background job inherits that): the status still says a signal
+    stopped it, as the CI run's Ctrl-C checks expect (130), SIGTERM 143."""
+    import signal
+    from types import SimpleNamespace
+
+    from sm12x.mock.command import _stopped_status
+
+    assert _stopped_status(SimpleNamespace(should_exit=False)) == 0
+    assert _stopped_status(SimpleNamespace(should_exit=True, _captured_signals=[])) == 130
+    stopped = SimpleNamespace(should_exit=True, _captured_signals=[signal.SIGINT])
+    assert _stopped_status(stopped) == 130
+    stopped = SimpleNamespace(should_exit=True, _captured_signals=[signal.SIGTERM])
+    assert _stopped_status(stopped) == 143
