@@ -14,6 +14,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+# First, before any test adds an import hook: the in-process CLI runs with the
+# interpreter's own (tests/support/cli.py).
+import tests.support.cli  # noqa: E402,F401
+
 # A developer's own .env in the checkout must not reach the tests: every
 # command reads .env (sm12x.settings); a test that wants one names it.
 os.environ["SM12X_ENV_FILE"] = os.devnull
@@ -107,3 +111,18 @@ def _cli_as_a_process(request, monkeypatch):
     process (tests/support/cli.py says what that isolates by hand)."""
     if request.node.get_closest_marker("process"):
         monkeypatch.setenv("SM12X_CLI_PROCESS", "1")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_imports_for_the_fast_tier(request):
+    """A fast-tier test runs with a fresh process's imports: a stub sglang or a
+    wheel tree that a slower test left in this worker is hidden for it (the
+    CI-under-load run failed 14 launch tests on one, in a worker that had
+    served the mock server in process first)."""
+    if request.node.get_closest_marker("fast") is None:
+        yield
+        return
+    from tests.support.cli import fresh_imports
+
+    with fresh_imports(Path.cwd()):
+        yield

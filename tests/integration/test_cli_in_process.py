@@ -78,3 +78,43 @@ def test_an_exec_hands_over_its_status_and_output():
     assert (
         (status, out, err) == (real.returncode, real.stdout, real.stderr) == (7, "out\n", "err\n")
     )
+
+
+def test_what_earlier_tests_imported_does_not_decide_what_the_cli_sees(tmp_path, monkeypatch):
+    """A stub sglang in sys.modules and a tree on sys.path (what the wheel tests
+    leave in a worker) are not there for the call, as in a fresh process; the
+    CI-under-load run failed 30 unit tests so before the runner hid them."""
+    import types
+
+    tree = tmp_path / "tree"
+    (tree / "sglang").mkdir(parents=True)
+    (tree / "sglang" / "__init__.py").write_text(
+        "raise ImportError('the tree, not a fresh path')\n"
+    )
+    monkeypatch.syspath_prepend(str(tree))
+    stub = types.ModuleType("sglang")  # no __spec__: made by hand
+    monkeypatch.setitem(sys.modules, "sglang", stub)
+    monkeypatch.setitem(sys.modules, "sglang.srt", types.ModuleType("sglang.srt"))
+    args = ("render", "rtx-pro-6000-tp4")
+    inside, outside = both(*args)
+    same(inside, outside)
+    launch = ("launch", "--recipe", "rtx-pro-6000-tp4", "--dry-run")
+    same(*both(*launch))
+    # and both are back for the test that put them there
+    assert sys.modules["sglang"] is stub and str(tree) in sys.path
+
+
+def test_fresh_imports_hide_a_stub_sglang_from_code_called_directly(monkeypatch):
+    """What tests/conftest.py wraps every fast-tier test in: sm12x's own probe
+    for an installed sglang sees none inside, and the stub outside."""
+    import types
+
+    from sm12x.launch.main import installed_sglang
+
+    monkeypatch.setitem(sys.modules, "sglang", types.ModuleType("sglang"))
+    with pytest.raises(ValueError, match="__spec__ is None"):
+        installed_sglang()  # what 14 launch tests met in the CI-under-load run
+    with cli.fresh_imports(cli.ROOT):
+        assert installed_sglang() is None
+        assert "sglang" not in sys.modules
+    assert isinstance(sys.modules["sglang"], types.ModuleType)

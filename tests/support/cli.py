@@ -14,6 +14,12 @@ In process, what a separate process would isolate is isolated by hand:
 - `os.exec*` (launch hands the process over to sglang) runs the program as a
   child and exits with its status, which is what the caller of an exec sees;
 - signal handlers, the working folder and sys.argv are put back;
+- imports are a fresh process's: sys.path is what `python -m sm12x.cli` would
+  start with (its folder first), sys.meta_path the interpreter's own, and any
+  module a fresh process would not find where this one holds it (sglang as a
+  test stubbed it or put a wheel tree on sys.path, a placeholder torchvision)
+  is hidden for the call and put back after it, so what earlier tests in the
+  same worker loaded never decides what the CLI sees;
 - an exception that escapes is printed as a traceback with status 1, as the
   interpreter would.
 """
@@ -22,7 +28,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
+import importlib
+import importlib.machinery
 import io
+import json
 import os
 import shlex
 import signal
@@ -39,6 +49,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 120
+# The interpreter's own finders, before any test adds one (tests/conftest.py
+# imports this module first thing).
+_META_PATH = tuple(sys.meta_path)
 
 
 def run_sm12x(
@@ -80,11 +93,10 @@ def run_in_process(
     args: list[str], env: dict[str, str], cwd: Path
 ) -> subprocess.CompletedProcess[str]:
     """`sm12x.cli.main(args)` here, as `python -m sm12x.cli ARGS` would run it."""
-    from sm12x import cli
-
     with (
         _environment(env),
         _working_folder(cwd),
+        fresh_imports(cwd),
         _signals(),
         _exec_as_child(),
         _captured() as streams,
@@ -92,6 +104,8 @@ def run_in_process(
         saved_argv = sys.argv
         sys.argv = ["sm12x", *args]
         try:
+            # Imported here: the sm12x a fresh process in `cwd` would import.
+            cli = importlib.import_module("sm12x.cli")
             status = cli.main(args)
         except SystemExit as exc:
             status = _exit_status(exc.code)
@@ -111,6 +125,77 @@ def _exit_status(code: object) -> int:
         return code
     print(code, file=sys.stderr)  # sys.exit("message"): printed, status 1
     return 1
+
+
+@functools.cache
+def _fresh_path() -> tuple[str, ...]:
+    """sys.path of a fresh `python -m sm12x.cli` with PYTHONPATH=ROOT, after its first
+    entry (the working folder, which the call puts first itself)."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "LANG": "C.UTF-8"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return tuple(json.loads(done.stdout))
+
+
+_VERDICTS: dict[tuple[str, int, tuple[str, ...]], bool] = {}
+
+
+def _held_elsewhere(top: str, module: object, path: list[str]) -> bool:
+    """Would a fresh process with `path` find top-level `top` somewhere else, or not at all?"""
+    key = (top, id(module), tuple(path))
+    if key not in _VERDICTS:
+        _VERDICTS[key] = _judge_held_elsewhere(top, module, path)
+    return _VERDICTS[key]
+
+
+def _judge_held_elsewhere(top: str, module: object, path: list[str]) -> bool:
+    if top in sys.builtin_module_names or top in ("__main__", "__mp_main__"):
+        return False
+    spec = getattr(module, "__spec__", None)
+    if spec is None:  # made by hand: a test's stub
+        return True
+    if spec.origin in ("built-in", "frozen"):
+        return False
+    fresh = importlib.machinery.PathFinder.find_spec(top, path)
+    if fresh is None:
+        return True
+    if spec.origin or fresh.origin:
+        return spec.origin != fresh.origin
+    return list(spec.submodule_search_locations or ()) != list(
+        fresh.submodule_search_locations or ()
+    )
+
+
+@contextlib.contextmanager
+def fresh_imports(cwd: Path) -> Iterator[None]:
+    """For the block, the imports a fresh `python -m` in `cwd` would have (the
+    module docstring says what that hides); tests/conftest.py runs every fast-tier
+    test inside one, so what a wheel test left in the worker never reaches it."""
+    path = [str(cwd), *_fresh_path()]
+    tops = {name for name in sys.modules if "." not in name}
+    foreign = {top for top in tops if _held_elsewhere(top, sys.modules[top], path)}
+    hidden = {
+        name: module for name, module in sys.modules.items() if name.partition(".")[0] in foreign
+    }
+    for name in hidden:
+        del sys.modules[name]
+    saved_path, saved_meta = sys.path[:], sys.meta_path[:]
+    sys.path[:] = path
+    sys.meta_path[:] = _META_PATH
+    importlib.invalidate_caches()
+    try:
+        yield
+    finally:
+        sys.path[:] = saved_path
+        sys.meta_path[:] = saved_meta
+        for name in [n for n in sys.modules if n.partition(".")[0] in foreign]:
+            del sys.modules[name]  # the call's own copies of what it could not see
+        sys.modules.update(hidden)
 
 
 @contextlib.contextmanager
