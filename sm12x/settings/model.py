@@ -42,6 +42,8 @@ SERVERS = ("launch", "render")
 # Clients may take the key as a flag (they are run by hand); servers never do:
 # a key on a command line is readable by every user of the host (`ps`).
 CLIENTS = ("verify", "bench")
+# Every command that reads the API key (SM12X_API_KEY or SM12X_API_KEY_FILE).
+KEY_READERS = (*SERVERS, "router", "exposure-check", "healthcheck", *CLIENTS, "mock-server")
 DEFAULT_PORT = 30000
 # The router's ports: the one place they are written (sm12x.deploy reads them).
 DEFAULT_ROUTER_PORT = 8000
@@ -187,15 +189,7 @@ class Settings(BaseSettings):
         Meta(
             "the key clients send (Authorization: Bearer); empty: no key, allowed only "
             "on 127.0.0.1",
-            commands=(
-                *SERVERS,
-                "router",
-                "exposure-check",
-                "healthcheck",
-                "verify",
-                "bench",
-                "mock-server",
-            ),
+            commands=KEY_READERS,
             flag_commands=CLIENTS,
             default="none",
             metavar="KEY",
@@ -206,15 +200,7 @@ class Settings(BaseSettings):
         str | None,
         Meta(
             "a file holding the key instead (a Kubernetes Secret mounted read-only)",
-            commands=(
-                *SERVERS,
-                "router",
-                "exposure-check",
-                "healthcheck",
-                "verify",
-                "bench",
-                "mock-server",
-            ),
+            commands=KEY_READERS,
             default="none",
             metavar="FILE",
             path=True,

@@ -147,7 +147,9 @@ _VERDICTS: dict[tuple[str, int, tuple[str, ...]], bool] = {}
 
 def _held_elsewhere(top: str, module: object, path: list[str]) -> bool:
     """Would a fresh process with `path` find top-level `top` somewhere else, or not at all?"""
-    key = (top, id(module), tuple(path))
+    # id() alone could be a freed module's; its origin too makes that harmless.
+    spec = getattr(module, "__spec__", None)
+    key = (top, id(module), getattr(spec, "origin", None), tuple(path))
     if key not in _VERDICTS:
         _VERDICTS[key] = _judge_held_elsewhere(top, module, path)
     return _VERDICTS[key]
