@@ -1,0 +1,522 @@
+"""Compact ragged verify at a full DP rank, through sglang 0.5.23's own metadata chain.
+
+The question (issue 28): under ``SGLANG_RAGGED_VERIFY_MODE=compact`` a verify batch is
+padded to a captured graph tier of ``graph_num_tokens`` rows and
+``_ragged_capture_slots(tier) = min(tier, max_bs)`` request slots. The DeepSeek-V4
+backend pads the layout with ``padded_to_bucket(padded_bs=slots)`` and no cap, so
+when a rank holds ``max_bs`` requests there is no padding slot and the tier's
+leftover rows (``tier - sum(verify_lens)``) are given to the last real request. Its
+extend length then reaches the compress planner hundreds of rows wide. What does the
+planner do with that, and with whose state?
+
+This script runs the chain as sglang runs it, on a CUDA GPU:
+
+1. ``RaggedVerifyLayout.from_verify_lens_device`` with the tier the DSPARK planner
+   picks (``verify_layout_graph_num_tokens_floor`` rounded up on the runner's token
+   grid, ``_build_ragged_verify_token_buckets``): sglang's own code, imported from
+   the tree.
+2. ``_ragged_capture_slots`` (the decode graph runner), ``_resolve_verify_layout``
+   and ``init_forward_metadata_target_verify`` (the DeepSeek-V4 backend): the real
+   functions, compiled from the tree's source files (ast) and called on stand-in
+   ``self`` objects that hold only the attributes they read. The backend module
+   itself cannot be imported without the whole serving stack.
+3. ``seq_lens + extend_seq_lens`` as ``make_forward_metadata_from_raw_verify`` does
+   (its ragged branch; the rest of that method builds attention metadata the
+   compressor does not read), then the GPU compress planner (``plan_compress_prefill``
+   of the tree's c_plan.cuh, compiled as sglang's ``load_jit`` does by
+   benchmarks/dsv4_kernel_check.py) with the arguments ``CompressorPrefillPlan.generate``
+   passes (``use_cuda_graph=True``, ``num_q_tokens = graph_num_tokens``).
+
+``req_to_token`` is laid out as sglang's ``ReqToTokenPool`` keeps it: row 0 is the
+padding row (all zeros: "cuda-graph padded batches default req_pool_indices to 0"),
+requests hold rows 1..N, and a row holds its request's locations up to its allocated
+length (the verify's seq + draft tokens). Past that a row keeps whatever its last
+occupant wrote (``free`` does not clear it): ``--stale fresh`` models a row never
+used before (zeros: location 0, the padding page), ``--stale reused`` a row whose
+previous occupant's pages now belong to another live request (worst case: the next
+row's request, aligned so the extend's last rows read that request's newest rows). Full location 0 and SWA page 0 are the padding
+sink (the paged allocators hand out pages from 1).
+
+For every case it records the per-request extend lengths and the write plan, and
+reports: needed verify rows the plan leaves unwritten (missing), and the ring slots
+the plan writes for rows no request verified (ghost rows), by owner: a live row some
+request's next compression reads (its own or another request's), the padding sink,
+or a slot no live row holds.
+
+Prepare (any machine, repository root; writes only sglang's own files, unchanged):
+    python benchmarks/dsv4_full_rank_check.py prepare .cache/wheels/sglang-0.5.23-*.whl .devtrees/full-rank
+Run (CUDA machine; msgspec and apache_tvm_ffi importable):
+    python benchmarks/dsv4_full_rank_check.py run --tree .devtrees/full-rank --json out/full-rank.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import random
+import sys
+import types
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+# What the chain needs from the wheel: modules imported as they are, and source files
+# whose functions are compiled one by one (their modules import the serving stack).
+IMPORTED = (
+    "sglang/srt/environ.py",
+    "sglang/srt/speculative/ragged_verify.py",
+    "sglang/kernels/ops/speculative/ragged_verify_kernels.py",
+)
+COMPILED = {
+    "sglang/srt/layers/attention/deepseek_v4_backend.py": [
+        "_resolve_verify_layout",
+        "init_forward_metadata_target_verify",
+        "_make_target_verify_c128_metadata",
+        "get_cuda_graph_seq_len_fill_value",
+        "DSV4RawVerifyMetadata",
+    ],
+    "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py": [
+        "_ragged_capture_slots",
+        "_build_ragged_verify_token_buckets",
+    ],
+    "sglang/srt/speculative/dspark_components/dspark_planner.py": [
+        "verify_layout_graph_num_tokens_floor",
+        "ragged_capture_num_tokens",
+    ],
+    "sglang/srt/arg_groups/cuda_graph_hook.py": ["generate_decode_cuda_graph_batch_sizes"],
+}
+PLAN_SOURCES = "sglang/kernels/jit/"
+
+# Geometry of the throughput recipes (DSPARK depth 7: 8 draft tokens per request;
+# --cuda-graph-max-bs-decode 64) and of DeepSeek-V4's pools.
+DRAFT_TOKENS = 8
+SWA_PAGE = {4: 128, 128: 256}
+SPEC_RING = {4: 16, 128: 256}  # get_compress_state_ring_size(ratio, 8 draft tokens)
+MAX_TOKENS = 8192
+
+
+def prepare(wheel: Path, out: Path) -> None:
+    """Copy sglang's own files the chain needs out of the wheel, unchanged, and make
+    the packages above them empty (sglang/__init__.py imports the serving stack)."""
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        wanted = [n for n in names if n in IMPORTED or n in COMPILED or n.startswith(PLAN_SOURCES)]
+        wanted += [n for n in names if n.endswith(".dist-info/METADATA")]
+        for name in (n for n in wanted if not n.endswith("/")):
+            target = out / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(z.read(name))
+    for module in IMPORTED:
+        for parent in Path(module).parents:
+            if parent != Path("."):
+                init = out / parent / "__init__.py"
+                if not init.exists():
+                    init.write_text("")
+    print(f"prepared {out} from {wheel.name}: {len(wanted)} files")
+
+
+def compile_functions(tree: Path, namespace: dict[str, Any]) -> dict[str, Any]:
+    """The named functions and classes of each source file, compiled from the tree's
+    own source in one shared namespace (the names they use from their modules are
+    given in it)."""
+    found: dict[str, Any] = {}
+    for rel, names in COMPILED.items():
+        module = ast.parse((tree / rel).read_text(), filename=str(tree / rel))
+        nodes: dict[str, ast.stmt] = {}
+        for node in ast.walk(module):
+            if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name in names:
+                nodes.setdefault(node.name, node)
+        missing = sorted(set(names) - set(nodes))
+        if missing:
+            raise SystemExit(f"{rel}: no definition of {', '.join(missing)}: not sglang 0.5.23?")
+        body = [ast.ImportFrom("__future__", [ast.alias("annotations")], 0), *nodes.values()]
+        code = compile(ast.fix_missing_locations(ast.Module(body, [])), str(tree / rel), "exec")
+        exec(code, namespace)
+        found.update({name: namespace[name] for name in names})
+    return found
+
+
+def load_chain(tree: Path):
+    os.environ["SGLANG_RAGGED_VERIFY_MODE"] = "compact"
+    sys.path.insert(0, str(tree))
+    import torch
+    from sglang.srt.environ import envs
+    from sglang.srt.speculative import ragged_verify as rv
+
+    namespace: dict[str, Any] = {
+        "torch": torch,
+        "envs": envs,
+        "dataclass": dataclass,
+        "Optional": Any,
+        "Union": Any,
+        "List": list,
+        "Tuple": tuple,
+        "RaggedVerifyLayout": rv.RaggedVerifyLayout,
+        "RaggedVerifyMode": rv.RaggedVerifyMode,
+        "read_ragged_verify_mode": rv.read_ragged_verify_mode,
+        "resolve_ragged_verify_layout": rv.resolve_ragged_verify_layout,
+        # The recipes run no context parallelism: the only field the method reads.
+        "get_parallel": lambda: types.SimpleNamespace(attn_cp_size=1),
+        "create_paged_compressor_data": None,  # reached only with online c128 on
+        "FusedCompressMetadata": object,
+        # generate_decode_cuda_graph_batch_sizes reads two resolved fields through it.
+        "resolving_view": lambda server_args: server_args,
+    }
+    return rv, compile_functions(tree, namespace)
+
+
+@dataclass
+class Case:
+    name: str
+    ratio: int
+    req_ring: bool
+    stale: str
+    seq_lens: list[int]
+    widths: list[int]
+
+
+def chain(rv, fns, case: Case, max_bs: int, capture_bs: list[int], dev: str = "cuda") -> dict:
+    """Steps 1-2 of the module docstring: what the compress planner is handed. On
+    "cpu" sglang's own torch implementations of the two kernels run instead of its
+    Triton ones (the CPU model tests/unit/test_full_rank_model.py checks)."""
+    import torch
+
+    runner = types.SimpleNamespace(
+        max_bs=max_bs, captured_req_width=DRAFT_TOKENS, capture_bs=capture_bs
+    )
+    runner.capture_num_tokens = fns["_build_ragged_verify_token_buckets"](runner)
+    runner.ragged_verify_mode = True
+    model_runner = types.SimpleNamespace(decode_cuda_graph_runner=runner)
+    n = len(case.widths)
+    floor = fns["verify_layout_graph_num_tokens_floor"](
+        num_reqs=n,
+        ragged_verify_mode=rv.RaggedVerifyMode.COMPACT,
+        verify_num_draft_tokens=DRAFT_TOKENS,
+        model_runner=model_runner,
+    )
+    tier = rv.round_up_grid(floor, fns["ragged_capture_num_tokens"](model_runner=model_runner))
+    layout = rv.RaggedVerifyLayout.from_verify_lens_device(
+        verify_lens=torch.tensor(case.widths, dtype=torch.int32, device=dev), graph_num_tokens=tier
+    )
+    slots = fns["_ragged_capture_slots"](runner, tier)
+    backend = types.SimpleNamespace(
+        online_c128_mtp=types.SimpleNamespace(enabled=lambda: False),
+        has_c128=True,
+        needs_cpu_seq_lens=False,
+        speculative_num_draft_tokens=DRAFT_TOKENS,
+        extend_seq_lens_buffer=torch.zeros(max_bs, dtype=torch.int32, device=dev),
+        extend_start_loc_buffer=torch.zeros(max_bs, dtype=torch.int32, device=dev),
+    )
+    backend._make_target_verify_c128_metadata = types.MethodType(
+        fns["_make_target_verify_c128_metadata"], backend
+    )
+    fill = fns["get_cuda_graph_seq_len_fill_value"](backend)
+    batch = types.SimpleNamespace(spec_info=types.SimpleNamespace(ragged_verify_layout=layout))
+    padded = fns["_resolve_verify_layout"](backend, batch, bs=slots)
+    # The runner's buffers past the real requests: req_pool_indices 0, seq_lens the fill.
+    rows = list(range(1, n + 1)) + [0] * (slots - n)
+    seqs = case.seq_lens + [fill] * (slots - n)
+    raw = fns["init_forward_metadata_target_verify"](
+        backend,
+        max_seq_len=max(seqs) + tier,
+        req_pool_indices=torch.tensor(rows, dtype=torch.int64, device=dev),
+        seq_lens=torch.tensor(seqs, dtype=torch.int64, device=dev),
+        out_cache_loc=torch.zeros(tier, dtype=torch.int64, device=dev),
+        ragged_layout=padded,
+    )
+    return {
+        "tier": tier,
+        "slots": slots,
+        "rows": rows,
+        "seqs": seqs,
+        "extends": [int(x) for x in raw.extend_seq_lens.tolist()],
+        "num_q": int(raw.total_verify_tokens),
+    }
+
+
+def tables(case: Case, handed: dict):
+    """req_to_token and full -> SWA as sglang's pools hold them (module docstring)."""
+    import torch
+
+    n = len(case.widths)
+    r2t = torch.zeros((n + 1, MAX_TOKENS), dtype=torch.int32)
+    pos = torch.arange(MAX_TOKENS, dtype=torch.int32)
+    live_len = [s + DRAFT_TOKENS for s in case.seq_lens]
+    # Request in row r (1..n) owns full locations (r - 1) * MAX_TOKENS + SWA page + p.
+    own = [(r - 1) * MAX_TOKENS + SWA_PAGE[4] + pos for r in range(1, n + 1)]
+    for r in range(1, n + 1):
+        i = r - 1
+        r2t[r, : live_len[i]] = own[i][: live_len[i]]
+        end = case.seq_lens[i] + handed["extends"][i]
+        if case.stale == "reused" and end > live_len[i]:
+            # Worst case: the row's previous occupant's pages were handed to the
+            # next row's request, and the stale entries the extend's last rows read
+            # are that request's newest rows (its verify's last position).
+            o = r % n
+            shift = end - (case.seq_lens[o] + case.widths[o])
+            for p in range(live_len[i], end):
+                if 0 <= p - shift < live_len[o]:
+                    r2t[r, p] = own[o][p - shift]
+    # full -> SWA: the identity (both page-aligned, page 0 the padding sink).
+    f2s = torch.arange(n * MAX_TOKENS + SWA_PAGE[4] + 1, dtype=torch.int64)
+    return r2t, f2s
+
+
+def slot_of(ratio: int, ring: int, req_ring: bool, row: int, position: int, r2t, f2s) -> int:
+    """sglang's ring slot formulas (c_plan.cuh compute_loc / compute_c128_loc /
+    compute_req_ring_loc), read through the tables."""
+    if ratio == 128 or req_ring:
+        return row * ring + position % ring
+    swa = int(f2s[int(r2t[row, position])])
+    return (swa // SWA_PAGE[4]) * ring + swa % ring
+
+
+def needed(ratio: int, position: int) -> bool:
+    """A row some acceptance keeps and the next compression reads back (as in
+    benchmarks/dsv4_kernel_check.py)."""
+    boundary = (position + 1) // ratio * ratio
+    return position >= boundary - (ratio if ratio == 4 else 0)
+
+
+def analyse(case: Case, handed: dict, writes: list[tuple[int, int]], r2t, f2s) -> dict:
+    ratio, ring = case.ratio, SPEC_RING[case.ratio]
+    n = len(case.widths)
+    # Every live row some request's next compression reads: the ring's live content.
+    owner: dict[int, tuple[int, int]] = {}
+    for i in range(n):
+        # Rows the next compression of request i reads, whatever it accepts: from
+        # its least next length's boundary (less the c4 overlap) to its verify's end.
+        first = (case.seq_lens[i] + 1) // ratio * ratio - (ratio if ratio == 4 else 0)
+        for p in range(max(0, first), case.seq_lens[i] + case.widths[i]):
+            owner[slot_of(ratio, ring, case.req_ring, i + 1, p, r2t, f2s)] = (i, p)
+    padding_slots = {slot_of(ratio, ring, case.req_ring, 0, p, r2t, f2s) for p in range(ring)}
+    written = dict(writes)
+    rid = 0
+    missing: list[dict] = []
+    ghost = {"own": 0, "other": 0, "padding": 0, "free": 0}
+    victims: dict[int, int] = {}
+    wrong_slot = 0
+    for slot_index, (row, seq, ext) in enumerate(
+        zip(handed["rows"], handed["seqs"], handed["extends"])
+    ):
+        real = case.widths[slot_index] if slot_index < n else 0
+        for j in range(ext):
+            position = seq + j
+            loc = written.get(rid)
+            if j < real:
+                if loc is not None:
+                    wrong_slot += loc != slot_of(
+                        ratio, ring, case.req_ring, row, position, r2t, f2s
+                    )
+                elif needed(ratio, position):
+                    missing.append({"request": slot_index, "row": j, "position": position})
+            elif loc is not None:
+                who = owner.get(loc)
+                if loc in padding_slots or (not case.req_ring and ratio == 4 and loc < ring):
+                    ghost["padding"] += 1
+                elif who is None:
+                    ghost["free"] += 1
+                elif who[0] == slot_index:
+                    ghost["own"] += 1
+                else:
+                    ghost["other"] += 1
+                    victims[who[0]] = victims.get(who[0], 0) + 1
+            rid += 1
+    return {
+        "missing_needed": len(missing),
+        "missing": missing[:16],
+        "ghost_writes": ghost,
+        "overwritten_live": ghost["own"] + ghost["other"],
+        "victims": sorted(victims.items()),
+        "wrong_slot": wrong_slot,
+    }
+
+
+def cases(seeds: int, max_bs: int) -> list[tuple[str, int, list[int], list[int]]]:
+    """(scenario, seed, seq_lens, widths): a full rank (max_bs requests), one request
+    short of it (the recipe invariant), a light batch, each with widths 1..8 drawn
+    per request; plus every request at full width (no leftover) as a control."""
+    out = []
+    for scenario, count in (("full", max_bs), ("full-minus-one", max_bs - 1), ("light", 16)):
+        for seed in range(seeds):
+            rng = random.Random(1000 * count + seed)
+            seqs = [rng.randrange(2 * 256, MAX_TOKENS - 1024) for _ in range(count)]
+            widths = [rng.randint(1, DRAFT_TOKENS) for _ in range(count)]
+            out.append((scenario, seed, seqs, widths))
+    rng = random.Random(7)
+    out.append(("full-uniform", 0, [rng.randrange(512, 7000) for _ in range(max_bs)], [8] * max_bs))
+    # The issue's minimal case, as a full rank: one request of width 3 last.
+    out.append(
+        ("full-last-width-3", 0, [3000 + 37 * i for i in range(max_bs)], [8] * (max_bs - 1) + [3])
+    )
+    return out
+
+
+def run(args) -> int:
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    import dsv4_kernel_check as kc
+
+    rv, fns = load_chain(args.tree)
+    planner = kc.plan_module(args.tree, args.build)
+    # The decode graph sizes sglang resolves for a DSPARK recipe with this cap.
+    resolved = types.SimpleNamespace(
+        disable_cuda_graph_padding=False, speculative_algorithm="DSPARK"
+    )
+    capture_bs = fns["generate_decode_cuda_graph_batch_sizes"](resolved, args.max_bs)
+    results = []
+    for case in case_list(args.seeds, args.max_bs):
+        ratio, req_ring, stale = case.ratio, case.req_ring, case.stale
+        scenario, seqs, widths = case.name.split("/")[0], case.seq_lens, case.widths
+        handed = chain(rv, fns, case, args.max_bs, capture_bs)
+        r2t, f2s = tables(case, handed)
+        dev = "cuda"
+        plan_c, plan_w = planner.plan_prefill(
+            torch.tensor(handed["rows"], dtype=torch.int64, device=dev),
+            r2t.to(dev),
+            f2s.to(dev),
+            torch.tensor(
+                [s + e for s, e in zip(handed["seqs"], handed["extends"])],
+                dtype=torch.int64,
+                device=dev,
+            ),
+            torch.tensor(handed["extends"], dtype=torch.int64, device=dev),
+            torch.empty(0, dtype=torch.uint8),
+            handed["num_q"],
+            ratio,
+            SWA_PAGE[ratio],
+            SPEC_RING[ratio],
+            True,
+            use_req_ring=req_ring,
+        )
+        torch.cuda.synchronize()
+        plan_w = torch.from_dlpack(plan_w).cpu().view(torch.int32).reshape(-1, 2)
+        writes = [(rid, loc) for rid, loc in plan_w.tolist() if rid != -1]
+        report = analyse(case, handed, writes, r2t, f2s)
+        results.append(
+            {
+                "case": case.name,
+                "scenario": scenario,
+                "ratio": ratio,
+                "req_ring": req_ring,
+                "stale": stale,
+                "seq_lens": seqs,
+                "widths": widths,
+                **{k: handed[k] for k in ("tier", "slots", "extends", "num_q")},
+                "writes": writes,
+                **report,
+            }
+        )
+    meta = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "sglang": next(iter(args.tree.glob("sglang-*.dist-info")), Path("?")).name,
+        "max_bs": args.max_bs,
+        "capture_bs": capture_bs,
+        "draft_tokens": DRAFT_TOKENS,
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"meta": meta, "cases": results}))
+    print(summary(meta, results))
+    return 0
+
+
+def summary(meta: dict, results: list[dict]) -> str:
+    lines = [
+        f"{meta['gpu']}, torch {meta['torch']}, {meta['sglang']}, max_bs {meta['max_bs']}",
+        "",
+        "| scenario | ring | req_to_token past the row | cases | last real request's extend (max) | needed rows missing | ghost rows over live slots (own / other request) | padding sink | cases with another request's slot overwritten |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        ring = "c128" if r["ratio"] == 128 else ("c4 per-request" if r["req_ring"] else "c4 shared")
+        groups.setdefault((r["scenario"], ring, r["stale"]), []).append(r)
+    for (scenario, ring, stale), rows in groups.items():
+        n = len(rows[0]["widths"])
+        last = max(r["extends"][n - 1] for r in rows)
+        own = sum(r["ghost_writes"]["own"] for r in rows)
+        other = sum(r["ghost_writes"]["other"] for r in rows)
+        lines.append(
+            f"| {scenario} | {ring} | {stale} | {len(rows)} | {last} | "
+            f"{sum(r['missing_needed'] for r in rows)} | {own} / {other} | "
+            f"{sum(r['ghost_writes']['padding'] for r in rows)} | "
+            f"{sum(1 for r in rows if r['ghost_writes']['other'])} |"
+        )
+    return "\n".join(lines)
+
+
+def case_list(seeds: int, max_bs: int) -> list[Case]:
+    """Every case the run covers: each scenario on each ring and req_to_token state."""
+    out = []
+    for scenario, seed, seqs, widths in cases(seeds, max_bs):
+        for ratio, req_ring in ((4, False), (4, True), (128, False)):
+            for stale in ("fresh", "reused"):
+                out.append(Case(f"{scenario}/{seed}", ratio, req_ring, stale, seqs, widths))
+    return out
+
+
+def chain_cpu(args) -> int:
+    """Steps 1-2 on the CPU (sglang's torch implementations of the two kernels) for
+    every recorded case, or for the run's own cases: what the planner is handed, for
+    the model test (tests/patch/test_full_rank_compact.py)."""
+    import torch
+
+    rv, fns = load_chain(args.tree)
+    if args.record:
+        record = json.loads(args.record.read_text())
+        max_bs = record["meta"]["max_bs"]
+        todo = [
+            Case(c["case"], c["ratio"], c["req_ring"], c["stale"], c["seq_lens"], c["widths"])
+            for c in record["cases"]
+        ]
+    else:
+        max_bs = args.max_bs
+        todo = case_list(args.seeds, max_bs)
+    resolved = types.SimpleNamespace(
+        disable_cuda_graph_padding=False, speculative_algorithm="DSPARK"
+    )
+    capture_bs = fns["generate_decode_cuda_graph_batch_sizes"](resolved, max_bs)
+    out = []
+    with torch.inference_mode():
+        for case in todo:
+            handed = chain(rv, fns, case, max_bs, capture_bs, dev="cpu")
+            out.append({"case": vars(case), **handed})
+    print(json.dumps({"max_bs": max_bs, "capture_bs": capture_bs, "cases": out}))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare", help="copy sglang's own files the chain needs out of a wheel")
+    p.add_argument("wheel", type=Path)
+    p.add_argument("out", type=Path)
+    r = sub.add_parser("run", help="run the chain and the planner on the GPU")
+    r.add_argument("--tree", type=Path, required=True)
+    r.add_argument("--json", type=Path, required=True)
+    r.add_argument("--build", type=Path, default=Path("/tmp/sm12x-full-rank-build"))
+    r.add_argument("--seeds", type=int, default=8)
+    r.add_argument("--max-bs", type=int, default=64)
+    c = sub.add_parser("chain-cpu", help="steps 1-2 of every recorded case on the CPU, as JSON")
+    c.add_argument("--tree", type=Path, required=True)
+    c.add_argument("--record", type=Path, help="a run's JSON (default: the run's own cases)")
+    c.add_argument("--seeds", type=int, default=6)
+    c.add_argument("--max-bs", type=int, default=64)
+    args = parser.parse_args(argv)
+    if args.command == "chain-cpu":
+        return chain_cpu(args)
+    if args.command == "prepare":
+        prepare(args.wheel, args.out)
+        return 0
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Compact ragged verify at a full DP rank, sglang 0.5.23 (issue 28).
+
+The H200 ran sglang's own chain (benchmarks/dsv4_full_rank_check.py: the layout and
+its padding kernels, the graph runner's slot count, the DeepSeek-V4 backend's
+``_resolve_verify_layout`` and ``init_forward_metadata_target_verify``, then the GPU
+compress planner) and recorded every case under docs/benchmarks/dsv4-full-rank-h200/.
+This module holds a CPU model of the same chain to those records, entry for entry:
+steps 1-2 are sglang's own code with its torch implementations of the two kernels
+(run here in a subprocess on the unpacked 0.5.23 wheel), step 3 is the write rule of
+tests/support/compress_plan.py (itself held to earlier H200 plans). Then it states
+what the records show, which is what the full-rank lint (sm12x/recipe/lints.py)
+guards: a rank that fills its largest decode graph hands its last request the tier's
+leftover rows and the planner loses that request's verify rows; one request short of
+it, the leftover goes to the padding row and no live row is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import compress_plan as model
+from tests.support import trees
+
+REPO = Path(__file__).resolve().parents[2]
+RECORD = REPO / "docs/benchmarks/dsv4-full-rank-h200/full-rank-h200.json"
+sys.path.insert(0, str(REPO / "benchmarks"))
+import dsv4_full_rank_check as check  # noqa: E402
+
+
+def run_chain_cpu(tmp_path_factory, *args: str) -> dict:
+    """Steps 1-2 on the CPU, by sglang 0.5.23's own code, in a process of their own."""
+    wheel = trees.wheels.wheel("sglang", "0.5.23")
+    tree = tmp_path_factory.mktemp("full-rank") / "tree"
+    check.prepare(wheel, tree)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks/dsv4_full_rank_check.py"),
+            "chain-cpu",
+            "--tree",
+            str(tree),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def model_plan(case: check.Case, handed: dict) -> tuple[list[list[int]], dict]:
+    """Step 3 by the write-rule model: the plan, and the record's analysis of it."""
+    g = model.Geometry(case.ratio, check.SPEC_RING[case.ratio], case.req_ring)
+    r2t, f2s = check.tables(case, handed)
+    plan, rid = [], 0
+    for row, seq, ext in zip(handed["rows"], handed["seqs"], handed["extends"]):
+        for j in range(ext):
+            if model.writes("0.5.23", g, seq + ext, seq + j, ext):
+                plan.append(
+                    [rid, check.slot_of(case.ratio, g.ring, case.req_ring, row, seq + j, r2t, f2s)]
+                )
+            rid += 1
+    return sorted(plan), check.analyse(case, handed, [tuple(w) for w in plan], r2t, f2s)
+
+
+@pytest.fixture(scope="module")
+def modelled(tmp_path_factory) -> list[dict]:
+    """The run's own cases (check.case_list) through the CPU model of the whole chain."""
+    out = []
+    for c in run_chain_cpu(tmp_path_factory)["cases"]:
+        case = check.Case(**c["case"])
+        plan, analysis = model_plan(case, c)
+        out.append(
+            {**c["case"], "scenario": case.name.split("/")[0], **c, "writes": plan, **analysis}
+        )
+    return out
+
+
+def by(cases: list[dict], scenario: str) -> list[dict]:
+    return [c for c in cases if c["scenario"] == scenario]
+
+
+def test_a_full_rank_gives_its_last_request_the_leftover_and_loses_its_rows(modelled):
+    full = by(modelled, "full")
+    n = 64
+    assert full and all(c["slots"] == n for c in full)
+    inflated = [c for c in full if c["extends"][n - 1] > c["widths"][n - 1]]
+    assert len(inflated) == len(full), "a full rank with widths 1..8 always has a leftover"
+    for c in inflated:
+        assert c["extends"][n - 1] == c["widths"][n - 1] + c["tier"] - sum(c["widths"])
+        assert c["missing_needed"] > 0, c["name"]
+        # Every missing row is the last request's.
+        assert {m["request"] for m in c["missing"]} == {n - 1}
+    # The ghost rows land on live ring slots: the request's own (c128 and the
+    # per-request c4 ring, in some batches) or, through a req_to_token row whose stale
+    # entries point at another request's pages, that request's (shared c4: every batch).
+    assert sum(c["ghost_writes"]["own"] for c in inflated if c["ratio"] == 128) > 0
+    assert sum(c["ghost_writes"]["own"] for c in inflated if c["req_ring"]) > 0
+    shared = [c for c in inflated if c["ratio"] == 4 and not c["req_ring"]]
+    assert all(c["victims"] for c in shared if c["stale"] == "reused")
+    assert all(c["ghost_writes"]["other"] == 0 for c in shared if c["stale"] == "fresh")
+
+
+def test_one_request_short_of_the_graph_touches_no_live_row(modelled):
+    for scenario in ("full-minus-one", "light", "full-uniform"):
+        cases = by(modelled, scenario)
+        assert cases
+        for c in cases:
+            n = len(c["widths"])
+            assert c["extends"][:n] == c["widths"], c["name"]
+            assert c["missing_needed"] == 0, c["name"]
+            assert c["overwritten_live"] == 0, c["name"]
+            assert c["wrong_slot"] == 0, c["name"]
