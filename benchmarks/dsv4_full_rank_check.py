@@ -56,6 +56,7 @@ import ast
 import json
 import os
 import random
+import subprocess
 import sys
 import types
 import zipfile
@@ -76,6 +77,7 @@ COMPILED = {
     "sglang/srt/layers/attention/deepseek_v4_backend.py": [
         "_resolve_verify_layout",
         "init_forward_metadata_target_verify",
+        "make_forward_metadata_from_raw_verify",
         "_make_target_verify_c128_metadata",
         "get_cuda_graph_seq_len_fill_value",
         "DSV4RawVerifyMetadata",
@@ -100,24 +102,54 @@ SPEC_RING = {4: 16, 128: 256}  # get_compress_state_ring_size(ratio, 8 draft tok
 MAX_TOKENS = 8192
 
 
+def series_targets(version: str) -> list[str]:
+    """Every file the version's patch series changes (apply-patches checks them all)."""
+    import tomllib
+
+    table = tomllib.loads((HERE.parent / "patches/sglang/patches.toml").read_text())
+    return [p["target"] for p in table["patch"] if version in p["sglang"]]
+
+
 def prepare(wheel: Path, out: Path) -> None:
-    """Copy sglang's own files the chain needs out of the wheel, unchanged, and make
-    the packages above them empty (sglang/__init__.py imports the serving stack)."""
-    with zipfile.ZipFile(wheel) as z:
-        names = z.namelist()
-        wanted = [n for n in names if n in IMPORTED or n in COMPILED or n.startswith(PLAN_SOURCES)]
-        wanted += [n for n in names if n.endswith(".dist-info/METADATA")]
-        for name in (n for n in wanted if not n.endswith("/")):
-            target = out / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(z.read(name))
-    for module in IMPORTED:
-        for parent in Path(module).parents:
-            if parent != Path("."):
-                init = out / parent / "__init__.py"
-                if not init.exists():
-                    init.write_text("")
-    print(f"prepared {out} from {wheel.name}: {len(wanted)} files")
+    """Two trees of sglang's own files the chain needs, out of the wheel: `pristine`
+    (unchanged) and `patched` (scripts/apply-patches, as the image applies the series).
+    The packages above the imported modules are empty (sglang/__init__.py imports the
+    serving stack)."""
+    version = wheel.name.split("-")[1]
+    keep = {*IMPORTED, *COMPILED, *series_targets(version)}
+    for state in ("pristine", "patched"):
+        tree = out / state
+        with zipfile.ZipFile(wheel) as z:
+            names = z.namelist()
+            wanted = [n for n in names if n in keep or n.startswith(PLAN_SOURCES)]
+            wanted += [
+                n for n in names if ".dist-info/" in n and n.endswith(("METADATA", "RECORD"))
+            ]
+            for name in (n for n in wanted if not n.endswith("/")):
+                target = tree / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(z.read(name))
+        for module in IMPORTED:
+            for parent in Path(module).parents:
+                if parent != Path("."):
+                    init = tree / parent / "__init__.py"
+                    if not init.exists():
+                        init.write_text("")
+        if state == "patched":
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    str(HERE.parent / "scripts/apply-patches"),
+                    "--site-packages",
+                    str(tree),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            if done.returncode != 0:
+                raise SystemExit(f"apply-patches failed on {tree}:\n{done.stderr}")
+    print(f"prepared {out}/pristine and {out}/patched from {wheel.name}")
 
 
 def compile_functions(tree: Path, namespace: dict[str, Any]) -> dict[str, Any]:
@@ -141,33 +173,48 @@ def compile_functions(tree: Path, namespace: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
-def load_chain(tree: Path):
+STATES = ("pristine", "patched")
+
+
+def load_chain(trees: Path):
+    """sglang's modules (the same in both trees: the series changes none of them),
+    and each tree's compiled functions."""
     os.environ["SGLANG_RAGGED_VERIFY_MODE"] = "compact"
-    sys.path.insert(0, str(tree))
+    sys.path.insert(0, str(trees / "pristine"))
     import torch
     from sglang.srt.environ import envs
     from sglang.srt.speculative import ragged_verify as rv
 
-    namespace: dict[str, Any] = {
-        "torch": torch,
-        "envs": envs,
-        "dataclass": dataclass,
-        "Optional": Any,
-        "Union": Any,
-        "List": list,
-        "Tuple": tuple,
-        "RaggedVerifyLayout": rv.RaggedVerifyLayout,
-        "RaggedVerifyMode": rv.RaggedVerifyMode,
-        "read_ragged_verify_mode": rv.read_ragged_verify_mode,
-        "resolve_ragged_verify_layout": rv.resolve_ragged_verify_layout,
-        # The recipes run no context parallelism: the only field the method reads.
-        "get_parallel": lambda: types.SimpleNamespace(attn_cp_size=1),
-        "create_paged_compressor_data": None,  # reached only with online c128 on
-        "FusedCompressMetadata": object,
-        # generate_decode_cuda_graph_batch_sizes reads two resolved fields through it.
-        "resolving_view": lambda server_args: server_args,
-    }
-    return rv, compile_functions(tree, namespace)
+    def namespace() -> dict[str, Any]:
+        return {
+            "torch": torch,
+            "envs": envs,
+            "dataclass": dataclass,
+            "Optional": Any,
+            "Union": Any,
+            "List": list,
+            "Tuple": tuple,
+            "RaggedVerifyLayout": rv.RaggedVerifyLayout,
+            "RaggedVerifyMode": rv.RaggedVerifyMode,
+            "read_ragged_verify_mode": rv.read_ragged_verify_mode,
+            "resolve_ragged_verify_layout": rv.resolve_ragged_verify_layout,
+            # The recipes run no context parallelism: the only field the method reads.
+            "get_parallel": lambda: types.SimpleNamespace(attn_cp_size=1),
+            # What the compressor is handed: make_forward_metadata_from_raw_verify's
+            # calls, recorded (the planner runs on them, with the case's tables).
+            "create_paged_compressor_data": lambda compress_ratio, **kw: (
+                "compressor",
+                compress_ratio,
+                kw,
+            ),
+            "DSV4Metadata": lambda *args, **kw: kw,
+            "functools": __import__("functools"),
+            "FusedCompressMetadata": object,
+            # generate_decode_cuda_graph_batch_sizes reads two resolved fields through it.
+            "resolving_view": lambda server_args: server_args,
+        }
+
+    return rv, {state: compile_functions(trees / state, namespace()) for state in STATES}
 
 
 @dataclass
@@ -229,13 +276,32 @@ def chain(rv, fns, case: Case, max_bs: int, capture_bs: list[int], dev: str = "c
         out_cache_loc=torch.zeros(tier, dtype=torch.int64, device=dev),
         ragged_layout=padded,
     )
+    # The backend's own next step, with the attention-side helpers it calls stood in
+    # (their output goes to attention, not to the compressor).
+    backend.token_to_kv_pool = backend.req_to_token = None
+    backend.MAX_SEQ_LEN_FOR_CAPTURE = 0
+    backend.has_c4 = True
+    backend._expand_prefill_casually_vectorized = lambda **kw: (None, None)
+    backend.make_core_attn_metadata = lambda **kw: types.SimpleNamespace(low_ratios=())
+    backend.init_forward_metadata_indexer = lambda *a, **kw: None
+    made = fns["make_forward_metadata_from_raw_verify"](backend, raw, graph_backed=True)
+    handed = {}
+    for ratio in (4, 128):
+        _, r, kw = made[f"c{ratio}_compress_metadata"]
+        assert r == ratio
+        handed[ratio] = {
+            "seq_ends": [int(x) for x in kw["seq_lens"].tolist()],
+            "extends": [int(x) for x in kw["extend_lens"].tolist()],
+            "num_q": int(kw["num_q_tokens"]),
+        }
+    assert handed[4] == handed[128]
     return {
         "tier": tier,
         "slots": slots,
         "rows": rows,
         "seqs": seqs,
-        "extends": [int(x) for x in raw.extend_seq_lens.tolist()],
-        "num_q": int(raw.total_verify_tokens),
+        "layout_extends": [int(x) for x in raw.extend_seq_lens.tolist()],
+        **handed[4],
     }
 
 
@@ -252,7 +318,7 @@ def tables(case: Case, handed: dict):
     for r in range(1, n + 1):
         i = r - 1
         r2t[r, : live_len[i]] = own[i][: live_len[i]]
-        end = case.seq_lens[i] + handed["extends"][i]
+        end = case.seq_lens[i] + handed["layout_extends"][i]
         if case.stale == "reused" and end > live_len[i]:
             # Worst case: the row's previous occupant's pages were handed to the
             # next row's request, and the stale entries the extend's last rows read
@@ -357,66 +423,61 @@ def cases(seeds: int, max_bs: int) -> list[tuple[str, int, list[int], list[int]]
     return out
 
 
+def capture_sizes(fns, max_bs: int) -> list[int]:
+    """The decode graph sizes sglang resolves for a DSPARK recipe with this cap."""
+    resolved = types.SimpleNamespace(
+        disable_cuda_graph_padding=False, speculative_algorithm="DSPARK"
+    )
+    return fns["generate_decode_cuda_graph_batch_sizes"](resolved, max_bs)
+
+
 def run(args) -> int:
     import torch
 
     sys.path.insert(0, str(HERE))
     import dsv4_kernel_check as kc
 
-    rv, fns = load_chain(args.tree)
-    planner = kc.plan_module(args.tree, args.build)
-    # The decode graph sizes sglang resolves for a DSPARK recipe with this cap.
-    resolved = types.SimpleNamespace(
-        disable_cuda_graph_padding=False, speculative_algorithm="DSPARK"
-    )
-    capture_bs = fns["generate_decode_cuda_graph_batch_sizes"](resolved, args.max_bs)
+    rv, by_state = load_chain(args.tree)
+    # c_plan.cuh is the same in both trees (the series changes store.cuh only there).
+    planner = kc.plan_module(args.tree / "pristine", args.build)
+    capture_bs = capture_sizes(by_state["pristine"], args.max_bs)
     results = []
-    for case in case_list(args.seeds, args.max_bs):
-        ratio, req_ring, stale = case.ratio, case.req_ring, case.stale
-        scenario, seqs, widths = case.name.split("/")[0], case.seq_lens, case.widths
-        handed = chain(rv, fns, case, args.max_bs, capture_bs)
-        r2t, f2s = tables(case, handed)
-        dev = "cuda"
-        plan_c, plan_w = planner.plan_prefill(
-            torch.tensor(handed["rows"], dtype=torch.int64, device=dev),
-            r2t.to(dev),
-            f2s.to(dev),
-            torch.tensor(
-                [s + e for s, e in zip(handed["seqs"], handed["extends"])],
-                dtype=torch.int64,
-                device=dev,
-            ),
-            torch.tensor(handed["extends"], dtype=torch.int64, device=dev),
-            torch.empty(0, dtype=torch.uint8),
-            handed["num_q"],
-            ratio,
-            SWA_PAGE[ratio],
-            SPEC_RING[ratio],
-            True,
-            use_req_ring=req_ring,
-        )
-        torch.cuda.synchronize()
-        plan_w = torch.from_dlpack(plan_w).cpu().view(torch.int32).reshape(-1, 2)
-        writes = [(rid, loc) for rid, loc in plan_w.tolist() if rid != -1]
-        report = analyse(case, handed, writes, r2t, f2s)
-        results.append(
-            {
-                "case": case.name,
-                "scenario": scenario,
-                "ratio": ratio,
-                "req_ring": req_ring,
-                "stale": stale,
-                "seq_lens": seqs,
-                "widths": widths,
-                **{k: handed[k] for k in ("tier", "slots", "extends", "num_q")},
-                "writes": writes,
-                **report,
-            }
-        )
+    for state, fns in by_state.items():
+        for case in case_list(args.seeds, args.max_bs):
+            handed = chain(rv, fns, case, args.max_bs, capture_bs)
+            r2t, f2s = tables(case, handed)
+            dev = "cuda"
+            plan_c, plan_w = planner.plan_prefill(
+                torch.tensor(handed["rows"], dtype=torch.int64, device=dev),
+                r2t.to(dev),
+                f2s.to(dev),
+                torch.tensor(handed["seq_ends"], dtype=torch.int64, device=dev),
+                torch.tensor(handed["extends"], dtype=torch.int64, device=dev),
+                torch.empty(0, dtype=torch.uint8),
+                handed["num_q"],
+                case.ratio,
+                SWA_PAGE[case.ratio],
+                SPEC_RING[case.ratio],
+                True,
+                use_req_ring=case.req_ring,
+            )
+            torch.cuda.synchronize()
+            plan_w = torch.from_dlpack(plan_w).cpu().view(torch.int32).reshape(-1, 2)
+            writes = [(rid, loc) for rid, loc in plan_w.tolist() if rid != -1]
+            results.append(
+                {
+                    "state": state,
+                    "case": vars(case),
+                    "scenario": case.name.split("/")[0],
+                    **handed,
+                    "writes": writes,
+                    **analyse(case, handed, writes, r2t, f2s),
+                }
+            )
     meta = {
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
-        "sglang": next(iter(args.tree.glob("sglang-*.dist-info")), Path("?")).name,
+        "sglang": next(iter((args.tree / "pristine").glob("sglang-*.dist-info")), Path("?")).name,
         "max_bs": args.max_bs,
         "capture_bs": capture_bs,
         "draft_tokens": DRAFT_TOKENS,
@@ -428,23 +489,26 @@ def run(args) -> int:
 
 
 def summary(meta: dict, results: list[dict]) -> str:
+    """The run's table, one row per tree, scenario, ring and req_to_token state."""
     lines = [
         f"{meta['gpu']}, torch {meta['torch']}, {meta['sglang']}, max_bs {meta['max_bs']}",
         "",
-        "| scenario | ring | req_to_token past the row | cases | last real request's extend (max) | needed rows missing | ghost rows over live slots (own / other request) | padding sink | cases with another request's slot overwritten |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| tree | scenario | ring | req_to_token past the row | cases | last request's extend, max (layout / compressor) | needed rows missing | ghost rows over live slots (own / other request) | ghost rows in the padding sink | cases with another request's slot overwritten |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     groups: dict[tuple, list[dict]] = {}
     for r in results:
-        ring = "c128" if r["ratio"] == 128 else ("c4 per-request" if r["req_ring"] else "c4 shared")
-        groups.setdefault((r["scenario"], ring, r["stale"]), []).append(r)
-    for (scenario, ring, stale), rows in groups.items():
-        n = len(rows[0]["widths"])
-        last = max(r["extends"][n - 1] for r in rows)
+        c = r["case"]
+        ring = "c128" if c["ratio"] == 128 else ("c4 per-request" if c["req_ring"] else "c4 shared")
+        groups.setdefault((r["state"], r["scenario"], ring, c["stale"]), []).append(r)
+    for (state, scenario, ring, stale), rows in groups.items():
+        n = len(rows[0]["case"]["widths"])
+        layout = max(r["layout_extends"][n - 1] for r in rows)
+        handed = max(r["extends"][n - 1] for r in rows)
         own = sum(r["ghost_writes"]["own"] for r in rows)
         other = sum(r["ghost_writes"]["other"] for r in rows)
         lines.append(
-            f"| {scenario} | {ring} | {stale} | {len(rows)} | {last} | "
+            f"| {state} | {scenario} | {ring} | {stale} | {len(rows)} | {layout} / {handed} | "
             f"{sum(r['missing_needed'] for r in rows)} | {own} / {other} | "
             f"{sum(r['ghost_writes']['padding'] for r in rows)} | "
             f"{sum(1 for r in rows if r['ghost_writes']['other'])} |"
@@ -463,39 +527,27 @@ def case_list(seeds: int, max_bs: int) -> list[Case]:
 
 
 def chain_cpu(args) -> int:
-    """Steps 1-2 on the CPU (sglang's torch implementations of the two kernels) for
-    every recorded case, or for the run's own cases: what the planner is handed, for
-    the model test (tests/patch/test_full_rank_compact.py)."""
+    """Steps 1-2 on the CPU (sglang's torch implementations of the two kernels), for
+    both trees and every case of the run: what the planner is handed, for the model
+    test (tests/patch/test_full_rank_compact.py)."""
     import torch
 
-    rv, fns = load_chain(args.tree)
-    if args.record:
-        record = json.loads(args.record.read_text())
-        max_bs = record["meta"]["max_bs"]
-        todo = [
-            Case(c["case"], c["ratio"], c["req_ring"], c["stale"], c["seq_lens"], c["widths"])
-            for c in record["cases"]
-        ]
-    else:
-        max_bs = args.max_bs
-        todo = case_list(args.seeds, max_bs)
-    resolved = types.SimpleNamespace(
-        disable_cuda_graph_padding=False, speculative_algorithm="DSPARK"
-    )
-    capture_bs = fns["generate_decode_cuda_graph_batch_sizes"](resolved, max_bs)
+    rv, by_state = load_chain(args.tree)
+    capture_bs = capture_sizes(by_state["pristine"], args.max_bs)
     out = []
     with torch.inference_mode():
-        for case in todo:
-            handed = chain(rv, fns, case, max_bs, capture_bs, dev="cpu")
-            out.append({"case": vars(case), **handed})
-    print(json.dumps({"max_bs": max_bs, "capture_bs": capture_bs, "cases": out}))
+        for state, fns in by_state.items():
+            for case in case_list(args.seeds, args.max_bs):
+                handed = chain(rv, fns, case, args.max_bs, capture_bs, dev="cpu")
+                out.append({"state": state, "case": vars(case), **handed})
+    print(json.dumps({"max_bs": args.max_bs, "capture_bs": capture_bs, "cases": out}))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("prepare", help="copy sglang's own files the chain needs out of a wheel")
+    p = sub.add_parser("prepare", help="the pristine and patched trees, from a wheel")
     p.add_argument("wheel", type=Path)
     p.add_argument("out", type=Path)
     r = sub.add_parser("run", help="run the chain and the planner on the GPU")
@@ -504,9 +556,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--build", type=Path, default=Path("/tmp/sm12x-full-rank-build"))
     r.add_argument("--seeds", type=int, default=8)
     r.add_argument("--max-bs", type=int, default=64)
-    c = sub.add_parser("chain-cpu", help="steps 1-2 of every recorded case on the CPU, as JSON")
+    c = sub.add_parser("chain-cpu", help="steps 1-2 of every case on the CPU, as JSON")
     c.add_argument("--tree", type=Path, required=True)
-    c.add_argument("--record", type=Path, help="a run's JSON (default: the run's own cases)")
     c.add_argument("--seeds", type=int, default=6)
     c.add_argument("--max-bs", type=int, default=64)
     args = parser.parse_args(argv)

@@ -32,19 +32,19 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import dsv4_full_rank_check as check  # noqa: E402
 
 
-def run_chain_cpu(tmp_path_factory, *args: str) -> dict:
-    """Steps 1-2 on the CPU, by sglang 0.5.23's own code, in a process of their own."""
+def run_chain_cpu(tmp_path_factory) -> dict:
+    """Steps 1-2 on the CPU for both trees (pristine, and patched by scripts/apply-patches
+    as the image is), by sglang 0.5.23's own code, in a process of their own."""
     wheel = trees.wheels.wheel("sglang", "0.5.23")
-    tree = tmp_path_factory.mktemp("full-rank") / "tree"
-    check.prepare(wheel, tree)
+    root = tmp_path_factory.mktemp("full-rank")
+    check.prepare(wheel, root)
     done = subprocess.run(
         [
             sys.executable,
             str(REPO / "benchmarks/dsv4_full_rank_check.py"),
             "chain-cpu",
             "--tree",
-            str(tree),
-            *args,
+            str(root),
         ],
         capture_output=True,
         text=True,
@@ -55,7 +55,7 @@ def run_chain_cpu(tmp_path_factory, *args: str) -> dict:
 
 
 def model_plan(case: check.Case, handed: dict) -> tuple[list[list[int]], dict]:
-    """Step 3 by the write-rule model: the plan, and the record's analysis of it."""
+    """Step 3 by the write-rule model: the plan, and the run's analysis of it."""
     g = model.Geometry(case.ratio, check.SPEC_RING[case.ratio], case.req_ring)
     r2t, f2s = check.tables(case, handed)
     plan, rid = [], 0
@@ -70,50 +70,71 @@ def model_plan(case: check.Case, handed: dict) -> tuple[list[list[int]], dict]:
 
 
 @pytest.fixture(scope="module")
-def modelled(tmp_path_factory) -> list[dict]:
-    """The run's own cases (check.case_list) through the CPU model of the whole chain."""
-    out = []
+def modelled(tmp_path_factory) -> dict[str, list[dict]]:
+    """The run's own cases (check.case_list) through the CPU model of the whole chain,
+    by tree."""
+    out: dict[str, list[dict]] = {"pristine": [], "patched": []}
     for c in run_chain_cpu(tmp_path_factory)["cases"]:
         case = check.Case(**c["case"])
         plan, analysis = model_plan(case, c)
-        out.append(
+        out[c["state"]].append(
             {**c["case"], "scenario": case.name.split("/")[0], **c, "writes": plan, **analysis}
         )
     return out
 
 
 def by(cases: list[dict], scenario: str) -> list[dict]:
-    return [c for c in cases if c["scenario"] == scenario]
+    found = [c for c in cases if c["scenario"] == scenario]
+    assert found, scenario
+    return found
 
 
-def test_a_full_rank_gives_its_last_request_the_leftover_and_loses_its_rows(modelled):
-    full = by(modelled, "full")
+def test_the_series_hands_the_compressor_each_requests_own_rows(modelled):
+    """The patch's red/green on the chain itself: pristine, the compressor gets a full
+    rank's leftover on the last request; patched, every extend within the draft width,
+    and the same layout (attention) as before."""
+    for pristine, patched in zip(modelled["pristine"], modelled["patched"], strict=True):
+        assert pristine["name"] == patched["name"]
+        assert pristine["layout_extends"] == patched["layout_extends"]
+        assert patched["extends"] == [min(e, check.DRAFT_TOKENS) for e in patched["layout_extends"]]
+        assert all(e <= check.DRAFT_TOKENS for e in patched["extends"])
+        assert pristine["extends"] == pristine["layout_extends"]
+    assert any(max(c["extends"]) > check.DRAFT_TOKENS for c in by(modelled["pristine"], "full"))
+
+
+def test_unpatched_a_full_rank_loses_its_last_requests_rows(modelled):
+    full = by(modelled["pristine"], "full")
     n = 64
-    assert full and all(c["slots"] == n for c in full)
-    inflated = [c for c in full if c["extends"][n - 1] > c["widths"][n - 1]]
-    assert len(inflated) == len(full), "a full rank with widths 1..8 always has a leftover"
-    for c in inflated:
+    assert all(c["slots"] == n for c in full)
+    # A full rank with widths 1..8 always has a leftover: the tier is 512 rows.
+    for c in full:
         assert c["extends"][n - 1] == c["widths"][n - 1] + c["tier"] - sum(c["widths"])
+        assert c["extends"][n - 1] > c["widths"][n - 1]
         assert c["missing_needed"] > 0, c["name"]
-        # Every missing row is the last request's.
         assert {m["request"] for m in c["missing"]} == {n - 1}
     # The ghost rows land on live ring slots: the request's own (c128 and the
     # per-request c4 ring, in some batches) or, through a req_to_token row whose stale
     # entries point at another request's pages, that request's (shared c4: every batch).
-    assert sum(c["ghost_writes"]["own"] for c in inflated if c["ratio"] == 128) > 0
-    assert sum(c["ghost_writes"]["own"] for c in inflated if c["req_ring"]) > 0
-    shared = [c for c in inflated if c["ratio"] == 4 and not c["req_ring"]]
+    assert sum(c["ghost_writes"]["own"] for c in full if c["ratio"] == 128) > 0
+    assert sum(c["ghost_writes"]["own"] for c in full if c["req_ring"]) > 0
+    shared = [c for c in full if c["ratio"] == 4 and not c["req_ring"]]
     assert all(c["victims"] for c in shared if c["stale"] == "reused")
     assert all(c["ghost_writes"]["other"] == 0 for c in shared if c["stale"] == "fresh")
 
 
-def test_one_request_short_of_the_graph_touches_no_live_row(modelled):
+@pytest.mark.parametrize("state", ["pristine", "patched"])
+def test_below_a_full_rank_no_live_row_is_touched(modelled, state):
     for scenario in ("full-minus-one", "light", "full-uniform"):
-        cases = by(modelled, scenario)
-        assert cases
-        for c in cases:
+        for c in by(modelled[state], scenario):
             n = len(c["widths"])
             assert c["extends"][:n] == c["widths"], c["name"]
+            assert c["missing_needed"] == 0 and c["overwritten_live"] == 0, c["name"]
+            assert c["wrong_slot"] == 0, c["name"]
+
+
+def test_patched_a_full_rank_is_served(modelled):
+    for scenario in ("full", "full-last-width-3", "full-uniform"):
+        for c in by(modelled["patched"], scenario):
             assert c["missing_needed"] == 0, c["name"]
             assert c["overwritten_live"] == 0, c["name"]
-            assert c["wrong_slot"] == 0, c["name"]
+            assert c["ghost_writes"]["other"] == 0, c["name"]
