@@ -561,6 +561,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--seeds", type=int, default=6)
     c.add_argument("--max-bs", type=int, default=64)
     args = parser.parse_args(argv)
+    if hasattr(args, "tree"):
+        args.tree = args.tree.resolve()  # the JIT build #includes the sources by path
     if args.command == "chain-cpu":
         return chain_cpu(args)
     if args.command == "prepare":

@@ -70,17 +70,59 @@ def model_plan(case: check.Case, handed: dict) -> tuple[list[list[int]], dict]:
 
 
 @pytest.fixture(scope="module")
-def modelled(tmp_path_factory) -> dict[str, list[dict]]:
+def cpu_chain(tmp_path_factory) -> dict:
+    return run_chain_cpu(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def record() -> dict:
+    return json.loads(RECORD.read_text())
+
+
+@pytest.fixture(scope="module")
+def modelled(cpu_chain) -> dict[str, list[dict]]:
     """The run's own cases (check.case_list) through the CPU model of the whole chain,
     by tree."""
     out: dict[str, list[dict]] = {"pristine": [], "patched": []}
-    for c in run_chain_cpu(tmp_path_factory)["cases"]:
+    for c in cpu_chain["cases"]:
         case = check.Case(**c["case"])
         plan, analysis = model_plan(case, c)
         out[c["state"]].append(
             {**c["case"], "scenario": case.name.split("/")[0], **c, "writes": plan, **analysis}
         )
     return out
+
+
+def test_the_record_is_the_h200_on_sglang_0_5_23_and_the_recipes_geometry(record, cpu_chain):
+    meta = record["meta"]
+    assert "H200" in meta["gpu"] and meta["sglang"].startswith("sglang-0.5.23")
+    assert meta["max_bs"] == 64 and meta["draft_tokens"] == check.DRAFT_TOKENS
+    assert meta["capture_bs"] == cpu_chain["capture_bs"]
+    assert len(record["cases"]) == len(cpu_chain["cases"]) == 2 * len(check.case_list(6, 64))
+
+
+def test_the_cpu_model_agrees_with_the_h200_entry_for_entry(record, cpu_chain, modelled):
+    """Steps 1-2 (sglang's torch kernels here, its Triton ones there) hand the planner
+    the same; step 3 (the write-rule model) plans the same writes; so the analysis the
+    record states is the model's."""
+    flat = modelled["pristine"] + modelled["patched"]
+    for gpu, cpu, mine in zip(record["cases"], cpu_chain["cases"], flat, strict=True):
+        assert (gpu["state"], gpu["case"]) == (cpu["state"], cpu["case"])
+        for key in (
+            "tier",
+            "slots",
+            "rows",
+            "seqs",
+            "layout_extends",
+            "extends",
+            "seq_ends",
+            "num_q",
+        ):
+            assert gpu[key] == cpu[key], (gpu["state"], gpu["case"]["name"], key)
+        assert mine["writes"] == sorted(gpu["writes"]), (gpu["state"], gpu["case"]["name"])
+        for key in ("missing_needed", "ghost_writes", "victims", "wrong_slot"):
+            as_json = json.loads(json.dumps(mine[key]))
+            assert as_json == gpu[key], (gpu["state"], gpu["case"]["name"], key)
 
 
 def by(cases: list[dict], scenario: str) -> list[dict]:
