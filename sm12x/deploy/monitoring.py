@@ -74,6 +74,10 @@ def _sel(t: Thresholds, extra: str = "") -> str:
     return "{" + f'rig="{t.rig}"' + (f", {extra}" if extra else "") + "}"
 
 
+def _recipe(t: Thresholds) -> str:
+    return "" if t.rig == "auto" else f" --recipe {t.rig}"
+
+
 def _by(expr: str) -> str:
     return f"sum by (rig, instance) ({expr})"
 
@@ -81,10 +85,13 @@ def _by(expr: str) -> str:
 def rules(t: Thresholds) -> dict:
     s = _sel(t)
     tokens = f"rate(sglang:generation_tokens_total{s}[5m])"
-    per_request = (
-        f"{_by(f'rate(sglang:generation_tokens_total{s}[{{w}}])')}"
-        f" / {_by(f'avg_over_time(sglang:num_running_reqs{s}[{{w}}])')}"
-    )
+
+    def per_request(window: str) -> str:
+        return (
+            f"{_by(f'rate(sglang:generation_tokens_total{s}[{window}])')}"
+            f" / {_by(f'avg_over_time(sglang:num_running_reqs{s}[{window}])')}"
+        )
+
     errors = _sel(t, 'status_code=~"5.."')
     up = _sel(t, f'job="{SGLANG_JOB}"')
     alerts = [
@@ -100,7 +107,7 @@ def rules(t: Thresholds) -> dict:
                 "description": "The draft model's accepted tokens per step fell below "
                 "verify.min_accept_length while the rig generates: the first sign of a broken "
                 "draft, a wrong checkpoint revision or corrupted speculative decoding.",
-                "runbook": f"Run `sm12x verify {t.rig}` against this rig now (it checks outputs, "
+                "runbook": f"Run `sm12x verify{_recipe(t)}` against this rig now (it checks outputs, "
                 "not just speed); if it fails, `docker compose restart` the rig's service and "
                 "verify again; check the model folder's revision against the recipe's "
                 "model.revision (`sm12x doctor`). docs/monitoring.md, DsparkAcceptanceCollapse.",
@@ -108,8 +115,7 @@ def rules(t: Thresholds) -> dict:
         },
         {
             "alert": "ThroughputDrop",
-            "expr": f"({per_request.format(w='10m')})"
-            f" < {THROUGHPUT_DROP:g} * ({per_request.format(w='1d')})",
+            "expr": f"({per_request('10m')}) < {THROUGHPUT_DROP:g} * ({per_request('1d')})",
             "for": THROUGHPUT_FOR,
             "labels": {"severity": "warning"},
             "annotations": {
@@ -118,7 +124,7 @@ def rules(t: Thresholds) -> dict:
                 "description": "Generation is slower per request than this rig has been: "
                 "thermal throttling, a GPU lost to another process, or a slower configuration.",
                 "runbook": f"`sm12x doctor` on the host (GPUs, clocks, memory); then "
-                f"`sm12x bench {t.rig}` and compare with the recipe's references "
+                f"`sm12x bench{_recipe(t)}` and compare with the recipe's references "
                 "(docs/bench.md). docs/monitoring.md, ThroughputDrop.",
             },
         },
@@ -133,7 +139,7 @@ def rules(t: Thresholds) -> dict:
                 "description": "sglang answers server errors: a crashed scheduler, out of "
                 "memory, or a request shape the server cannot handle.",
                 "runbook": "`docker compose logs` of the rig's service for the traceback; "
-                f"`sm12x verify {t.rig}` once it is back. docs/monitoring.md, ServerErrors.",
+                f"`sm12x verify{_recipe(t)}` once it is back. docs/monitoring.md, ServerErrors.",
             },
         },
         {

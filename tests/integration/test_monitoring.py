@@ -408,8 +408,9 @@ def test_the_monitoring_profile_is_valid_loopback_and_pinned(env_file):
 
 
 def test_the_rig_label_follows_the_env(env_file, tmp_path):
-    path = env_file.parent / "rig.env"
-    path.write_text(env_file.read_text() + "SM12X_MONITORING_RIG=rtx-pro-6000-tp4\nSM12X_PORT=31000\n")
+    path = tmp_path / "rig.env"
+    text = env_file.read_text().replace("\nSM12X_PORT=30000\n", "\nSM12X_PORT=31000\n")
+    path.write_text(text + "SM12X_MONITORING_RIG=rtx-pro-6000-tp4\n")
     content = config("monitoring", env_file=path)["configs"]["sm12x-targets-sglang"]["content"]
     assert yaml.safe_load(content) == [
         {"targets": ["127.0.0.1:31000"], "labels": {"rig": "rtx-pro-6000-tp4"}}
