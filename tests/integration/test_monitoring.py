@@ -182,51 +182,48 @@ def _annotations(rule: dict, labels: dict) -> dict:
     }
 
 
-def test_promtool_tests_every_alert_of_every_rig(tmp_path):
-    every = {t.rig: t for t in [monitoring.auto_thresholds(RECIPES)]}
-    every.update({r.name: monitoring.thresholds(r) for r in RECIPES})
-    tests, seen = [], set()
-    for rig, t in every.items():
-        (group,) = yaml.safe_load((monitoring.FOLDER / "rules" / f"{rig}.yml").read_text())[
-            "groups"
-        ]
-        rules = {r["alert"]: r for r in group["rules"] if "alert" in r}
-        cases = alert_cases(t)
-        assert set(cases) == set(rules), rig  # a new alert needs its case here
-        for name, (bad, healthy, at, labels) in cases.items():
-            fired = {**labels, **rules[name]["labels"]}
+def _rule_tests(rig: str, t: monitoring.Thresholds) -> list[dict]:
+    (group,) = yaml.safe_load((monitoring.FOLDER / "rules" / f"{rig}.yml").read_text())["groups"]
+    rules = {r["alert"]: r for r in group["rules"] if "alert" in r}
+    cases = alert_cases(t)
+    assert set(cases) == set(rules), rig  # a new alert needs its case here
+    tests = []
+    for name, (bad, healthy, at, labels) in cases.items():
+        fired = {**labels, **rules[name]["labels"]}
+        expected = [{"exp_labels": fired, "exp_annotations": _annotations(rules[name], labels)}]
+        for series, alerts in ((bad, expected), (healthy, [])):
             tests.append(
                 {
                     "interval": "1m",
-                    "input_series": bad,
+                    "input_series": series,
                     "alert_rule_test": [
-                        {
-                            "eval_time": at,
-                            "alertname": name,
-                            "exp_alerts": [
-                                {
-                                    "exp_labels": fired,
-                                    "exp_annotations": _annotations(rules[name], labels),
-                                }
-                            ],
-                        }
+                        {"eval_time": at, "alertname": name, "exp_alerts": alerts}
                     ],
                 }
             )
-            tests.append(
-                {
-                    "interval": "1m",
-                    "input_series": healthy,
-                    "alert_rule_test": [{"eval_time": at, "alertname": name, "exp_alerts": []}],
-                }
-            )
-            seen.add((rig, name))
+    return tests
+
+
+@pytest.mark.parametrize("rig", RIGS)
+def test_promtool_tests_every_alert_of_the_rig(rig, tmp_path):
+    """Each alert fires on its bad series and stays silent on a healthy one."""
+    t = (
+        monitoring.auto_thresholds(RECIPES)
+        if rig == "auto"
+        else monitoring.thresholds(next(r for r in RECIPES if r.name == rig))
+    )
     shutil.copytree(monitoring.FOLDER / "rules", tmp_path / "rules")
-    spec = {"rule_files": [f"rules/{rig}.yml" for rig in every], "tests": tests}
+    # Rules evaluated every 5 minutes (15 s in production): every `for` here is a
+    # whole number of them or less, and a day of history stays quick.
+    spec = {
+        "rule_files": [f"rules/{rig}.yml"],
+        "evaluation_interval": "5m",
+        "tests": _rule_tests(rig, t),
+    }
     (tmp_path / "tests.yml").write_text(yaml.safe_dump(spec, sort_keys=False))
     result = run_promtool("test", "rules", "tests.yml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    assert len(seen) == 5 * len(RIGS)
+    assert "SUCCESS" in result.stdout
 
 
 def test_promtool_test_fails_when_an_alert_does_not_fire(tmp_path):
