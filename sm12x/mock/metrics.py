@@ -82,28 +82,40 @@ class Metrics:
             "sglang:prompt_tokens_total", "Number of prefill tokens processed.", tok, registry=r
         )
         self.generation_tokens = Counter(
-            "sglang:generation_tokens_total", "Number of generation tokens processed.", tok,
+            "sglang:generation_tokens_total",
+            "Number of generation tokens processed.",
+            tok,
             registry=r,
         )
         self.requests = Counter(
             "sglang:num_requests_total", "Number of requests processed.", tok, registry=r
         )
         self.ttft = Histogram(
-            "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-            tok, buckets=LATENCY_BUCKETS, registry=r,
+            "sglang:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            tok,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.itl = Histogram(
-            "sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-            TOKENIZER_LABELS, buckets=LATENCY_BUCKETS, registry=r,
+            "sglang:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            TOKENIZER_LABELS,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.e2e = Histogram(
-            "sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
-            tok, buckets=LATENCY_BUCKETS, registry=r,
+            "sglang:e2e_request_latency_seconds",
+            "Histogram of End-to-end request latency in seconds",
+            tok,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.responses = Counter(
             "sglang:http_responses_total",
             "Total number of HTTP responses by endpoint and status code",
-            ("endpoint", "status_code", "method"), registry=r,
+            ("endpoint", "status_code", "method"),
+            registry=r,
         )
         self._recent: collections.deque[tuple[float, int]] = collections.deque()
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
@@ -196,9 +195,7 @@ def _rule_tests(rig: str, t: monitoring.Thresholds) -> list[dict]:
                 {
                     "interval": "1m",
                     "input_series": series,
-                    "alert_rule_test": [
-                        {"eval_time": at, "alertname": name, "exp_alerts": alerts}
-                    ],
+                    "alert_rule_test": [{"eval_time": at, "alertname": name, "exp_alerts": alerts}],
                 }
             )
     return tests
@@ -369,7 +366,9 @@ def test_a_real_prometheus_scraping_the_mock_answers_every_panel(processes, tmp_
     assert alert["metric"]["rig"] == "auto" and alert["metric"]["alertstate"] == "pending"
     value = float(prom.query('sglang:spec_accept_length{rig="auto"}')[0]["value"][1])
     assert value == pytest.approx(1.1)
-    healthy_value = float(prom.query(f'sglang:spec_accept_length{{rig="{floor_rig}"}}')[0]["value"][1])
+    healthy_value = float(
+        prom.query(f'sglang:spec_accept_length{{rig="{floor_rig}"}}')[0]["value"][1]
+    )
     assert healthy_value > RECIPES[0].verify.min_accept_length
 
 
@@ -398,7 +397,10 @@ def test_the_monitoring_profile_is_valid_loopback_and_pinned(env_file):
     refused = subprocess.run(
         ["sh", "-c", script],
         env={"PATH": "/usr/bin:/bin", "GF_SECURITY_ADMIN_PASSWORD": ""},
-        capture_output=True, text=True, timeout=30, check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
     )
     assert refused.returncode == 2
     assert refused.stderr.strip() == (

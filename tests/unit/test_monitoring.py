@@ -76,11 +76,16 @@ def test_the_table_has_both_tracks_and_the_router():
 def test_each_rigs_thresholds_are_its_recipes(recipe):
     alerts = alerts_of(recipe.name)
     assert set(alerts) == {
-        "DsparkAcceptanceCollapse", "ThroughputDrop", "ServerErrors", "QueueSaturated", "RigDown"
+        "DsparkAcceptanceCollapse",
+        "ThroughputDrop",
+        "ServerErrors",
+        "QueueSaturated",
+        "RigDown",
     }
     floor = recipe.verify.min_accept_length
-    assert f"sglang:spec_accept_length{{rig=\"{recipe.name}\"}} < {floor:g} " in (
-        alerts["DsparkAcceptanceCollapse"]["expr"]
+    assert (
+        f'sglang:spec_accept_length{{rig="{recipe.name}"}} < {floor:g} '
+        in (alerts["DsparkAcceptanceCollapse"]["expr"])
     )
     assert f">= 0.95 * {recipe.max_running_requests}" in alerts["QueueSaturated"]["expr"]
     recorded = recorded_of(recipe.name)
