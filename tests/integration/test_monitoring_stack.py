@@ -17,6 +17,7 @@ Compose binary.
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import subprocess
@@ -357,6 +358,11 @@ def test_a_real_prometheus_scraping_the_mock_answers_every_panel(processes, tmp_
         wait_until(every_panel_answers, 30, "every panel's query to return data", interval=1)
     except AssertionError:
         raise AssertionError("no data for:\n" + "\n".join(missing)) from None
+
+    # What the live router exports is in the table read from its binary.
+    live = set(re.findall(r"(?m)^(smg_[a-z0-9_]+)", httpx.get(router.metrics_url, timeout=5).text))
+    allowed = monitoring.series_names()
+    assert live and not {n for n in live if n not in allowed}, sorted(live - set(allowed))
 
     def collapse_pending() -> bool:
         return bool(prom.query('ALERTS{alertname="DsparkAcceptanceCollapse", rig="auto"}'))

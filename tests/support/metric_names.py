@@ -17,7 +17,8 @@ writes it from here.
   description starts with a capital letter while names are `smg_[a-z0-9_]+`:
   so a described metric is `smg_[a-z0-9_]+` ending where a capital begins. A
   name glued to other lowercase literals (a label name) never ends on a
-  capital and is left out rather than guessed. The wheel read is the one
+  capital and is left out rather than guessed; a name that precedes an unrelated
+  capitalised string is still a name the router registers. The wheel read is the one
   installed at SGLANG_ROUTER_VERSION (scripts/test installs it); its metric
   types are not in the binary, so the table gives none and the query check
   accepts a histogram's series names for them.
@@ -39,7 +40,7 @@ from sm12x.versions import load_versions, tracks
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "deploy" / "monitoring" / "metrics.json"
 TYPES = ("Counter", "Gauge", "Histogram", "Summary", "GaugeHistogram")
-ROUTER_NAME = re.compile(rb"(smg_[a-z0-9_]+?)([A-Z][ -~]{4,200}?)(?=smg_[a-z]|[^ -~]|$)")
+ROUTER_NAME = re.compile(rb"(smg_[a-z0-9_]+?)(?=[A-Z])")
 
 
 def _call_type(node: ast.Call) -> str | None:
@@ -102,14 +103,15 @@ def router_binary() -> tuple[str, Path]:
 
 
 def router_metrics(binary: Path) -> dict[str, dict]:
-    """Every metric the router's binary describes: name -> help."""
+    """Every metric the router's binary describes. Only the name: the bytes after
+    it are its description only where the compiler kept the pair together (for
+    a few names they are another string), so no help text is recorded."""
     data = binary.read_bytes()
-    out: dict[str, dict] = {}
-    for match in ROUTER_NAME.finditer(data):
-        out.setdefault(
-            match[1].decode(), {"type": None, "help": match[2].decode().strip(), "labels": []}
-        )
-    return out
+    names = [m[1] for m in ROUTER_NAME.finditer(data)]
+    # a run that holds a second name is two literals glued together: neither is taken
+    return {
+        name.decode(): {"type": None, "labels": []} for name in names if b"smg_" not in name[4:]
+    }
 
 
 def table() -> dict:
