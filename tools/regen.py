@@ -115,6 +115,19 @@ def _parser_descriptions() -> dict[Path, str]:
     return sglang_cli.descriptions()
 
 
+def _monitoring() -> dict[Path, str]:
+    from sm12x.deploy import dashboards, monitoring
+    from sm12x.recipe import load_all
+
+    return {**monitoring.tree(load_all()), **dashboards.tree()}
+
+
+def _metric_names() -> dict[Path, str]:
+    from tests.support import metric_names
+
+    return metric_names.render()
+
+
 ENTRIES: tuple[Entry, ...] = (
     Entry(
         "recipe-schema",
@@ -171,6 +184,20 @@ ENTRIES: tuple[Entry, ...] = (
         "docs/security.md's Kubernetes policy exceptions",
         "fast",
         _policy_exceptions,
+    ),
+    Entry(
+        "monitoring",
+        "deploy/monitoring/: Prometheus's configuration, each rig's alert rules and the "
+        "Grafana dashboards",
+        "fast",
+        _monitoring,
+        (("deploy/monitoring/rules", "*.yml"), ("deploy/monitoring/grafana/dashboards", "*.json")),
+    ),
+    Entry(
+        "metric-names",
+        "deploy/monitoring/metrics.json: the metrics sglang (each track) and sglang-router export",
+        "wheels",
+        _metric_names,
     ),
     Entry(
         "sglang-parsers",

@@ -38,8 +38,10 @@ from starlette.routing import Route
 from sm12x.mock import corruption, engine, model, tokenizer_v4, tokenizer_v41
 from sm12x.mock import serving as sglang_serving
 from sm12x.mock.faults import Faults
+from sm12x.mock.metrics import Finished, Metrics
 from sm12x.mock.sps import Scheduler, SpsConfig
 from sm12x.recipe.lines import DEFAULT_LINE, LINES, serves
+from sm12x.recipe.model import DSPARK_DEFAULT_MAX_RUNNING_REQUESTS
 from sm12x.versions import load_versions, tracks
 
 MODEL_ID = "deepseek-ai/DeepSeek-V4-Flash-0731"
@@ -54,6 +56,25 @@ class State:
     in_flight: int = 0
     requests: int = 0
     generated: int = 0
+
+
+class _CountResponses:
+    """sglang's HTTP middleware (utils/common.py): every response by endpoint and status."""
+
+    def __init__(self, app, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def counted(message) -> None:
+            if message["type"] == "http.response.start":
+                self.metrics.response(scope["path"], scope["method"], message["status"])
+            await send(message)
+
+        await self.app(scope, receive, counted)
 
 
 def _error(message: str, status: int, kind: str = "BadRequestError") -> JSONResponse:
@@ -146,6 +167,15 @@ def create_app(
         if state.token_delay:
             await asyncio.sleep(state.token_delay)
 
+    # sglang's metrics (metrics.py); DSPARK's default max running requests
+    # (sm12x.recipe.model) caps the running gauge, the rest queue.
+    exported = Metrics(
+        MODEL_ID,
+        dp=sps.dp if sps is not None else 1,
+        gamma=sps.gamma if sps is not None else GAMMA,
+        max_running=DSPARK_DEFAULT_MAX_RUNNING_REQUESTS,
+        spec="no-spec" not in F,
+    )
     args = engine.ServerArgsView(
         reasoning_parser=None if "no-reasoning-parser" in F else known.reasoning_parser,
         tool_call_parser=None if "no-tool-parser" in F else known.tool_call_parser,
@@ -160,6 +190,7 @@ def create_app(
         lambda obj: plan_for(*pending.pop(obj.rid)),
         server_args=args,
         on_delivery=pace,
+        on_finished=lambda **done: exported.finished(Finished(**done)),
         line=line,
     )
 
@@ -230,16 +261,8 @@ def create_app(
         value = 0.0
         if "no-spec" not in F and state.generated > 0:
             value = 1.1 if "low-accept" in F else state.accept_length
-        label = f'model_name="{MODEL_ID}",engine_type="unified"'
-        text = (
-            "# HELP sglang:spec_accept_length Mean acceptance length of speculative decoding.\n"
-            "# TYPE sglang:spec_accept_length gauge\n"
-            f"sglang:spec_accept_length{{{label}}} {value}\n"
-            "# HELP sglang:num_running_reqs The number of running requests.\n"
-            "# TYPE sglang:num_running_reqs gauge\n"
-            f"sglang:num_running_reqs{{{label}}} {float(state.in_flight)}\n"
-        )
-        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+        text = exported.render(in_flight=state.in_flight, accept_length=value)
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     def plan_for(body: dict, req, seed: int, number: int) -> engine.Plan:
         """What the scripted model writes for this request, as DSPARK delivers it."""
@@ -409,6 +432,7 @@ def create_app(
         Route("/abort_request", scheduler.abort_request, methods=["POST"]),
     ]
     app = Starlette(routes=routes)
+    app.add_middleware(_CountResponses, metrics=exported)
     app.state.mock = state
     app.state.scheduler = scheduler
     return app

@@ -29,6 +29,7 @@ import ast
 import asyncio
 import dataclasses
 import sys
+import time
 import types
 import uuid
 from collections import defaultdict
@@ -258,6 +259,7 @@ class TokenizerManagerStandIn:
         *,
         server_args: ServerArgsView | None = None,
         on_delivery: Callable[[], Any] | None = None,
+        on_finished: Callable[..., Any] | None = None,
         line: str = DEFAULT_LINE,
     ):
         self.serving = serving
@@ -270,6 +272,8 @@ class TokenizerManagerStandIn:
         self.detokenizer = Detokenizer(serving, tokenizer, self.server_args.tool_call_parser)
         # awaited between deliveries (the stand-in server paces its stream here)
         self.on_delivery = on_delivery
+        # called once a request's last token is out (the stand-in's /metrics)
+        self.on_finished = on_finished
         # sglang >= 0.5.23 reads its configuration from the published context.
         serving.publish(self.server_args)
 
@@ -297,6 +301,7 @@ class TokenizerManagerStandIn:
         no_stop_trim = bool(params.get("no_stop_trim", False))
         rid = getattr(obj, "rid", None) or uuid.uuid4().hex
         text, done, first = "", 0, True
+        started, first_at = time.monotonic(), None
         last_delivery = len(plan.deliveries) - 1
         for number, delivery in enumerate(plan.deliveries):
             for step_number, count in enumerate(delivery):
@@ -333,8 +338,18 @@ class TokenizerManagerStandIn:
                         "weight_version": "default",
                     },
                 }
+            first_at = first_at or time.monotonic()
             if self.on_delivery is not None and number != last_delivery:
                 await self.on_delivery()
+        if self.on_finished is not None:
+            now = time.monotonic()
+            self.on_finished(
+                prompt_tokens=len(prompt_ids),
+                completion_tokens=done,
+                streaming=bool(obj.stream),
+                ttft_s=(first_at or now) - started,
+                e2e_s=now - started,
+            )
 
 
 def serving_chat(serving, tokenizer, script: Script, **kw):

@@ -36,6 +36,8 @@ profiles_of = compose_profiles
 ALL_PROFILES = ["auto"] + [p for r in RECIPES for p in profiles_of(r)]
 # Services that are not a rig (tests/integration/test_compose_router.py).
 OTHER_PROFILES = ["router"]
+# The monitoring profile's services (tests/integration/test_monitoring_stack.py).
+MONITORING = ["prometheus", "grafana"]
 # Runs with every profile, before any server (sm12x/deploy/exposure.py).
 GATE = "exposure-check"
 
@@ -69,7 +71,7 @@ def test_compose_config_validates_each_profile(profile, env_file):
 
 def test_all_profiles_together_validate(env_file):
     assert sorted(config("*", env_file=env_file)["services"]) == sorted(
-        [GATE, *ALL_PROFILES, *OTHER_PROFILES]
+        [GATE, *ALL_PROFILES, *OTHER_PROFILES, *MONITORING]
     )
 
 
@@ -175,8 +177,10 @@ def test_auto_takes_every_gpu(env_file):
 
 
 def test_no_sglang_flag_is_written_in_compose():
-    # Flags come only from recipes, through `sm12x launch`.
-    assert not re.search(r"(?m)^[^#]*\s--[a-z]", COMPOSE_TEXT)
+    # Flags come only from recipes, through `sm12x launch`; the one other
+    # command line is Prometheus's own (the monitoring profile).
+    prometheus = r"(?!config\.file=|storage\.tsdb\.|web\.listen-address=)"
+    assert not re.search(rf"(?m)^[^#]*\s--{prometheus}[a-z]", COMPOSE_TEXT)
     for recipe in RECIPES:
         for name in recipe.flags:
             assert name not in COMPOSE_TEXT
@@ -231,6 +235,9 @@ def test_api_key_from_env_reaches_every_server(env_file, tmp_path):
     for name, service in config("*", env_file=custom)["services"].items():
         argv = (service.get("entrypoint") or []) + (service.get("command") or [])
         assert "sk-test" not in " ".join(argv), name
+        if name in MONITORING:  # no API client: the key never reaches them
+            assert "sk-test" not in json.dumps(service), name
+            continue
         if name == GATE:
             # The exposure check only needs to know a key is set: `docker compose config` shows no key.
             assert "SM12X_API_KEY" not in service["environment"]
@@ -288,6 +295,13 @@ def test_env_example_documents_every_variable_compose_reads():
 # --- compose and the settings agree (sm12x.settings) ---------------------------------
 
 COMPOSE_ONLY = {"COMPOSE_PROFILES"}
+# The monitoring profile's: no sm12x command reads them (docs/monitoring.md).
+COMPOSE_ONLY |= {
+    "SM12X_MONITORING_RIG",
+    "SM12X_GRAFANA_ADMIN_PASSWORD",
+    "SM12X_GRAFANA_BIND",
+    "SM12X_PROMETHEUS_RETENTION",
+}
 
 
 def site_variables() -> set[str]:
@@ -350,6 +364,8 @@ def test_compose_defaults_are_the_settings_defaults():
 
 def test_env_example_values_are_the_settings_defaults():
     for name, value in re.findall(r"(?m)^(SM12X_[A-Z0-9_]+)=(.*)$", ENV_EXAMPLE.read_text()):
+        if name in COMPOSE_ONLY:
+            continue
         field = next(n for n in Settings.model_fields if env_name(n) == name)
         default = Settings.model_fields[field].default
         if value == "" or field == "model_dir":
@@ -386,7 +402,7 @@ def test_the_host_reads_the_same_dotenv_as_the_containers(env_file, tmp_path):
 def test_compose_file_parses_as_plain_yaml():
     # YAML merge keys and anchors only; no compose-specific syntax the tests skip.
     data = yaml.safe_load(COMPOSE_TEXT)
-    assert set(data["services"]) == {GATE, *ALL_PROFILES, *OTHER_PROFILES}
+    assert set(data["services"]) == {GATE, *ALL_PROFILES, *OTHER_PROFILES, *MONITORING}
 
 
 # --- closed by default ------------------------------------------------------------------
