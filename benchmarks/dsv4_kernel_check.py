@@ -661,6 +661,7 @@ def check_c2(module) -> dict:
                 )
                 entry["rows_total"] = len(owner_padded)
                 entry["req"] = req
+                entry["positions"] = launch["positions"]
                 entry["parks"] = launch["parks"]
             unpadded = run_c2(module, rows, ring, firsts, req[: len(owner)], owner, seed=200 + seed)
             entry["unpadded_refused"] = unpadded.get("refused")
