@@ -689,6 +689,10 @@ def c2_report(runs: list[dict]) -> list[str]:
     ]
     for run in runs:
         name = f"{run['sglang']}-{run['state']}"
+        if "c2_build_error" in run:
+            error = run["c2_build_error"].strip().splitlines()[-1][:200]
+            lines.append(f"| {name} | - | - | c2.cuh did not build: {error} | | |")
+            continue
         for case in run["c2"]["uniform"]:
             if "refused" in case:
                 lines.append(f"| {name} | {case['rows']} | {case['ring']} | refused: "
@@ -708,7 +712,7 @@ def c2_report(runs: list[dict]) -> list[str]:
     ]
     for run in runs:
         name = f"{run['sglang']}-{run['state']}"
-        for case in run["c2"]["compact"]:
+        for case in run.get("c2", {}).get("compact", []):
             padded = case.get("refused") or (
                 f"{case['parked_in_other_request']} rows parked in another request's ring"
             )
@@ -721,8 +725,8 @@ def c2_report(runs: list[dict]) -> list[str]:
 
 def report(paths: list[Path]) -> str:
     all_runs = [json.loads(p.read_text()) for p in paths]
-    c2_runs = [r for r in all_runs if "c2" in r]
-    runs = [r for r in all_runs if "c2" not in r]
+    c2_runs = [r for r in all_runs if "c2" in r or "c2_build_error" in r]
+    runs = [r for r in all_runs if r not in c2_runs]
     if c2_runs and not runs:
         return "\n".join(c2_report(c2_runs)) + "\n"
     lines = [
@@ -851,7 +855,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "c2":
         if not has_c2(tree):
             sys.exit(f"{tree}: sglang {result['sglang']} has no c2.cuh (no DeepSeek-V4.1 code)")
-        result["c2"] = check_c2(c2_module(tree, args.build))
+        try:
+            module = c2_module(tree, args.build)
+        except Exception as err:  # nvcc refusing c2.cuh for this GPU is a result too
+            result["c2_build_error"] = str(err)[-2000:]
+            if args.json:
+                args.json.write_text(json.dumps(result, indent=1) + "\n")
+            sys.exit(f"c2.cuh does not build for {result['device']}: {str(err)[-500:]}")
+        result["c2"] = check_c2(module)
     elif args.command == "plan":
         module = plan_module(tree, args.build)
         result["plan"] = check_plan(module)
