@@ -580,8 +580,20 @@ def run_c2(
     pos_t = torch.tensor(positions, device=dev, dtype=torch.int64)
     req_t = torch.tensor(req, device=dev, dtype=torch.int64)
     try:
-        module.decode_fusion(kv_input, state, out, weight, pos_t, req_t, raw_out_loc, C2_EPS,
-                             freqs, cache, ring, draft_len)
+        module.decode_fusion(
+            kv_input,
+            state,
+            out,
+            weight,
+            pos_t,
+            req_t,
+            raw_out_loc,
+            C2_EPS,
+            freqs,
+            cache,
+            ring,
+            draft_len,
+        )
         torch.cuda.synchronize()
     except Exception as err:  # the kernel's host checks (CHECK_HOST) raise here
         return {"refused": str(err).strip().splitlines()[-1][:300]}
@@ -656,7 +668,8 @@ def check_c2(module) -> dict:
                 entry["refused"] = launch["refused"]
             else:
                 entry["parked_in_other_request"] = sum(
-                    1 for row, slot in launch["parks"]
+                    1
+                    for row, slot in launch["parks"]
                     if slot is not None and slot // ring != owner_padded[row]
                 )
                 entry["rows_total"] = len(owner_padded)
@@ -695,8 +708,9 @@ def c2_report(runs: list[dict]) -> list[str]:
             continue
         for case in run["c2"]["uniform"]:
             if "refused" in case:
-                lines.append(f"| {name} | {case['rows']} | {case['ring']} | refused: "
-                             f"{case['refused']} | | |")
+                lines.append(
+                    f"| {name} | {case['rows']} | {case['ring']} | refused: {case['refused']} | | |"
+                )
                 continue
             found = sum(1 for _, s in case["parks"] if s is not None)
             lines.append(

@@ -148,9 +148,7 @@ def test_v41_compresses_at_the_ratios_its_line_names():
 
     config = json.loads((V41_FIXTURE / "config.json").read_text())["text_config"]
     assert set(config["compress_ratios"]) - {0} == set(V41_FLASH.compress_ratios) == {1, 2}
-    v4 = json.loads(
-        (V41_FIXTURE.parent / "DeepSeek-V4-Flash-0731" / "config.json").read_text()
-    )
+    v4 = json.loads((V41_FIXTURE.parent / "DeepSeek-V4-Flash-0731" / "config.json").read_text())
     assert set(v4["compress_ratios"]) - {0} == set(V4_FLASH_0731.compress_ratios)
 
 

@@ -306,7 +306,11 @@ CASES = [
         "error",
         dspark(ragged_verify="compact", sps_table="tuned"),
         V41,
-        ["ragged_verify compact with DeepSeek-V4.1", "token_req_indices", "use ragged_verify: static"],
+        [
+            "ragged_verify compact with DeepSeek-V4.1",
+            "token_req_indices",
+            "use ragged_verify: static",
+        ],
     ),
     (
         "ragged-verify",

@@ -4,8 +4,8 @@ the memory arithmetic behind the support matrix, and verify's pictures."""
 from __future__ import annotations
 
 import ast
-import json
 import io
+import json
 import zipfile
 from pathlib import Path
 
@@ -84,7 +84,7 @@ def test_the_weights_figure_agrees_with_sglang_s_own():
     config = json.loads((FIXTURES / "DeepSeek-V4.1-Flash" / "config.json").read_text())
     assert tuple(config["text_config"]["engram_num_embeddings"]) == fit.V41_ENGRAM_ROWS
     # 264 B a row: engram_head_dim FP8 values and one UE8M0 scale per 32 of them
-    assert fit.ENGRAM_ROW_BYTES == config["text_config"]["engram_head_dim"] * (1 + 1 / 32)
+    assert config["text_config"]["engram_head_dim"] * (1 + 1 / 32) == fit.ENGRAM_ROW_BYTES
 
 
 def test_every_shipped_recipe_fits_its_line():
