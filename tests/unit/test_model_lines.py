@@ -195,3 +195,15 @@ def test_the_pictures_are_valid_pngs_with_their_answer(scene):
 
 def test_the_scenes_have_different_answers():
     assert len({s.answer() for s in images.SCENES}) == len(images.SCENES)
+
+
+def test_the_v41_stand_in_s_tokenizer_agrees_with_the_published_config():
+    # verify's exact tasks and tool checks run against the stand-in's V4.1 tokenizer
+    # (sm12x/mock/tokenizer_v41.py); its special ids are the checkpoint config's
+    from sm12x.mock import tokenizer_v41
+
+    config = json.loads((FIXTURES / "DeepSeek-V4.1-Flash" / "config.json").read_text())
+    tok = tokenizer_v41.load()
+    assert (tok.bos_token_id, tok.eos_token_id) == (config["bos_token_id"], config["eos_token_id"])
+    assert tok.convert_ids_to_tokens(config["image_token_id"]) == "<｜deepseek_image｜>"
+    assert config["text_config"]["vocab_size"] <= len(tok)
