@@ -725,3 +725,26 @@ def test_a_v4_recipe_refuses_a_v41_checkpoint(tmp_path):
     assert result["failed"] == ["model-config"]
     detail = result["checks"]["model-config"]
     assert "is DeepSeek-V4.1-Flash" in detail.detail and "v4.1-flash line" in detail.fix
+
+
+@pytest.mark.parametrize(
+    "mem_kib, verdict, says",
+    [
+        (263842104, "ok", "251.6 GiB of host memory"),
+        (209715200, "warn", "200.0 GiB of host memory"),
+        (134217728, "fail", "pins the engram tables, 188.8 GiB"),
+    ],
+)
+def test_the_host_engram_recipe_needs_the_host_ram_for_the_tables(tmp_path, mem_kib, verdict, says):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv", env={"SM12X_RECIPE": "rtx-pro-6000-tp4-v41"})
+    (host.root / "proc" / "meminfo").write_text(
+        f"MemTotal:       {mem_kib} kB\nMemAvailable:   {mem_kib // 2} kB\nSwapTotal:       0 kB\n"
+    )
+    check = run(host)["checks"]["engram-host-memory"]
+    assert check.verdict == verdict, check
+    assert says in check.detail
+
+
+def test_a_recipe_with_the_tables_on_the_gpus_has_no_host_engram_check(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-server-x8.csv", env={"SM12X_RECIPE": V41_RECIPE})
+    assert "engram-host-memory" not in run(host)["checks"]
