@@ -9,7 +9,10 @@
 #   benchmarks/dsv4_compact_check.sh TREES_DIR OUT_DIR
 # Writes OUT_DIR/summary.md (benchmarks/dsv4_kernel_check.py report), each tree's
 # plan-*.json / store-*.json, and the sanitizer logs (racecheck on the plan kernel,
-# memcheck on the store kernels with an index of -1).
+# memcheck on the store kernels with an index of -1); for a tree with DeepSeek-V4.1's
+# ratio-2 compressor (c2.cuh: sglang 0.5.23) also c2-*.json and its sanitizer logs.
+# V4.1's checks alone (its ratio-2 ring, static and compact verify):
+#   benchmarks/dsv4_compact_check.sh --v41 TREES_DIR OUT_DIR
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 py=${PYTHON:-python3}
@@ -38,7 +41,9 @@ if [ "${1:-}" = --prepare ]; then
   exit 0
 fi
 
-[ $# -eq 2 ] || { echo "usage: $0 TREES_DIR OUT_DIR" >&2; exit 2; }
+v41_only=
+if [ "${1:-}" = --v41 ]; then v41_only=1; shift; fi
+[ $# -eq 2 ] || { echo "usage: $0 [--v41] TREES_DIR OUT_DIR" >&2; exit 2; }
 trees=$(cd "$1" && pwd) || exit 2
 mkdir -p "$2" && out=$(cd "$2" && pwd) || exit 2
 build=$(mktemp -d)
@@ -49,6 +54,14 @@ nvcc --version | tail -1
 "$py" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__)'
 names=()
 for tree in "$trees"/*-pristine "$trees"/*-patched; do names+=("$(basename "$tree")"); done
+c2_trees=()
+for name in "${names[@]}"; do
+  if [ -f "$trees/$name/sglang/kernels/jit/csrc/deepseek_v4/c2.cuh" ]; then c2_trees+=("$name"); fi
+done
+if [ -n "$v41_only" ]; then
+  [ ${#c2_trees[@]} -gt 0 ] || { echo "no tree in $trees has c2.cuh (sglang 0.5.23)" >&2; exit 2; }
+  names=()
+fi
 # Builds in parallel (nvcc is the slow part), then the checks one tree at a time.
 for name in "${names[@]}"; do
   (
@@ -58,10 +71,21 @@ for name in "${names[@]}"; do
       --json "$out/store-$name.json"
   ) > "$out/check-$name.log" 2>&1 &
 done
+for name in "${c2_trees[@]}"; do
+  "${check[@]}" c2 --tree "$trees/$name" --state "${name#*-}" --build "$build/c2-$name" \
+    --json "$out/c2-$name.json" > "$out/check-c2-$name.log" 2>&1 &
+done
 wait
 for name in "${names[@]}"; do echo "-- $name"; tail -3 "$out/check-$name.log"; done
+for name in "${c2_trees[@]}"; do echo "-- c2 $name"; tail -3 "$out/check-c2-$name.log"; done
 help=$(compute-sanitizer --help 2>&1)
 if grep -q -- '--kernel-name' <<<"$help"; then only=--kernel-name; else only=--filter; fi
+for name in "${c2_trees[@]}"; do
+  timeout 600 compute-sanitizer --tool racecheck "$only" kns=flash_c2 \
+    "${check[@]}" c2 --tree "$trees/$name" --state "${name#*-}" --build "$build/c2-$name" \
+    > "$out/racecheck-c2-$name.log" 2>&1
+  echo "== c2 $name: $(grep -h SUMMARY "$out/racecheck-c2-$name.log" | tr '\n' ' ')"
+done
 # Without padding between allocations a write before the cache lands in another live
 # allocation and memcheck sees nothing wrong (the guard-byte check in `store` still does).
 padding=()
@@ -80,7 +104,9 @@ for name in "${names[@]}"; do
     "flashmla: $(grep -h 'ERROR SUMMARY' "$out/memcheck-flashmla-$name.log" | head -1)" \
     "indexer: $(grep -h 'ERROR SUMMARY' "$out/memcheck-indexer-$name.log" | head -1)"
 done
-"${check[@]}" report "$out"/plan-*.json "$out"/store-*.json > "$out/summary.md"
+reports=()
+for f in "$out"/plan-*.json "$out"/store-*.json "$out"/c2-*.json; do [ -f "$f" ] && reports+=("$f"); done
+"${check[@]}" report "${reports[@]}" > "$out/summary.md"
 cat "$out/summary.md"
 } 2>&1 | tee "$out/run.log"
 rm -rf "$build"

@@ -20,6 +20,17 @@ has the figures and the commands; benchmarks/dsv4_kernel_check.sh runs it all):
   allocation: a write before the cache base shows up as changed guard bytes.
   `--standalone` gives the cache an allocation of its own instead, for
   `compute-sanitizer --tool memcheck`.
+- `c2`: DeepSeek-V4.1's ratio-2 compressor (c2.cuh, sglang 0.5.23's
+  `c2_decode_norm_rope_store` in its target-verify mode), the only compress state
+  V4.1's layers keep (they compress at ratios 2 and 1; ratio 1 keeps none). For
+  static verifies of 2..11 rows per request (DSPARK depth 1..10) at the pair ring
+  sglang sizes for them, it reads back where every even row parked and what every
+  odd row pooled (against a torch reference of the pair pooling and RMSNorm), and
+  asks, for every acceptance, whether the next step's first row finds its partner.
+  Then compact batches, as sglang 0.5.23 lays them out for V4.1: rows packed by
+  verify_lens, `req` from token_req_indices (each request repeated draft_len
+  times): which ring each row parked in against the request it belongs to, and
+  whether the kernel and torch.repeat_interleave refuse the shapes.
 - `report`: Markdown tables from the JSON files of several trees.
 
 The kernels are compiled from the tree's own sources the way sglang's
@@ -491,11 +502,247 @@ def check_store(tree: Path, build_root: Path, standalone: bool, kinds: list[str]
     return results
 
 
+# --- DeepSeek-V4.1's ratio-2 pair ring ------------------------------------------------
+
+C2_HEAD, C2_ROPE = 512, 64  # FlashCompress2Kernel's static_assert: the FlashMLA layouts
+C2_PAGE = 128  # the c2 pool's page: a 256-token FULL page / ratio 2 (a power of two)
+C2_ROWS = range(2, 12)  # DSPARK depth 1..10 verifies depth + 1 rows
+C2_EPS = 1e-20  # V4.1's rms_norm_eps
+
+
+def c2_ring(num_draft_tokens: int) -> int:
+    """sglang 0.5.23's get_compress_state_ring_size(2, num_draft_tokens)."""
+    return 2 if num_draft_tokens <= 0 else 1 << (num_draft_tokens + 1).bit_length()
+
+
+def has_c2(tree: Path) -> bool:
+    return (kernel_root(tree) / "csrc" / "deepseek_v4" / "c2.cuh").is_file()
+
+
+def c2_module(tree: Path, build_root: Path):
+    pdl = "true" if torch.cuda.get_device_capability()[0] >= 9 else "false"
+    kernel = (
+        f"FlashCompress2Kernel<{C2_HEAD}, {C2_ROPE}, {C2_PAGE}, "
+        f"deepseek_v4::KVLayout::V4, {pdl}>::run_decode_fusion"
+    )
+    return load_kernel(
+        tree, f"c2_{C2_PAGE}", "deepseek_v4/c2.cuh", [("decode_fusion", kernel)], build_root
+    )
+
+
+def c2_page_bytes() -> int:
+    return -(-584 * C2_PAGE // 576) * 576  # KVLayout::V4's kv_page_bytes
+
+
+def c2_reference(kv_old, kv_new, weight) -> torch.Tensor:
+    """compressor.pool_pairs then finish (dsv41_sparse.py), in torch: softmax over the
+    pair's scores, the bf16 round, RMSNorm with fp32 statistics."""
+    kv = torch.stack([kv_old[:, :C2_HEAD], kv_new[:, :C2_HEAD]], dim=1)
+    score = torch.stack([kv_old[:, C2_HEAD:], kv_new[:, C2_HEAD:]], dim=1)
+    pooled = (kv * score.softmax(dim=1)).sum(dim=1).to(torch.bfloat16).float()
+    normed = pooled * torch.rsqrt(pooled.square().mean(-1, keepdim=True) + C2_EPS)
+    return (weight.float() * normed).to(torch.bfloat16)
+
+
+def run_c2(
+    module,
+    draft_len: int,
+    ring: int,
+    firsts: list[int],
+    req: list[int],
+    owner: list[int],
+    seed: int,
+    padded: int = 0,
+) -> dict:
+    """One verify launch: rows are `owner`'s requests' consecutive positions from
+    firsts[owner]; `req` is the request index the kernel is given per row; the last
+    `padded` rows are graph padding (raw_out_loc 0: they write nothing)."""
+    n = len(owner)
+    requests = max(owner) + 1
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    dev = "cuda"
+    positions, seen = [], {}
+    for r in owner:
+        positions.append(firsts[r] + seen.get(r, 0))
+        seen[r] = seen.get(r, 0) + 1
+    kv_input = torch.randn(n, 2 * C2_HEAD, generator=gen, device=dev)
+    state = torch.randn(max(requests, max(req) + 1) * ring, 2 * C2_HEAD, generator=gen, device=dev)
+    before = state.clone()
+    weight = (1 + 0.1 * torch.randn(C2_HEAD, generator=gen, device=dev)).to(torch.bfloat16)
+    max_pos = max(positions) + 2
+    freqs = torch.randn(max_pos, C2_ROPE, generator=gen, device=dev)
+    raw_out_loc = torch.arange(1, n + 1, device=dev, dtype=torch.int64) * 2
+    if padded:
+        raw_out_loc[n - padded :] = 0
+    pages = (n + 2) // C2_PAGE + 1
+    cache = torch.zeros(pages, c2_page_bytes(), dtype=torch.uint8, device=dev)
+    out = torch.zeros(n, C2_HEAD, dtype=torch.bfloat16, device=dev)
+    pos_t = torch.tensor(positions, device=dev, dtype=torch.int64)
+    req_t = torch.tensor(req, device=dev, dtype=torch.int64)
+    try:
+        module.decode_fusion(
+            kv_input,
+            state,
+            out,
+            weight,
+            pos_t,
+            req_t,
+            raw_out_loc,
+            C2_EPS,
+            freqs,
+            cache,
+            ring,
+            draft_len,
+        )
+        torch.cuda.synchronize()
+    except Exception as err:  # the kernel's host checks (CHECK_HOST) raise here
+        return {"refused": str(err).strip().splitlines()[-1][:300]}
+    # where each even row parked: the slot whose contents equal its kv_input row
+    changed = (state != before).any(dim=1).nonzero().flatten().tolist()
+    parks = []
+    for row in range(n - padded):
+        if positions[row] % 2:
+            continue
+        hit = [s for s in changed if torch.equal(state[s], kv_input[row])]
+        parks.append([row, hit[0] if hit else None])
+    # what each odd row pooled, against the reference with the partner the kernel's
+    # rule gives (the previous row inside a block, else the ring)
+    odd = [row for row in range(n - padded) if positions[row] % 2]
+    errs = []
+    for row in odd:
+        first_in_block = row % draft_len == 0
+        slot = req[row] * ring + (positions[row] - 1) % ring
+        partner = before[slot] if first_in_block else kv_input[row - 1]
+        ref = c2_reference(partner[None], kv_input[row][None], weight)[0].float()
+        errs.append((out[row].float() - ref).abs().max().item())
+    return {
+        "positions": positions,
+        "req": req,
+        "owner": owner,
+        "parks": parks,
+        "slots_changed": len(changed),
+        "max_abs_err": max(errs) if errs else 0.0,
+    }
+
+
+def c2_served(draft_len: int, ring: int, firsts: list[int], launch: dict) -> int:
+    """Acceptance outcomes whose next step's first (odd) row would not find its partner
+    in the ring as the GPU left it."""
+    parked = {slot: launch["positions"][row] for row, slot in launch["parks"] if slot is not None}
+    missing = 0
+    for r, first in enumerate(firsts):
+        for accepted in range(1, draft_len + 1):
+            nxt = first + accepted
+            if nxt % 2 and parked.get(r * ring + (nxt - 1) % ring) != nxt - 1:
+                missing += 1
+    return missing
+
+
+def check_c2(module) -> dict:
+    rng = random.Random(11)
+    uniform, compact = [], []
+    for rows in C2_ROWS:
+        ring = c2_ring(rows)
+        requests = 8
+        firsts = [4096 + rng.randrange(0, 64) for _ in range(requests)]
+        owner = [r for r in range(requests) for _ in range(rows)]
+        launch = run_c2(module, rows, ring, firsts, list(owner), owner, seed=rows)
+        launch.update(rows=rows, ring=ring, firsts=firsts)
+        if "refused" not in launch:
+            launch["missing_needed"] = c2_served(rows, ring, firsts, launch)
+        uniform.append(launch)
+    for rows in (7, 8):  # compact at depth 6 / 7: each request 1..rows rows, packed
+        ring = c2_ring(rows)
+        for seed in range(3):
+            lens = [rng.randint(1, rows) for _ in range(16)]
+            firsts = [4096 + rng.randrange(0, 64) for _ in lens]
+            owner = [r for r, k in enumerate(lens) for _ in range(k)]
+            pad = -len(owner) % rows  # padded to whole blocks, as a graph bucket pads
+            owner_padded = owner + [owner[-1]] * pad
+            req = [r for r in range(len(lens)) for _ in range(rows)][: len(owner_padded)]
+            launch = run_c2(
+                module, rows, ring, firsts, req, owner_padded, seed=100 + seed, padded=pad
+            )
+            entry = {"rows": rows, "ring": ring, "verify_lens": lens, "padded_rows": pad}
+            if "refused" in launch:
+                entry["refused"] = launch["refused"]
+            else:
+                entry["parked_in_other_request"] = sum(
+                    1
+                    for row, slot in launch["parks"]
+                    if slot is not None and slot // ring != owner_padded[row]
+                )
+                entry["rows_total"] = len(owner_padded)
+                entry["req"] = req
+                entry["positions"] = launch["positions"]
+                entry["parks"] = launch["parks"]
+            unpadded = run_c2(module, rows, ring, firsts, req[: len(owner)], owner, seed=200 + seed)
+            entry["unpadded_refused"] = unpadded.get("refused")
+            reqs = torch.arange(len(lens), device="cuda")
+            try:
+                torch.repeat_interleave(reqs, rows, output_size=len(owner))
+                torch.cuda.synchronize()
+                entry["repeat_interleave"] = "accepted"
+            except RuntimeError as err:
+                entry["repeat_interleave"] = str(err).strip().splitlines()[0][:200]
+            compact.append(entry)
+    return {"uniform": uniform, "compact": compact}
+
+
 # --- report ------------------------------------------------------------------------------
 
 
+def c2_report(runs: list[dict]) -> list[str]:
+    lines = [
+        "### DeepSeek-V4.1's ratio-2 pair ring (c2.cuh, static verify)",
+        "",
+        "| tree | rows | ring | parked rows read back | outcomes missing the partner | "
+        "max abs err vs torch |",
+        "|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        name = f"{run['sglang']}-{run['state']}"
+        if "c2_build_error" in run:
+            error = run["c2_build_error"].strip().splitlines()[-1][:200]
+            lines.append(f"| {name} | - | - | c2.cuh did not build: {error} | | |")
+            continue
+        for case in run["c2"]["uniform"]:
+            if "refused" in case:
+                lines.append(
+                    f"| {name} | {case['rows']} | {case['ring']} | refused: {case['refused']} | | |"
+                )
+                continue
+            found = sum(1 for _, s in case["parks"] if s is not None)
+            lines.append(
+                f"| {name} | {case['rows']} | {case['ring']} | {found} of {len(case['parks'])} | "
+                f"{case['missing_needed']} | {case['max_abs_err']:.3g} |"
+            )
+    lines += [
+        "",
+        "### Compact verify as sglang 0.5.23 lays it out for V4.1",
+        "",
+        "| tree | rows | verify_lens | padded launch | unpadded launch | repeat_interleave |",
+        "|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        name = f"{run['sglang']}-{run['state']}"
+        for case in run.get("c2", {}).get("compact", []):
+            padded = case.get("refused") or (
+                f"{case['parked_in_other_request']} rows parked in another request's ring"
+            )
+            lines.append(
+                f"| {name} | {case['rows']} | {case['verify_lens']} | {padded} | "
+                f"{case['unpadded_refused'] or 'accepted'} | {case['repeat_interleave']} |"
+            )
+    return lines + [""]
+
+
 def report(paths: list[Path]) -> str:
-    runs = [json.loads(p.read_text()) for p in paths]
+    all_runs = [json.loads(p.read_text()) for p in paths]
+    c2_runs = [r for r in all_runs if "c2" in r or "c2_build_error" in r]
+    runs = [r for r in all_runs if r not in c2_runs]
+    if c2_runs and not runs:
+        return "\n".join(c2_report(c2_runs)) + "\n"
     lines = [
         "### Verify rows in the state ring (write plan)",
         "",
@@ -579,12 +826,12 @@ def report(paths: list[Path]) -> str:
                 f"{s['tokens']} ({s['invalid_rows']}) | {s.get('guard_bytes_changed', '-')} | "
                 f"{s['cache_digest']} |"
             )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + ([""] + c2_report(c2_runs) if c2_runs else [])) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["plan", "race", "store", "report"])
+    parser.add_argument("command", choices=["plan", "race", "store", "c2", "report"])
     parser.add_argument("--tree", type=Path, help="a site-packages folder holding sglang/")
     parser.add_argument("--state", default="?", help="label: pristine or patched")
     parser.add_argument("--build", type=Path, help="where compiled modules go (per tree)")
@@ -619,7 +866,18 @@ def main(argv: list[str] | None = None) -> int:
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
     }
-    if args.command == "plan":
+    if args.command == "c2":
+        if not has_c2(tree):
+            sys.exit(f"{tree}: sglang {result['sglang']} has no c2.cuh (no DeepSeek-V4.1 code)")
+        try:
+            module = c2_module(tree, args.build)
+        except Exception as err:  # nvcc refusing c2.cuh for this GPU is a result too
+            result["c2_build_error"] = str(err)[-2000:]
+            if args.json:
+                args.json.write_text(json.dumps(result, indent=1) + "\n")
+            sys.exit(f"c2.cuh does not build for {result['device']}: {str(err)[-500:]}")
+        result["c2"] = check_c2(module)
+    elif args.command == "plan":
         module = plan_module(tree, args.build)
         result["plan"] = check_plan(module)
         result["race"] = check_race(module, args.launches)
@@ -634,11 +892,14 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(result, indent=1)
     if args.json:
         args.json.write_text(text + "\n")
-    summary = {k: v for k, v in result.items() if k not in ("plan",)}
+    summary = {k: v for k, v in result.items() if k not in ("plan", "c2")}
     print(json.dumps(summary))
     if "plan" in result:
         bad = [c for c in result["plan"]["coverage"] if c["missing_needed"] or c["wrong_slot"]]
         print(f"plan: {len(bad)} of {len(result['plan']['coverage'])} coverage cases miss rows")
+    if "c2" in result:
+        bad = [c for c in result["c2"]["uniform"] if c.get("missing_needed", 1)]
+        print(f"c2: {len(bad)} of {len(result['c2']['uniform'])} static verifies lose a partner")
     return 0
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from sm12x.doctor.core import Context, meminfo
 from sm12x.launch import gpus as gpu_query
-from sm12x.recipe import Recipe, RecipeError, load_all, load_recipe
+from sm12x.recipe import Recipe, RecipeError, fit, load_all, load_recipe
 from sm12x.versions import load_versions
 
 # The image is CUDA 13.0 (versions.env CUDA_VERSION), which needs an R580 or
@@ -203,6 +203,46 @@ def check_gpu_memory(ctx: Context) -> None:
         check_unified_memory(ctx, ctx.recipe, need_gib)
     else:
         check_card_memory(ctx, ctx.recipe, need_gib)
+    check_engram_host_memory(ctx)
+
+
+# The 4x RTX PRO 6000 V4.1 launcher's host RAM for the engram host table (>= 256 GB).
+ENGRAM_HOST_RAM_GB = 256
+
+
+def check_engram_host_memory(ctx: Context) -> None:
+    """A recipe that keeps DeepSeek-V4.1's engram tables in host RAM
+    (SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE) needs a host that holds them."""
+    recipe = ctx.recipe
+    if recipe is None or recipe.hardware.unified_memory or fit.engram_on_gpu(recipe):
+        return
+    title = "engram host memory"
+    engram = fit.WEIGHTS[recipe.model.line].engram_gib
+    total_kib = meminfo(ctx.host).get("MemTotal")
+    if total_kib is None:
+        ctx.add(
+            "engram-host-memory",
+            title,
+            "warn",
+            f"/proc/meminfo unreadable; {recipe.name} pins {engram:.1f} GiB of engram tables "
+            "in host memory",
+            "check `free -g` by hand",
+            required=False,
+        )
+        return
+    have = total_kib / 1024**2
+    detail = (
+        f"{have:.1f} GiB of host memory; {recipe.name} pins the engram tables, "
+        f"{engram:.1f} GiB, in it (SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE)"
+    )
+    if have < engram:
+        verdict, fix = "fail", "use a host with more RAM, or a recipe with the tables on the GPUs"
+    elif have * 2**30 < ENGRAM_HOST_RAM_GB * 1e9:
+        verdict = "warn"
+        fix = f"the field runs it with >= {ENGRAM_HOST_RAM_GB} GB of host RAM"
+    else:
+        verdict, fix = "ok", None
+    ctx.add("engram-host-memory", title, verdict, detail, fix, memory_gib=round(have, 1))
 
 
 def check_unified_memory(ctx: Context, recipe: Recipe, need_gib: float) -> None:

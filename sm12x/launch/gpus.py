@@ -12,9 +12,11 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from sm12x.errors import UserError
-from sm12x.recipe.lines import DEFAULT_LINE
+from sm12x.recipe import fit
+from sm12x.recipe.lines import DEFAULT_LINE, LINES
 from sm12x.recipe.model import Recipe
 
 QUERY = [
@@ -131,6 +133,57 @@ class Pick:
     reason: str
 
 
+def other_lines_note(gpus: Sequence[Gpu], recipes: Sequence[Recipe]) -> str:
+    """For each model line auto does not pick: the recipe that serves it on these GPUs,
+    or why it cannot (sm12x.recipe.fit's arithmetic on this machine's GPU count and
+    memory), so the operator learns it before fetching a checkpoint that cannot run."""
+    model = gpus[0].model if gpus else None
+    notes = []
+    for line in LINES.values():
+        if line.name == DEFAULT_LINE:
+            continue
+        served = [
+            r
+            for r in recipes
+            if r.model.line == line.name
+            and r.hardware.gpu == model
+            and r.hardware.nodes == 1
+            and r.hardware.gpus_per_node <= len(gpus)
+        ]
+        if served:
+            best = max(served, key=lambda r: r.hardware.gpus_per_node)
+            notes.append(
+                f"{line.title} runs here only when named: SM12X_RECIPE={best.name} "
+                f"(its checkpoint, {line.hf_ids[0]}, in SM12X_MODEL_DIR)"
+            )
+            continue
+        like = [r.hardware for r in recipes if r.hardware.gpu == model]
+        memory = (
+            gpus[0].memory_mib / 1024
+            if gpus and gpus[0].memory_mib
+            else (like[0].memory_gib_per_gpu if like else None)
+        )
+        if model is None or memory is None:
+            continue
+        hw = SimpleNamespace(
+            gpu=model,
+            gpus_per_node=len(gpus),
+            nodes=1,
+            memory_gib_per_gpu=round(memory),
+            unified_memory=bool(like and like[0].unified_memory),
+        )
+        on_gpu, on_host = fit.judge(line, hw), fit.judge(line, hw, engram_on_gpu=False)
+        if on_gpu.fits or on_host.fits:
+            where = "" if on_gpu.fits else " with the engram tables in host RAM"
+            notes.append(
+                f"{line.title}'s weights fit {on_host.rig}{where}, but no recipe serves it "
+                f"here yet ({(on_gpu if on_gpu.fits else on_host).arithmetic})"
+            )
+        else:
+            notes.append(f"{line.title} cannot be served here: {on_gpu.arithmetic}")
+    return "; ".join(notes)
+
+
 def pick_recipe(gpus: Sequence[Gpu], recipes: Sequence[Recipe]) -> Pick:
     """The rig for these GPUs: same GPU model and compute capability, and the
     most GPUs per node that the machine has.
@@ -142,6 +195,7 @@ def pick_recipe(gpus: Sequence[Gpu], recipes: Sequence[Recipe]) -> Pick:
     V4.1-Flash recipe is served only when named (SM12X_RECIPE).
     """
     found = describe_gpus(gpus)
+    all_recipes = list(recipes)
     recipes = [
         r for r in recipes if r.configuration_kind == "baseline" and r.model.line == DEFAULT_LINE
     ]
@@ -187,4 +241,7 @@ def pick_recipe(gpus: Sequence[Gpu], recipes: Sequence[Recipe]) -> Pick:
             f"; it uses {hw.gpus_per_node} of the {len(gpus)} GPUs (no recipe uses more "
             "of them: set SM12X_RECIPE (or --recipe) to choose another)"
         )
+    others = other_lines_note(gpus, all_recipes)
+    if others:
+        reason += f". {others}"
     return Pick(best, reason)

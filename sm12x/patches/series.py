@@ -72,6 +72,14 @@ def plan(version: str, flashinfer: str | None, path: Path | None = None) -> patc
         raise PatchSeriesError(f"patches.toml: {err}") from err
 
 
+def v41_verify_rows(version: str, path: Path | None = None) -> int | None:
+    """The widest DSPARK verify DeepSeek-V4.1's own compress paths (ratios 2 and 1,
+    no c4/c128 layer) serve on sglang `version`, from its [[release]] entry; None
+    where no entry says (no patch of the series touches those paths)."""
+    rows = releases(path).get(version, {}).get("v41_verify_rows")
+    return None if rows is None else int(rows)
+
+
 def verify_rows(version: str, path: Path | None = None) -> VerifyRows:
     own = releases(path).get(version, {}).get("verify_rows", UNPATCHED_VERIFY_ROWS)
     best = VerifyRows(int(own), None)

@@ -3,15 +3,19 @@
 The figures (GiB):
 - DeepSeek-V4-Flash-0731: about 150 GB of checkpoint (README; it runs on 2x RTX
   PRO 6000, 192 GB), no engram tables.
-- DeepSeek-V4.1-Flash: sglang 0.5.23's own GB300 test recipe
-  (sglang/test/dsv41_flash_common.py) says the two engram tables are ~189 GiB in
-  FP8 (2 x ~384M rows x 264 B) and the remaining weights ~143 GiB per GPU at TP2.
-  Derived here: ~286 GiB of weights besides the engram tables (2 x 143; an upper
-  bound for what shards, since replicated tensors count on both GPUs), so ~475
-  GiB in all. sglang shards the engram rows over the TP group (layers/engram.py:
-  rows tp_rank/tp_size); SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1 keeps them in
-  pinned host memory instead, which on unified memory (DGX Spark) is the same
-  memory, so it saves nothing there.
+- DeepSeek-V4.1-Flash: the published checkpoint is 510,286,023,000 payload bytes
+  in 48 shards (475.2 GiB; a public shard-header inventory of
+  deepseek-ai/DeepSeek-V4.1-Flash, whose config.json hash matches revision
+  fb2764a5). Its two engram tables hold 384,006,168 and 384,016,682 rows
+  (config.json engram_num_embeddings) of 264 B (256 FP8 values and 8 UE8M0
+  scales), 188.8 GiB; the rest, 286.4 GiB, shards over the TP group (an upper
+  bound per GPU: replicated tensors count once). sglang 0.5.23's own GB300 test
+  (sglang/test/dsv41_flash_common.py) says the same in round figures: engram
+  ~189 GiB, the rest ~143 GiB per GPU at TP2. sglang shards the engram rows over
+  the TP group (layers/engram.py: rows tp_rank/tp_size);
+  SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1 keeps them in pinned host memory
+  instead, which on unified memory (DGX Spark) is the same memory, so it saves
+  nothing there.
 - Vision: the tower's weights are inside those figures; at boot sglang reserves
   activation room for the image encoder out of --mem-fraction-static
   (arg_groups/memory_hook.py: a fixed 8 GiB per GPU when the KV pool is sized
@@ -40,13 +44,19 @@ class Weights:
     source: str
 
 
+# DeepSeek-V4.1-Flash's published checkpoint and its engram tables (module doc).
+V41_CHECKPOINT_BYTES = 510_286_023_000
+V41_ENGRAM_ROWS = (384_006_168, 384_016_682)
+ENGRAM_ROW_BYTES = 264
+_V41_ENGRAM_GIB = sum(V41_ENGRAM_ROWS) * ENGRAM_ROW_BYTES / 2**30
+
 WEIGHTS = {
     "v4-flash-0731": Weights(150 * GIB_PER_GB, 0.0, "a ~150 GB checkpoint (README)"),
     "v4.1-flash": Weights(
-        2 * 143.0,
-        189.0,
-        "derived from sglang 0.5.23's test/dsv41_flash_common.py: engram tables ~189 GiB "
-        "(2 x ~384M rows x 264 B, FP8), other weights ~143 GiB/GPU at TP2, so ~286 GiB",
+        V41_CHECKPOINT_BYTES / 2**30 - _V41_ENGRAM_GIB,
+        _V41_ENGRAM_GIB,
+        "the published checkpoint, 510,286,023,000 bytes in 48 shards (475.2 GiB): engram "
+        "tables 188.8 GiB (384,006,168 + 384,016,682 rows x 264 B, FP8), the rest 286.4 GiB",
     ),
 }
 

@@ -32,6 +32,10 @@ class Line:
     min_sglang: str
     min_sglang_why: str
     vision_tower: bool
+    # The KV compression ratios of the checkpoint's layers (config.json compress_ratios,
+    # 0 = window only): which compress paths DSPARK's verify goes through (c_plan.cuh's
+    # c4/c128 plan for V4; the ratio-2 pair ring and ratio-1 rows for V4.1).
+    compress_ratios: tuple[int, ...]
     # --reasoning-parser / --tool-call-parser: in sglang 0.5.23 they also pick the
     # prompt encoder (chat_encoding.resolve_chat_encoding_spec: deepseekv4 -> dsv4,
     # deepseekv41 -> dsv41), so a line's recipes must name its own.
@@ -51,6 +55,7 @@ V4_FLASH_0731 = Line(
     min_sglang="0.5.16",
     min_sglang_why="the first release sm12x's patch series covers (DSPARK, the V4 model code)",
     vision_tower=False,
+    compress_ratios=(4, 128),
     reasoning_parser="deepseek-v4",
     tool_call_parser="deepseekv4",
     notes="text only; the DSpark draft is bundled in the checkpoint",
@@ -79,6 +84,7 @@ V41_FLASH = Line(
         "(configs/deepseek_v41.py); 0.5.19-0.5.22 were not checked"
     ),
     vision_tower=True,
+    compress_ratios=(2, 1),
     reasoning_parser="deepseek-v41",
     tool_call_parser="deepseekv41",
     notes="vision tower, engram layers, V4.1's own compressor and indexer",

@@ -155,6 +155,9 @@ def _dspark_verify_rows(recipe: Recipe) -> Iterator[Finding]:
     # so: the unpatched 4-row cap was measured for uniform verifies only.
     depth = recipe.dspark.block_size
     ragged = recipe.dspark.ragged_verify != "static"
+    if recipe.model.model_line is V41_FLASH:
+        yield from _v41_verify_rows(recipe)
+        return
     for track in recipe_tracks(recipe):
         version = load_versions(track)["SGLANG_VERSION"]
         allowed = patch_series.verify_rows(version)
@@ -193,6 +196,34 @@ def _dspark_verify_rows(recipe: Recipe) -> Iterator[Finding]:
                 f"use block_size {allowed.rows - 1} or less"
             )
         yield Finding("dspark-verify-rows", "error", message)
+
+
+def _v41_verify_rows(recipe: Recipe) -> Iterator[Finding]:
+    # DeepSeek-V4.1 compresses at ratios 2 and 1 only (lines.V41_FLASH.compress_ratios):
+    # c_plan.cuh's c4/c128 plan, which verify_rows bounds, serves none of its layers.
+    # Its own bound is the [[release]] entry's v41_verify_rows (patches.toml says what
+    # shows it); compact ragged verify is the ragged-verify lint's to refuse.
+    depth = recipe.dspark.block_size
+    for track in recipe_tracks(recipe):
+        version = load_versions(track)["SGLANG_VERSION"]
+        rows = patch_series.v41_verify_rows(version)
+        image = f"the {track} track's sglang {version}"
+        if rows is None:
+            yield Finding(
+                "dspark-verify-rows",
+                "error",
+                f"{image} has no check of DeepSeek-V4.1's ratio-2/ratio-1 compress paths "
+                f"under DSPARK verify (a [[release]] entry with v41_verify_rows in "
+                f"patches/sglang/patches.toml): no block size is shown to serve V4.1 there",
+            )
+        elif depth + 1 > rows:
+            yield Finding(
+                "dspark-verify-rows",
+                "error",
+                f"dspark.block_size {depth} verifies {depth + 1} rows per step; DeepSeek-V4.1's "
+                f"ratio-2 pair ring is shown to serve at most {rows} on {image} "
+                f"(patches.toml v41_verify_rows): use block_size {rows - 1} or less",
+            )
 
 
 @lint("kv-cache-dtype")
@@ -414,6 +445,20 @@ def _ragged_verify(recipe: Recipe) -> Iterator[Finding]:
             "budget then degenerates to verify-all (zero throughput gain, sglang's own help "
             "says); set dspark.sps_table: tuned (and run `sm12x tune` once on the rig) or "
             "dspark.sps_table_path, or use ragged_verify: static",
+        )
+    if d.ragged_verify != "static" and recipe.model.model_line is V41_FLASH:
+        # sglang 0.5.23's V4.1 low-ratio sources (the c2 ring, the c1/c2 indexers) take
+        # each verify row's request from dsv41_sparse.token_req_indices, which repeats
+        # every request draft_token_num times, while ragged rows are packed by
+        # verify_lens (and the c2 verify kernel takes uniform blocks only).
+        yield Finding(
+            "ragged-verify",
+            "error",
+            f"dspark.ragged_verify {d.ragged_verify} with DeepSeek-V4.1: sglang 0.5.23's V4.1 "
+            "compressor and indexers assume every request verifies block_size + 1 rows "
+            "(token_req_indices), so ragged rows go to the wrong requests, or the CUDA "
+            "graph capture fails (repeat_interleave: Invalid output_size); use "
+            "ragged_verify: static",
         )
     tp = recipe.flag_value("--tp-size")
     dp = attention_dp(recipe)
@@ -683,8 +728,9 @@ V41_FIELD: dict[str, dict[str, Any]] = {
 
 @lint("v41-layout")
 def _v41_layout(recipe: Recipe) -> Iterator[Finding]:
-    # 8x RTX PRO 6000: TP8 with EP8 was the only layout that started (#40877);
-    # attention DP, or the MoE split by TP alone, did not.
+    # RTX PRO 6000: the field runs V4.1 with tensor parallelism and the experts split
+    # over every card (TP8/EP8, sgl-project/sglang#40877; TP4/EP4 since its author's
+    # 2026-09-27 update); attention DP, or the MoE split by TP alone, did not start.
     if recipe.model.model_line is not V41_FLASH or recipe.hardware.gpu != "rtx-pro-6000":
         return
     tp, ep = recipe.flag_value("--tp-size"), recipe.flag_value("--ep-size")
@@ -693,8 +739,9 @@ def _v41_layout(recipe: Recipe) -> Iterator[Finding]:
         yield Finding(
             "v41-layout",
             "error",
-            f"DeepSeek-V4.1-Flash on RTX PRO 6000 started only as TP{gpus}/EP{gpus} in the "
-            f"field (sgl-project/sglang#40877; this recipe: --tp-size {tp}, --ep-size {ep}"
+            f"DeepSeek-V4.1-Flash on RTX PRO 6000 started only with TP and EP over every card "
+            f"in the field (TP8/EP8 in sgl-project/sglang#40877, TP4/EP4 in its 2026-09-27 "
+            f"update; this recipe: --tp-size {tp}, --ep-size {ep}"
             + (", --enable-dp-attention" if recipe.has_flag("--enable-dp-attention") else "")
             + f"): set --tp-size {gpus} and --ep-size {gpus}, without --enable-dp-attention",
         )

@@ -133,6 +133,14 @@ def _rig_key(hw: Hardware) -> tuple:
     return (hw.gpu, hw.gpus_per_node, hw.nodes)
 
 
+def _limits(recipe: Recipe) -> str:
+    """What a recipe serves at once: its requests and a request's context."""
+    context = recipe.flag_value("--context-length")
+    cap = f"context {context:,}" if isinstance(context, int) else "the checkpoint's context"
+    kv = fit.kv_budget_gib(recipe)
+    return f"{recipe.max_running_requests} requests, {cap}, ~{kv:.1f} GiB/GPU for KV"
+
+
 def lines_table(recipes: list[Recipe]) -> str:
     """Per rig and non-default line: the recipe serving it, or why its weights do not fit."""
     rigs: dict[tuple, Hardware] = {}
@@ -152,12 +160,15 @@ def lines_table(recipes: list[Recipe]) -> str:
             "|---|---|---|",
         ]
         for key, hw in sorted(rigs.items(), key=lambda kv: (order.get(kv[0][0], 9), kv[0][1:])):
-            verdict = fit.judge(line, hw)
             served = [
                 r for r in recipes if r.model.line == line.name and _rig_key(r.hardware) == key
             ]
+            # A recipe's own engram placement (host RAM or GPU) decides its arithmetic.
+            verdict = fit.judge(
+                line, hw, engram_on_gpu=fit.engram_on_gpu(served[0]) if served else True
+            )
             cell = (
-                ", ".join(f"`{r.name}`" for r in served)
+                ", ".join(f"`{r.name}` ({_limits(r)})" for r in served)
                 if served
                 else "fits; no recipe yet"
                 if verdict.fits

@@ -17,7 +17,9 @@ python3 -m sm12x.keyed sglang.launch_server \
   --kv-cache-dtype fp8_e4m3 \
   --moe-runner-backend flashinfer_mxfp4 \
   --disable-custom-all-reduce \
-  --mem-fraction-static 0.88 \
+  --mem-fraction-static 0.72 \
+  --max-running-requests 16 \
+  --cuda-graph-max-bs-decode 16 \
   --chunked-prefill-size 2048 \
   --disable-flashinfer-autotune \
   --trust-remote-code \

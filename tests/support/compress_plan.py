@@ -150,3 +150,106 @@ def widest_served(
         else:
             break
     return best
+
+
+# --- DeepSeek-V4.1's ratio-2 pair ring (sglang 0.5.23) --------------------------------
+#
+# V4.1 compresses at ratios 2 and 1 only (its config's compress_ratios; no c4/c128
+# layer, so nothing above applies to it). Ratio 1 keeps no state: every row is its own
+# latent, written at its own slot (c1_out_loc is raw_out_loc). Ratio 2 pools each odd
+# position with its even predecessor; the pending even row parks in a per-request
+# ring of `c2_ring(drafts)` rows at req * ring + pos % ring (c2.cuh, CompressStatePool).
+# In a verify block (C2Mode::Verify, `draft_len` rows per request, request-major) the
+# block's first row takes its partner from the ring, every later row from the row
+# before it; every even row parks. The kernel checks `num_tokens % draft_len == 0` and
+# `ring > draft_len`: it serves uniform (static) verify only.
+
+
+def c2_ring(num_draft_tokens: int) -> int:
+    """get_compress_state_ring_size(2, num_draft_tokens) of sglang 0.5.23
+    (mem_cache/deepseek_v4_memory_pool.py): a power of two >= 2 + the drafts."""
+    if num_draft_tokens <= 0:
+        return 2
+    return 1 << (num_draft_tokens + 1).bit_length()
+
+
+@dataclass(frozen=True)
+class C2Row:
+    row: int
+    request: int  # the request whose ring the kernel uses (its `req` entry)
+    position: int
+    partner: tuple[str, int]  # ("row", i) or ("ring", slot)
+    parks_at: int | None  # the ring slot an even row writes, else None
+
+
+def c2_verify_rows(
+    draft_len: int, ring: int, first_positions: list[int], req_of_row: list[int] | None = None
+) -> list[C2Row]:
+    """What C2Mode::Verify does with `len(first_positions)` blocks of `draft_len` rows:
+    block b's rows are positions first_positions[b] ...; `req_of_row` is the `req`
+    tensor (token_req_indices: each request repeated draft_len times, by default)."""
+    if ring <= draft_len:
+        raise ValueError(f"the pair-state ring ({ring}) must be wider than the draft length")
+    out = []
+    for b, first in enumerate(first_positions):
+        for x in range(draft_len):
+            row = b * draft_len + x
+            req = b if req_of_row is None else req_of_row[row]
+            pos = first + x
+            partner = ("ring", req * ring + (pos - 1) % ring) if x == 0 else ("row", row - 1)
+            parks = req * ring + pos % ring if pos % 2 == 0 else None
+            out.append(C2Row(row, req, pos, partner, parks))
+    return out
+
+
+def c2_verify_is_served(draft_len: int, ring: int, first: int) -> bool:
+    """One request's verify of draft_len rows from `first`, for every acceptance: the
+    next step's first row, if odd, finds its even partner in the ring (parked by this
+    verify, or by an earlier step when the partner precedes it), and no row this
+    verify parks overwrote a slot another of its rows parked."""
+    rows = c2_verify_rows(draft_len, ring, [first])
+    parked: dict[int, int] = {}
+    for r in rows:
+        if r.parks_at is not None:
+            if r.parks_at in parked:
+                return False  # two rows of one verify race for one slot
+            parked[r.parks_at] = r.position
+    for accepted in range(1, draft_len + 1):
+        nxt = first + accepted
+        if nxt % 2 == 0:
+            continue  # an even row parks; it reads no partner
+        want = nxt - 1
+        owner = parked.get(want % ring)
+        if want >= first and owner != want:
+            return False
+        if want < first and owner is not None:
+            return False  # the earlier step's parked partner was overwritten
+    return True
+
+
+def c2_widest_served(max_rows: int = 16, firsts: range = range(4096, 4096 + 64)) -> int:
+    """The widest uniform verify (rows = depth + 1) the ring sglang sizes for it serves
+    at every alignment, or 0."""
+    best = 0
+    for rows in range(1, max_rows + 1):
+        ring = c2_ring(rows)
+        if all(c2_verify_is_served(rows, ring, f) for f in firsts):
+            best = rows
+        else:
+            break
+    return best
+
+
+def compact_misassigned(draft_len: int, verify_lens: list[int]) -> tuple[int, int]:
+    """Rows packed by verify_lens (compact ragged verify) against the request index
+    sglang 0.5.23's V4.1 paths use for them (dsv41_sparse.token_req_indices:
+    repeat_interleave(req, draft_len), cut to the packed length): (rows given to
+    another request, rows in all)."""
+    owner = [req for req, n in enumerate(verify_lens) for _ in range(n)]
+    used = [req for req in range(len(verify_lens)) for _ in range(draft_len)][: len(owner)]
+    return sum(1 for a, b in zip(owner, used) if a != b), len(owner)
+
+
+def c2_park_slot(request: int, position: int, ring: int) -> int | None:
+    """Where the ratio-2 kernel parks a row (even positions only), in `request`'s ring."""
+    return request * ring + position % ring if position % 2 == 0 else None

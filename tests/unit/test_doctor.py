@@ -655,11 +655,14 @@ def test_every_check_is_a_row_of_docs_doctor_md(tmp_path):
 V41_RECIPE = "rtx-pro-6000-tp8-v41"
 
 
-def _v41_rig(tmp_path, config):
+V41_REVISION = "fb2764a5cf321eaa5070ca8f9e892818f477c16d"  # the V4.1 recipes' pin
+
+
+def _v41_rig(tmp_path, config, revision=V41_REVISION):
     host = rig(tmp_path, "rtx-pro-6000-server-x8.csv", env={"SM12X_RECIPE": V41_RECIPE})
     model = Path(host.environ["SM12X_MODEL_DIR"])
     (model / "config.json").unlink()
-    checkpoint.write_checkpoint(model, config=config)
+    checkpoint.write_checkpoint(model, revision=revision, config=config)
     return host
 
 
@@ -672,9 +675,16 @@ def test_a_v41_checkpoint_passes_for_the_v41_recipe(tmp_path):
     assert "vision tower" in checks["model-config"].detail
     # the shards are checked as for V4 (index, headers, sizes)
     assert checks["model-shards"].verdict == "ok"
-    # no commit is pinned for V4.1: the revision check says so instead of comparing
-    assert checks["model-revision"].verdict == "skip"
-    assert "pins no revision" in checks["model-revision"].detail
+    # the recipe pins the field's commit, and the download is that commit
+    assert checks["model-revision"].verdict == "ok", checks["model-revision"].detail
+    assert V41_REVISION[:12] in checks["model-revision"].detail
+
+
+def test_a_v41_download_of_another_commit_is_named(tmp_path):
+    result = run(_v41_rig(tmp_path, checkpoint.V41_CONFIG, revision=checkpoint.REVISION))
+    check = result["checks"]["model-revision"]
+    assert check.verdict != "ok"
+    assert V41_REVISION[:12] in check.detail + (check.fix or "")
 
 
 @pytest.mark.parametrize(
@@ -715,3 +725,26 @@ def test_a_v4_recipe_refuses_a_v41_checkpoint(tmp_path):
     assert result["failed"] == ["model-config"]
     detail = result["checks"]["model-config"]
     assert "is DeepSeek-V4.1-Flash" in detail.detail and "v4.1-flash line" in detail.fix
+
+
+@pytest.mark.parametrize(
+    "mem_kib, verdict, says",
+    [
+        (263842104, "ok", "251.6 GiB of host memory"),
+        (209715200, "warn", "200.0 GiB of host memory"),
+        (134217728, "fail", "pins the engram tables, 188.8 GiB"),
+    ],
+)
+def test_the_host_engram_recipe_needs_the_host_ram_for_the_tables(tmp_path, mem_kib, verdict, says):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv", env={"SM12X_RECIPE": "rtx-pro-6000-tp4-v41"})
+    (host.root / "proc" / "meminfo").write_text(
+        f"MemTotal:       {mem_kib} kB\nMemAvailable:   {mem_kib // 2} kB\nSwapTotal:       0 kB\n"
+    )
+    check = run(host)["checks"]["engram-host-memory"]
+    assert check.verdict == verdict, check
+    assert says in check.detail
+
+
+def test_a_recipe_with_the_tables_on_the_gpus_has_no_host_engram_check(tmp_path):
+    host = rig(tmp_path, "rtx-pro-6000-server-x8.csv", env={"SM12X_RECIPE": V41_RECIPE})
+    assert "engram-host-memory" not in run(host)["checks"]

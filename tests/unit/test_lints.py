@@ -53,6 +53,7 @@ def depth(size, ack=None):
 
 
 V41 = "rtx-pro-6000-tp8-v41"
+V41_TP4 = "rtx-pro-6000-tp4-v41"
 
 
 def dspark(**fields):
@@ -284,13 +285,47 @@ CASES = [
         V41,
         ["128 replay tokens plus one page"],
     ),
-    # the field's 8x RTX PRO 6000 report: TP8/EP8 the only layout that started
+    # the field's RTX PRO 6000 reports: TP and EP over every card (TP8/EP8, TP4/EP4)
     (
         "v41-layout",
         "error",
         drop_flag("--ep-size"),
         V41,
-        ["started only as TP8/EP8", "--ep-size None", "--ep-size 8"],
+        ["started only with TP and EP over every card", "--ep-size None", "--ep-size 8"],
+    ),
+    (
+        "v41-layout",
+        "error",
+        set_flag("--ep-size", 2),
+        V41_TP4,
+        ["TP4/EP4 in its 2026-09-27 update", "--ep-size 2", "set --tp-size 4 and --ep-size 4"],
+    ),
+    # sglang 0.5.23's V4.1 paths give compact rows to the wrong requests
+    (
+        "ragged-verify",
+        "error",
+        dspark(ragged_verify="compact", sps_table="tuned"),
+        V41,
+        [
+            "ragged_verify compact with DeepSeek-V4.1",
+            "token_req_indices",
+            "use ragged_verify: static",
+        ],
+    ),
+    (
+        "ragged-verify",
+        "error",
+        dspark(ragged_verify="cap-accept", sps_table="tuned"),
+        V41_TP4,
+        ["ragged_verify cap-accept with DeepSeek-V4.1", "wrong requests"],
+    ),
+    # V4.1's own compress paths (ratio 2 ring, ratio 1), not V4's c4 plan, bound its depth
+    (
+        "dspark-verify-rows",
+        "error",
+        depth(10),
+        V41,
+        ["block_size 10 verifies 11 rows", "ratio-2 pair ring", "at most 10", "block_size 9"],
     ),
     (
         "v41-layout",
@@ -327,11 +362,14 @@ CASES = [
             lambda d: d["hardware"].__setitem__("gpus_per_node", 4),
             set_flag("--tp-size", 4),
             set_flag("--ep-size", 4),
+            set_flag("--max-running-requests", 8),
+            set_flag("--cuda-graph-max-bs-decode", 8),
         ),
         V41,
         [
             "DeepSeek-V4.1-Flash does not fit 4x rtx-pro-6000",
             "118.8 GiB of weights per GPU",
+            "SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1",
             "76.8 GiB usable",
             "pick a rig with more memory",
         ],
@@ -749,8 +787,8 @@ def test_a_recipe_without_configuration_is_its_rig_s_baseline():
             {"architecture": "Qwen3ForCausalLM"},
             ["not a DeepSeek-V4.1-Flash architecture", "DeepseekV41ForCausalLM"],
         ),
-        ({"revision": "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"}, ["not both"]),
-        ({"revision_why": None}, ["`revision_why` saying why"]),
+        ({"revision_why": "a reason long enough to pass"}, ["not both"]),
+        ({"revision": None}, ["`revision_why` saying why"]),
         (
             {"line": "v4-flash-0731", "architecture": None},
             ["has no vision tower", "line: v4.1-flash"],
@@ -770,6 +808,7 @@ def test_a_model_must_fit_its_line(model, words):
 
 def test_a_verified_recipe_pins_its_checkpoint():
     def mutate(data):
+        data["model"].update(revision=None, revision_why="no commit known, for this test")
         data["status"] = {
             "state": "verified",
             "note": "booted and verified on the rig",

@@ -12,7 +12,7 @@ THROUGHPUT = [f"{rig}-throughput" for rig in RIGS]
 ALL = sorted(RIGS + THROUGHPUT)
 
 
-V41 = ["rtx-pro-6000-tp8-v41"]
+V41 = ["rtx-pro-6000-tp4-v41", "rtx-pro-6000-tp8-v41"]
 
 
 def test_each_rig_has_a_baseline_and_a_throughput_configuration():

@@ -22,6 +22,7 @@ from sm12x.recipe.lints import INDEXER_MIN_QUERY, attention_dp, recipe_tracks
 from sm12x.recipe.load import validate_recipe
 from tests.support.cli import raw_recipe
 from tests.support.server_args_check import GPUS, model_dir, validate
+from tests.support.server_args_check import V41_FLASH as V41_MODEL
 
 CASES = [
     (recipe, rank, track)
@@ -143,3 +144,36 @@ def test_sglang_refuses_for_v41_what_the_line_lint_refuses(flag, refused):
     verdict = validate(recipe, 0, "current", model_dir(recipe))
     assert not verdict.ok
     assert refused in verdict.error, verdict.error
+
+
+V41_RECIPES = [r for r in load_all() if r.model.line == "v4.1-flash"]
+
+
+@pytest.mark.parametrize("recipe", V41_RECIPES, ids=lambda r: r.name)
+def test_sglang_runs_the_v41_limits_the_recipe_writes(verdicts, recipe):
+    """sglang 0.5.23 with the published V4.1 config resolves each V4.1 recipe's limits to
+    the recipe's own figures (nothing it would raise or lower behind the recipe)."""
+    got = verdicts(recipe, 0, "current").resolved
+    assert got["max_running_requests"] == recipe.flag_value("--max-running-requests")
+    assert got["cuda_graph_max_bs_decode"] == recipe.flag_value("--cuda-graph-max-bs-decode")
+    assert got["mem_fraction_static"] == recipe.flag_value("--mem-fraction-static")
+    # unset, sglang takes the checkpoint's own context at model load, not here
+    assert got["context_length"] == recipe.flag_value("--context-length")
+    # one rank runs every request: its largest decode graph holds a full batch
+    assert got["max_running_requests"] // attention_dp(recipe) == got["cuda_graph_max_bs_decode"]
+    # V4's override of the SWA share (0.1) skips deepseek_v41: 0.8 stays
+    assert got["swa_full_tokens_ratio"] == 0.8
+
+
+def test_without_its_limits_sglang_would_run_v41_at_its_own_defaults():
+    """What the recipes' `why`s say sglang would do without them: 256 requests for this
+    model under DSPARK, and no decode graph ceiling of the recipe's (sglang picks its
+    capture sizes at boot)."""
+
+    def mutate(data):
+        for flag in ("--max-running-requests", "--cuda-graph-max-bs-decode"):
+            data["flags"].pop(flag)
+
+    got = validate(_mutated("rtx-pro-6000-tp8-v41", mutate), 0, "current", V41_MODEL).resolved
+    assert got["max_running_requests"] == 256
+    assert got["cuda_graph_max_bs_decode"] is None
