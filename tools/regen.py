@@ -109,6 +109,12 @@ def _policy_exceptions() -> dict[Path, str]:
     return {policy.DOC: policy.render_doc()}
 
 
+def _listeners() -> dict[Path, str]:
+    from tests.support import sglang_surface
+
+    return {sglang_surface.DOC: sglang_surface.render_doc()}
+
+
 def _parser_descriptions() -> dict[Path, str]:
     from tests.support import sglang_cli
 
@@ -178,6 +184,13 @@ ENTRIES: tuple[Entry, ...] = (
         "wheels",
         _parser_descriptions,
     ),
+    Entry(
+        "listeners",
+        "docs/listeners.md: every listener and secret of the pinned sglang and sglang-router, "
+        "found in their source, and how sm12x judges each",
+        "wheels",
+        _listeners,
+    ),
 )
 
 
@@ -216,20 +229,40 @@ def stale(entry: Entry, root: Path = ROOT) -> list[str]:
     return found
 
 
-def write(entry: Entry) -> list[str]:
-    """Rewrite what changed, remove what is no longer made; say each."""
-    wanted = entry.render()
-    said = []
-    for path in _extra_files(entry, wanted, ROOT):
-        path.unlink()
-        said.append(f"removed {path.relative_to(ROOT)}")
-    for path, text in wanted.items():
-        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+def write(entries: Iterable[Entry]) -> list[str]:
+    """Rewrite what changed and remove what is no longer made, for every entry
+    at once: all of it or none. Every entry is rendered before anything is
+    written, every changed file is written beside itself before any is renamed
+    into place, and a failure before the renames removes what was written."""
+    wanted: dict[Path, str] = {}
+    extra: list[Path] = []
+    for entry in entries:
+        made = entry.render()
+        wanted.update(made)
+        extra += _extra_files(entry, made, ROOT)
+    changed = {
+        path: text
+        for path, text in wanted.items()
+        if not path.is_file() or path.read_text(encoding="utf-8") != text
+    }
+    temps: dict[Path, Path] = {}
+    try:
+        for path, text in changed.items():
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{path.name}.regen")
+            temps[path] = tmp
             tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, path)  # never a half-written file
-            said.append(f"wrote {path.relative_to(ROOT)}")
+    except BaseException:
+        for tmp in temps.values():
+            tmp.unlink(missing_ok=True)
+        raise
+    said = []
+    for path, tmp in temps.items():
+        os.replace(tmp, path)  # never a half-written file
+        said.append(f"wrote {path.relative_to(ROOT)}")
+    for path in extra:
+        path.unlink()
+        said.append(f"removed {path.relative_to(ROOT)}")
     return said
 
 
@@ -257,9 +290,13 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"{len(entries)} generated entries up to date")
         return 0
-    for entry in entries:
-        for line in write(entry):
-            print(line)
+    try:
+        said = write(entries)
+    except OSError as exc:
+        print(f"python -m tools.regen: error: {exc}; nothing was written", file=sys.stderr)
+        return 1
+    for line in said:
+        print(line)
     return 0
 
 
