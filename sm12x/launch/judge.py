@@ -331,7 +331,7 @@ def _judge_recipe_flags(parser: JudgeParser, plan: LaunchPlan, where: str) -> No
                     renamed[arg.flag] = lint_name
     if not renamed:
         return
-    data = recipe.model_dump(mode="json", exclude_none=True)
+    data = _recipe_data(recipe)
     data["flags"] = {renamed.get(k, k): v for k, v in data["flags"].items()}
     try:
         merged = validate_recipe(data, f"{where} as sglang reads it")
@@ -402,12 +402,20 @@ def judge_extra(
     return values
 
 
+def _recipe_data(recipe) -> dict:
+    """The recipe as data validate_recipe takes back (a null revision is a
+    required key, kept where exclude_none would drop it)."""
+    data = recipe.model_dump(mode="json", exclude_none=True)
+    data["model"].setdefault("revision", None)
+    return data
+
+
 def _lint_with(parser: JudgeParser, plan: LaunchPlan, values: Mapping[str, object]) -> None:
     """The recipe with the parsed flags added, under the names the lints read."""
     if not values:
         return
     recipe = plan.recipe
-    data = recipe.model_dump(mode="json", exclude_none=True)
+    data = _recipe_data(recipe)
     for dest, value in values.items():
         entry: dict = {"why": WHY}
         shown = _recipe_value(value)
