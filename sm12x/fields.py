@@ -36,7 +36,7 @@ def _port_digits(value: Any) -> Any:
     ' 80' or '30000.0' (a float with no fraction) for 80 or 30000."""
     if isinstance(value, bool) or isinstance(value, float):
         raise ValueError("must be a whole number from 1 to 65535, written in digits")
-    if isinstance(value, str) and not re.fullmatch(r"[0-9]{1,5}", value):
+    if isinstance(value, str) and not re.fullmatch(r"[0-9]+", value):
         raise ValueError("must be a whole number from 1 to 65535, written in digits only")
     return value
 

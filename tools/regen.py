@@ -229,41 +229,44 @@ def stale(entry: Entry, root: Path = ROOT) -> list[str]:
     return found
 
 
-def write(entries: Iterable[Entry]) -> list[str]:
-    """Rewrite what changed and remove what is no longer made, for every entry
-    at once: all of it or none. Every entry is rendered before anything is
-    written, every changed file is written beside itself before any is renamed
-    into place, and a failure before the renames removes what was written."""
-    wanted: dict[Path, str] = {}
-    extra: list[Path] = []
-    for entry in entries:
-        made = entry.render()
-        wanted.update(made)
-        extra += _extra_files(entry, made, ROOT)
-    changed = {
-        path: text
-        for path, text in wanted.items()
-        if not path.is_file() or path.read_text(encoding="utf-8") != text
-    }
-    temps: dict[Path, Path] = {}
+def _replace(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.regen")
     try:
-        for path, text in changed.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.regen")
-            temps[path] = tmp
-            tmp.write_text(text, encoding="utf-8")
-    except BaseException:
-        for tmp in temps.values():
-            tmp.unlink(missing_ok=True)
-        raise
-    said = []
-    for path, tmp in temps.items():
+        tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)  # never a half-written file
-        said.append(f"wrote {path.relative_to(ROOT)}")
-    for path in extra:
-        path.unlink()
-        said.append(f"removed {path.relative_to(ROOT)}")
-    return said
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write(entries: Iterable[Entry]) -> list[str]:
+    """Rewrite what changed and remove what is no longer made, for every entry:
+    all of it or none. Entries run in turn (two may own blocks of one file, and
+    the second renders from what the first wrote); what each file held before
+    is kept, and any failure puts every file back as it was."""
+    before: dict[Path, str | None] = {}
+    said: list[str] = []
+    try:
+        for entry in entries:
+            wanted = entry.render()
+            for path in _extra_files(entry, wanted, ROOT):
+                before.setdefault(path, path.read_text(encoding="utf-8"))
+                path.unlink()
+                said.append(f"removed {path.relative_to(ROOT)}")
+            for path, text in wanted.items():
+                old = path.read_text(encoding="utf-8") if path.is_file() else None
+                if old != text:
+                    before.setdefault(path, old)
+                    _replace(path, text)
+                    said.append(f"wrote {path.relative_to(ROOT)}")
+    except BaseException:
+        for path, text in before.items():
+            if text is None:
+                path.unlink(missing_ok=True)
+            else:
+                _replace(path, text)
+        raise
+    return list(dict.fromkeys(said))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -131,7 +131,11 @@ def _model_folder(value: str) -> str:
     path = "/" + path.lstrip("/")  # normpath keeps a leading '//'
     under = [p for p in SYSTEM_PATHS if path == p or path.startswith(p + "/")]
     if path == "/" or under or path in SHARED_ROOTS:
-        what = f"under {under[0]}, a system folder" if under else "the node's root or a shared root"
+        what = (
+            f"under {under[0]}, a system folder"
+            if under
+            else "the node's root or a system folder (a root every user or service shares)"
+        )
         raise ValueError(
             f"{value} is {what} (its sockets, credentials or other users' files would be "
             "mounted into the pod): give the folder that holds the checkpoint "

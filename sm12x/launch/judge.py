@@ -286,7 +286,6 @@ def judge_recipe(parser: JudgeParser, plan: LaunchPlan, argv: Sequence[str], sou
     where = f"recipe {plan.recipe.name}"
     rendered = _parse(parser, argv, f"the command rendered from {where}", source)
     flags = _written(parser, plan)
-    _judge_recipe_flags(parser, plan, where)
     for dest, value in rendered.items():
         name = flags.get(dest, "--" + dest.replace("_", "-"))
         if dest in KEY_DESTS and _secret_set(dest, value):
@@ -297,6 +296,7 @@ def judge_recipe(parser: JudgeParser, plan: LaunchPlan, argv: Sequence[str], sou
             raise UserError(
                 f"in {where}, flags.{name} {value}: not a finite number; give a real value"
             )
+    _judge_recipe_flags(parser, plan, where)
     return rendered
 
 

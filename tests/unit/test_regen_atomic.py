@@ -18,7 +18,8 @@ def _entry(name: str, files: dict[Path, str] | Exception) -> regen.Entry:
     return regen.Entry(name, name, "fast", render)
 
 
-def test_a_failing_second_entry_leaves_the_first_file_alone(tmp_path):
+def test_a_failing_second_entry_leaves_the_first_file_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr(regen, "ROOT", tmp_path)
     first = tmp_path / "first.txt"
     first.write_text("old\n")
     entries = [_entry("a", {first: "new\n"}), _entry("b", RuntimeError("generator broke"))]
