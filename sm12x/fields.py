@@ -34,7 +34,7 @@ def _finite(value: float) -> float:
 def _port_digits(value: Any) -> Any:
     """A port as text is digits only: int() and pydantic would take '+80',
     ' 80' or '30000.0' (a float with no fraction) for 80 or 30000."""
-    if isinstance(value, bool) or isinstance(value, float):
+    if isinstance(value, (bool, float)):
         raise ValueError("must be a whole number from 1 to 65535, written in digits")
     if isinstance(value, str) and not re.fullmatch(r"[0-9]+", value):
         raise ValueError("must be a whole number from 1 to 65535, written in digits only")

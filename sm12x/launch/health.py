@@ -60,9 +60,7 @@ def limits(timeout: float) -> Limits:
     )
 
 
-def _request(
-    client: httpx.Client, url: str, api_key: str | None, body: dict | None = None
-) -> dict:
+def _request(client: httpx.Client, url: str, api_key: str | None, body: dict | None = None) -> dict:
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"

@@ -37,6 +37,7 @@ from sm12x.recipe.lints import CANONICAL_FLAGS, DERIVED_FLAGS, lint_recipe
 from sm12x.recipe.load import RecipeError, validate_recipe
 from sm12x.sglang_parser import JudgeParser, ParserError
 
+
 # Every flag and environment variable of the pinned sglang releases (0.5.17,
 # 0.5.23) whose name says it may open a socket or hold a secret, each judged
 # once, here. tests/support/sglang_surface.py finds the candidates in each
@@ -507,8 +508,7 @@ def check_refused_env(env: Mapping[str, str]) -> None:
     for name, why in REFUSED_ENV.items():
         if env.get(name, "").strip().lower() not in _OFF:
             raise UserError(
-                f"{name} is refused: {why}; unset it (in the environment, .env or the "
-                "recipe's env)"
+                f"{name} is refused: {why}; unset it (in the environment, .env or the recipe's env)"
             )
 
 

@@ -449,9 +449,7 @@ class Guard:
             body = {"error": "Unauthorized" if status == 401 else "Forbidden"}
             await JSONResponse(body, status_code=status)(scope, receive, send)
             return
-        too_big = JSONResponse(
-            {"error": f"request body over {MAX_BODY} bytes"}, status_code=413
-        )
+        too_big = JSONResponse({"error": f"request body over {MAX_BODY} bytes"}, status_code=413)
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_BODY:
             await too_big(scope, receive, send)

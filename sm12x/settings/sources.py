@@ -116,8 +116,7 @@ def read_env_file(env_file: EnvFile) -> dict[str, str]:
         if binding.key is None or binding.value is None:
             continue
         size = len(binding.value) + sum(
-            sizes.get(ref["name"], len(os.environ.get(ref["name"], "")))
-            + len(ref["default"] or "")
+            sizes.get(ref["name"], len(os.environ.get(ref["name"], ""))) + len(ref["default"] or "")
             for ref in _REFERENCE.finditer(binding.value)
         )
         if size > EXPANDED_LIMIT:

@@ -192,7 +192,8 @@ def facts(info: dict[str, Any], base_url: str) -> ServerFacts:
         max_running_per_dp=int(max_running)
         if isinstance(max_running, int) and max_running > 0
         else None,
-        tokenizer_path=tokenizer if isinstance(tokenizer := info.get("tokenizer_path"), str)
+        tokenizer_path=tokenizer
+        if isinstance(tokenizer := info.get("tokenizer_path"), str)
         else None,
     )
 

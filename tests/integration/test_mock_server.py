@@ -235,7 +235,9 @@ def test_a_request_body_over_the_cap_is_refused_before_it_is_read(healthy):
 
     keyed = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
     big = b"[" + b" " * (MAX_BODY + 1) + b"]"
-    answer = httpx.post(healthy.url + "/v1/chat/completions", headers=keyed, content=big, timeout=60)
+    answer = httpx.post(
+        healthy.url + "/v1/chat/completions", headers=keyed, content=big, timeout=60
+    )
     assert answer.status_code == 413, answer.text
 
     def chunks():  # no Content-Length: counted as it comes

@@ -161,7 +161,9 @@ def unjudged() -> list[str]:
         for n, f in routed.items()
         if n not in ROUTER_SURFACE
     ]
-    problems += [f"ROUTER_SURFACE: {n} is not in sglang-router" for n in ROUTER_SURFACE if n not in routed]
+    problems += [
+        f"ROUTER_SURFACE: {n} is not in sglang-router" for n in ROUTER_SURFACE if n not in routed
+    ]
     return problems
 
 

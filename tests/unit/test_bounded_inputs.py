@@ -36,9 +36,7 @@ def test_a_bare_ipv6_head_address_is_refused_as_ambiguous():
         "launch", "--dry-run", "--recipe", RECIPE, env={"SM12X_HEAD_ADDR": "::1:5000"}
     )
     assert_one_clear_error(result, "SM12X_HEAD_ADDR", "brackets")
-    ok = run_sm12x(
-        "launch", "--dry-run", "--recipe", RECIPE, env={"SM12X_HEAD_ADDR": "[::1]:5000"}
-    )
+    ok = run_sm12x("launch", "--dry-run", "--recipe", RECIPE, env={"SM12X_HEAD_ADDR": "[::1]:5000"})
     assert ok.returncode == 0, ok.stderr
 
 

@@ -28,16 +28,18 @@ def test_a_prefix_of_a_refused_flag_is_refused(tmp_path):
     # sglang expands --weight-loader-disable to --weight-loader-disable-mmap,
     # which hangs unified-memory hosts.
     result = _render(tmp_path, "dgx-spark-tp2", {"--weight-loader-disable": None})
-    assert_one_clear_error(result, "--weight-loader-disable is --weight-loader-disable-mmap",
-                           "weight-loader-mmap")
+    assert_one_clear_error(
+        result, "--weight-loader-disable is --weight-loader-disable-mmap", "weight-loader-mmap"
+    )
 
 
 def test_a_second_spelling_of_a_dest_is_refused(tmp_path):
     # --tensor-parallel (a prefix of --tensor-parallel-size) after --tp-size: sglang
     # keeps the last, 2, while the lints would read 4.
     result = _render(tmp_path, "rtx-pro-6000-tp4", {"--tensor-parallel": 2})
-    assert_one_clear_error(result, "flags.--tensor-parallel sets what flags.--tp-size sets",
-                           "tp_size")
+    assert_one_clear_error(
+        result, "flags.--tensor-parallel sets what flags.--tp-size sets", "tp_size"
+    )
 
 
 @pytest.mark.parametrize("recipe", ["rtx-pro-6000-tp4", "dgx-spark-tp2"])
@@ -45,8 +47,9 @@ def test_a_prefix_of_the_graph_batch_flag_is_linted(tmp_path, recipe):
     result = _render(
         tmp_path, recipe, {"--cuda-graph-max-bs-dec": 99999}, drop=("--cuda-graph-max-bs-decode",)
     )
-    assert_one_clear_error(result, "--cuda-graph-max-bs-dec is --cuda-graph-max-bs-decode",
-                           "cuda-graph")
+    assert_one_clear_error(
+        result, "--cuda-graph-max-bs-dec is --cuda-graph-max-bs-decode", "cuda-graph"
+    )
 
 
 def test_an_alias_of_a_rendered_flag_is_refused(tmp_path):

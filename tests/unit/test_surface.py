@@ -89,7 +89,10 @@ def test_sglang_s_rust_server_is_refused_from_the_environment(value):
 
 def test_sglang_s_rust_server_is_refused_from_a_recipe_env(tmp_path):
     data = raw_recipe(RECIPE)
-    data.setdefault("env", {})["SGLANG_RUST_SERVER"] = {"value": "1", "why": "a bad input to refuse"}
+    data.setdefault("env", {})["SGLANG_RUST_SERVER"] = {
+        "value": "1",
+        "why": "a bad input to refuse",
+    }
     path = tmp_path / "rust.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     result = run_sm12x("launch", "--dry-run", "--recipe", str(path))
@@ -149,8 +152,9 @@ def _router(*extra: str):
 
 def test_the_router_s_mini_load_balancer_is_refused():
     for extra in (["--mini-lb"], ["--mini-lb", "--pd-disaggregation"], ["--mini"]):
-        assert_one_clear_error(_router(*extra), "mini-lb" if extra[0] != "--mini" else "--mini",
-                               "no API key check")
+        assert_one_clear_error(
+            _router(*extra), "mini-lb" if extra[0] != "--mini" else "--mini", "no API key check"
+        )
 
 
 @pytest.mark.parametrize(
