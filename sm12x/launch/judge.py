@@ -11,8 +11,13 @@ every spelling sglang accepts (an alias, a prefix argparse expands,
   command line is readable by every user of the host;
 - `--config FILE` is refused: it merges a file of flags that nothing here
   would see;
-- a second listener (LISTENER_DESTS, SGLANG_GRPC_PORT) is refused unless
-  sglang binds loopback: sglang's gRPC servers check no API key;
+- every listener and secret is judged by one table (SURFACE, checked against
+  both tracks' sglang source by tests/support/sglang_surface.py): a second
+  listener is refused unless sglang binds loopback, a publisher unless its
+  endpoints are loopback, some variables outright, a secret on any command
+  line;
+- a recipe's own flags by their dests too: one dest set twice is refused and
+  the lints read the names sglang resolves;
 - non-finite numbers are refused, and the recipe with the parsed flags added
   (under the names the lints read) must pass the recipe's lints.
 
