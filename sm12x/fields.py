@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-from pydantic import AfterValidator, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter, ValidationError
 
 from sm12x.errors import UserError
 
@@ -31,8 +31,18 @@ def _finite(value: float) -> float:
     return value
 
 
+def _port_digits(value: Any) -> Any:
+    """A port as text is digits only: int() and pydantic would take '+80',
+    ' 80' or '30000.0' (a float with no fraction) for 80 or 30000."""
+    if isinstance(value, (bool, float)):
+        raise ValueError("must be a whole number from 1 to 65535, written in digits")
+    if isinstance(value, str) and not re.fullmatch(r"[0-9]+", value):
+        raise ValueError("must be a whole number from 1 to 65535, written in digits only")
+    return value
+
+
 # A port a server listens on or a client connects to.
-Port = Annotated[int, Field(ge=1, le=65535)]
+Port = Annotated[int, BeforeValidator(_port_digits), Field(ge=1, le=65535)]
 # A node's rank in a multi-node group (the upper bound is the recipe's node count).
 NodeRank = Annotated[int, Field(ge=0, le=255)]
 
@@ -97,11 +107,15 @@ def _host_port(value: str) -> str:
     text = value.strip()
     match = re.match(r"^\[([^\]]+)\](?::(.*))?$", text) or re.match(r"^([^:]+)(?::(.*))?$", text)
     if match is None:
-        _host(text)  # a bare IPv6 address
-        return text
+        # A bare IPv6 address: '::1:5000' is both ::1 port 5000 and the
+        # address ::1:5000, so an IPv6 address is written in brackets.
+        raise ValueError(
+            "is ambiguous: write an IPv6 address in brackets, [ADDR] or [ADDR]:PORT "
+            "(e.g. [::1]:5000)"
+        )
     _host(match[1])
     if match[2] is not None:
-        TypeAdapter(Port).validate_python(_int(match[2]))
+        TypeAdapter(Port).validate_python(match[2])
     return text
 
 

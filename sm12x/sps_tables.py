@@ -29,11 +29,14 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from sm12x import bounded
 from sm12x.recipe.lints import attention_dp, dp_size
 from sm12x.recipe.model import Recipe
 
 FOLDER = "sps"
 META_SUFFIX = ".meta.json"
+# A sidecar is a few hundred bytes.
+META_LIMIT = 64 * 1024
 SCHEMA = "sm12x-sps-table/1"
 
 
@@ -153,7 +156,9 @@ class Stored:
 def read_meta(path: Path) -> Stored | None:
     """The sidecar's key, or None when it is unreadable or its table is missing."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        # Bounded: a sidecar may be a FIFO, a link to /dev/zero or JSON nested
+        # 200k deep (bounded refuses each; the table is then not used).
+        data = bounded.loads(bounded.read_bytes(path, META_LIMIT))
         key = TableKey(**{f.name: data["key"][f.name] for f in fields(TableKey)})
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -69,6 +69,7 @@ WHEEL_HELPERS = {
     "tests.support.stream_census",
     "tests.support.stream_checks",
     "tests.support.sglang_cli",
+    "tests.support.sglang_surface",
 }
 FOLDER_MARKS = {"patch": "wheels", "gpu": "gpu", "integration": "process"}
 SLOWER = ("wheels", "docker", "slow", "gpu", "process")

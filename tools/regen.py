@@ -109,6 +109,12 @@ def _policy_exceptions() -> dict[Path, str]:
     return {policy.DOC: policy.render_doc()}
 
 
+def _listeners() -> dict[Path, str]:
+    from tests.support import sglang_surface
+
+    return {sglang_surface.DOC: sglang_surface.render_doc()}
+
+
 def _parser_descriptions() -> dict[Path, str]:
     from tests.support import sglang_cli
 
@@ -205,6 +211,13 @@ ENTRIES: tuple[Entry, ...] = (
         "wheels",
         _parser_descriptions,
     ),
+    Entry(
+        "listeners",
+        "docs/listeners.md: every listener and secret of the pinned sglang and sglang-router, "
+        "found in their source, and how sm12x judges each",
+        "wheels",
+        _listeners,
+    ),
 )
 
 
@@ -243,21 +256,44 @@ def stale(entry: Entry, root: Path = ROOT) -> list[str]:
     return found
 
 
-def write(entry: Entry) -> list[str]:
-    """Rewrite what changed, remove what is no longer made; say each."""
-    wanted = entry.render()
-    said = []
-    for path in _extra_files(entry, wanted, ROOT):
-        path.unlink()
-        said.append(f"removed {path.relative_to(ROOT)}")
-    for path, text in wanted.items():
-        if not path.is_file() or path.read_text(encoding="utf-8") != text:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.regen")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, path)  # never a half-written file
-            said.append(f"wrote {path.relative_to(ROOT)}")
-    return said
+def _replace(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.regen")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)  # never a half-written file
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write(entries: Iterable[Entry]) -> list[str]:
+    """Rewrite what changed and remove what is no longer made, for every entry:
+    all of it or none. Entries run in turn (two may own blocks of one file, and
+    the second renders from what the first wrote); what each file held before
+    is kept, and any failure puts every file back as it was."""
+    before: dict[Path, str | None] = {}
+    said: list[str] = []
+    try:
+        for entry in entries:
+            wanted = entry.render()
+            for path in _extra_files(entry, wanted, ROOT):
+                before.setdefault(path, path.read_text(encoding="utf-8"))
+                path.unlink()
+                said.append(f"removed {path.relative_to(ROOT)}")
+            for path, text in wanted.items():
+                old = path.read_text(encoding="utf-8") if path.is_file() else None
+                if old != text:
+                    before.setdefault(path, old)
+                    _replace(path, text)
+                    said.append(f"wrote {path.relative_to(ROOT)}")
+    except BaseException:
+        for path, text in before.items():
+            if text is None:
+                path.unlink(missing_ok=True)
+            else:
+                _replace(path, text)
+        raise
+    return list(dict.fromkeys(said))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,9 +320,13 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"{len(entries)} generated entries up to date")
         return 0
-    for entry in entries:
-        for line in write(entry):
-            print(line)
+    try:
+        said = write(entries)
+    except OSError as exc:
+        print(f"python -m tools.regen: error: {exc}; nothing was written", file=sys.stderr)
+        return 1
+    for line in said:
+        print(line)
     return 0
 
 

@@ -39,6 +39,7 @@ token.
 from __future__ import annotations
 
 import math
+import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,25 +105,41 @@ SYSTEM_PATHS = (
     "/dev",
     "/etc",
     "/lib",
+    "/lib32",
     "/lib64",
+    "/libx32",
     "/proc",
     "/root",
     "/run",
     "/sbin",
     "/sys",
     "/usr",
-    "/var",
-    "/var/lib/kubelet",
     "/var/run",
+    "/var/lib/docker",
+    "/var/lib/containerd",
+    "/var/lib/containers",
+    "/var/lib/kubelet",
+    "/var/lib/cri-o",
+    "/var/lib/etcd",
 )
+# Folders whose own mount would hand the pod every user's or service's files.
+SHARED_ROOTS = ("/home", "/var", "/var/lib", "/srv", "/mnt", "/opt", "/media", "/tmp")
 
 
 def _model_folder(value: str) -> str:
-    path = "/" + value.strip("/")
-    if path == "/" or path in SYSTEM_PATHS or path.startswith(("/proc/", "/sys/", "/dev/")):
+    path = posixpath.normpath("/" + value.strip())
+    path = "/" + path.lstrip("/")  # normpath keeps a leading '//'
+    under = [p for p in SYSTEM_PATHS if path == p or path.startswith(p + "/")]
+    if path == "/" or under or path in SHARED_ROOTS:
+        what = (
+            f"under {under[0]}, a system folder"
+            if under
+            else "the node's root or a system folder (a root every user or service shares)"
+        )
         raise ValueError(
-            f"{value} is the node's root or a system folder: give the folder that "
-            "holds the checkpoint (e.g. /srv/models/DeepSeek-V4-Flash-0731)"
+            f"{value} is {what} (its sockets, credentials or other users' files would be "
+            "mounted into the pod): give the folder that holds the checkpoint "
+            "(e.g. /srv/models/DeepSeek-V4-Flash-0731)"
         )
     return value
 

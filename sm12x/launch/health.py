@@ -16,13 +16,15 @@ import argparse
 import json
 import sys
 import time
-import urllib.error
-import urllib.request
 
-from sm12x import settings
+import httpx
+
+from sm12x import bounded, settings
 from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.fields import PositiveFloat, option_type
+from sm12x.http import redact, transport
+from sm12x.http.transport import Limits
 from sm12x.settings import Settings
 
 WILDCARDS = ("0.0.0.0", "::")
@@ -42,45 +44,75 @@ def default_url(s: Settings, router: bool = False) -> str:
     return _url(s.listen_host, s.port_or())
 
 
-def _request(url: str, api_key: str | None, timeout: float, body: dict | None = None) -> dict:
+# An answer of sglang's to either request is a few hundred bytes.
+MAX_ANSWER = 1024 * 1024
+
+
+def limits(timeout: float) -> Limits:
+    """--timeout is the whole run's: both requests, every byte, end within it."""
+    return Limits(
+        timeout=timeout,
+        stall=timeout,
+        connect=min(timeout, 5.0),
+        max_body=MAX_ANSWER,
+        fail_fast_after=1 << 30,
+        run_deadline=time.monotonic() + timeout,
+    )
+
+
+def _request(client: httpx.Client, url: str, api_key: str | None, body: dict | None = None) -> dict:
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        detail = exc.read()[:200].decode(errors="replace")
-        raise UserError(f"{url}: HTTP {exc.code} {detail}") from None
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise UserError(f"{url}: {reason}") from None
-    except json.JSONDecodeError:
+        if body is None:
+            response = client.get(url, headers=headers)
+        else:
+            response = client.post(url, headers=headers, content=json.dumps(body).encode())
+    except httpx.HTTPError as exc:
+        raise UserError(f"{url}: {redact.url(str(exc)) or type(exc).__name__}") from None
+    if response.status_code >= 400:
+        detail = response.content[:200].decode(errors="replace")
+        raise UserError(f"{url}: HTTP {response.status_code} {detail}")
+    try:
+        return bounded.loads(response.content)
+    except bounded.TooBig as exc:
+        raise UserError(f"{url}: the answer is {exc}") from None
+    except ValueError:
         raise UserError(f"{url}: the answer is not JSON") from None
 
 
 def check(url: str, api_key: str | None, timeout: float) -> str:
-    """One token from the server at url; returns a one-line summary."""
+    """One token from the server at url, both requests within `timeout` seconds
+    in all; returns a one-line summary."""
     started = time.monotonic()
-    models = _request(f"{url}/v1/models", api_key, timeout)
-    try:
-        model = models["data"][0]["id"]
-    except (KeyError, IndexError, TypeError):
-        raise UserError(f"{url}/v1/models lists no model") from None
-    answer = _request(
-        f"{url}/v1/completions",
-        api_key,
-        timeout,
-        {"model": model, "prompt": "The capital of France is", "max_tokens": 1, "temperature": 0},
-    )
+    with transport.client(limits(timeout)) as client:
+        models = _request(client, f"{url}/v1/models", api_key)
+        try:
+            model = models["data"][0]["id"]
+        except (KeyError, IndexError, TypeError):
+            raise UserError(f"{url}/v1/models lists no model") from None
+        if not isinstance(model, str):
+            raise UserError(f"{url}/v1/models lists a model whose id is not a string")
+        answer = _request(
+            client,
+            f"{url}/v1/completions",
+            api_key,
+            {
+                "model": model,
+                "prompt": "The capital of France is",
+                "max_tokens": 1,
+                "temperature": 0,
+            },
+        )
     try:
         text = answer["choices"][0]["text"]
         tokens = answer["usage"]["completion_tokens"]
     except (KeyError, IndexError, TypeError):
         raise UserError(f"{url}/v1/completions answered without choices/usage") from None
-    if tokens < 1 or not isinstance(text, str):
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or not isinstance(text, str):
+        raise UserError(f"{url}/v1/completions answered a usage or text of the wrong type")
+    if tokens < 1:
         raise UserError(f"{url}/v1/completions generated no token")
     return f"ok: {model} generated {tokens} token(s) in {time.monotonic() - started:.1f} s"
 
@@ -108,7 +140,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout",
         type=option_type(PositiveFloat),
         default=20.0,
-        help="seconds per request (default 20)",
+        help="seconds for the whole check, both requests (default 20)",
     )
     settings.add_arguments(parser, "healthcheck")
 

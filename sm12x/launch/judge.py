@@ -11,8 +11,13 @@ every spelling sglang accepts (an alias, a prefix argparse expands,
   command line is readable by every user of the host;
 - `--config FILE` is refused: it merges a file of flags that nothing here
   would see;
-- a second listener (LISTENER_DESTS, SGLANG_GRPC_PORT) is refused unless
-  sglang binds loopback: sglang's gRPC servers check no API key;
+- every listener and secret is judged by one table (SURFACE, checked against
+  both tracks' sglang source by tests/support/sglang_surface.py): a second
+  listener is refused unless sglang binds loopback, a publisher unless its
+  endpoints are loopback, some variables outright, a secret on any command
+  line;
+- a recipe's own flags by their dests too: one dest set twice is refused and
+  the lints read the names sglang resolves;
 - non-finite numbers are refused, and the recipe with the parsed flags added
   (under the names the lints read) must pass the recipe's lints.
 
@@ -23,6 +28,7 @@ exposure rule (sm12x.launch.main.check_exposure).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,33 +42,137 @@ from sm12x.recipe.lints import CANONICAL_FLAGS, DERIVED_FLAGS, lint_recipe
 from sm12x.recipe.load import RecipeError, validate_recipe
 from sm12x.sglang_parser import JudgeParser, ParserError
 
-# sglang dests that hold a secret (0.5.17 and 0.5.23 server_args: every
-# field named for a key, token or password that is one).
-KEY_DESTS = {
-    "api_key": "the API key",
-    "admin_api_key": "the admin API key",
-    "ssl_keyfile_password": "the TLS key's password",
-    "watermark_key": "a watermark key",
-    "watermark_key_b": "a watermark key",
+
+# Every flag and environment variable of the pinned sglang releases (0.5.17,
+# 0.5.23) whose name says it may open a socket or hold a secret, each judged
+# once, here. tests/support/sglang_surface.py finds the candidates in each
+# track's wheel (its parser's dests, environ.py, the fields ServerArgs hides
+# from its repr), writes them with their source lines to docs/listeners.md,
+# and fails while a candidate of either release is missing from this table:
+# a new sglang listener or secret is a test failure until it is judged here.
+#
+# rule: "loopback" refused unless sglang binds loopback (the listener binds
+#       sglang's host and checks no API key);
+#       "endpoint" refused unless every endpoint the value names is loopback
+#       (the listener binds its own address, by default all interfaces);
+#       "refused" refused in any form, with why;
+#       "secret" refused on a command line, why naming the route that is not;
+#       "owned" set by sm12x (host, port, the key) and refused after --;
+#       "none" the name matches, but no socket is opened and nothing secret
+#       held (why says what it is).
+@dataclass(frozen=True)
+class Surface:
+    rule: str
+    why: str
+
+
+SURFACE: dict[str, Surface] = {
+    # sglang's HTTP API itself: sm12x renders these and judges the exposure.
+    "host": Surface("owned", "the address the API binds (SM12X_HOST), judged by the exposure rule"),
+    "port": Surface("owned", "the API's port (SM12X_PORT)"),
+    "api_key": Surface(
+        "secret", "the API key: SM12X_API_KEY or SM12X_API_KEY_FILE, handed over in memory"
+    ),
+    "admin_api_key": Surface(
+        "secret", "the admin API key: not used by sm12x; a key on a command line is readable"
+    ),
+    "ssl_keyfile_password": Surface(
+        "secret", "the TLS key's password: keep the key file unencrypted and mode 0600"
+    ),
+    "watermark_config": Surface(
+        "secret",
+        "a watermark key (sglang 0.5.23 hides it from its own repr): give --watermark-config "
+        "a JSON file path, not inline JSON with key or key_b",
+    ),
+    "watermark_key": Surface("secret", "resolved from --watermark-config (no flag)"),
+    "watermark_key_b": Surface("secret", "resolved from --watermark-config (no flag)"),
+    # Listeners beside the API.
+    "grpc_port": Surface("loopback", "sglang's native gRPC server (no API key)"),
+    "smg_grpc_mode": Surface("loopback", "sglang's SMG gRPC server (no API key)"),
+    "grpc_mode": Surface("loopback", "sglang's SMG gRPC server (no API key)"),
+    "sidecar": Surface("loopback", "a sidecar against the gRPC server"),
+    "sidecar_args": Surface("loopback", "the gRPC sidecar's arguments"),
+    "smg_http_sidecar_port": Surface(
+        "loopback", "the SMG gRPC server's HTTP sidecar (metrics, profiling)"
+    ),
+    "disaggregation_mode": Surface(
+        "loopback",
+        "prefill/decode disaggregation: the prefill side starts the bootstrap server on "
+        "sglang's host, port 8998 unless --disaggregation-bootstrap-port says otherwise "
+        "(no API key)",
+    ),
+    "disaggregation_bootstrap_port": Surface("loopback", "the disaggregation bootstrap server"),
+    "encoder_bootstrap_port": Surface("loopback", "the encoder bootstrap server"),
+    "engine_info_bootstrap_port": Surface("loopback", "the engine-info bootstrap server"),
+    "gated_launch_port": Surface("loopback", "the gated-launch server"),
+    "remote_instance_weight_loader_seed_instance_service_port": Surface(
+        "loopback", "the weight-sharing service"
+    ),
+    "remote_instance_weight_loader_send_weights_group_ports": Surface(
+        "loopback", "the weight-sharing process groups"
+    ),
+    "kv_events_config": Surface(
+        "endpoint",
+        "the KV-event ZMQ publisher (token ids of every request, no authentication), bound "
+        "to tcp://*:5557 unless its endpoint and replay_endpoint say otherwise",
+    ),
+    "load_publish_endpoint": Surface(
+        "endpoint", "the runtime-load ZMQ publisher (no authentication)"
+    ),
+    "decoupled_spec_bind_endpoint": Surface(
+        "endpoint", "the decoupled speculative-decoding endpoint (no authentication)"
+    ),
+    "SGLANG_GRPC_PORT": Surface("loopback", "sglang's native gRPC server (no API key)"),
+    "SGLANG_RUST_SERVER": Surface(
+        "refused",
+        "sglang's embedded Rust HTTP server replaces the Python one, and 0.5.17's answered "
+        "/v1/models, /v1/completions and /generate without the API key",
+    ),
+    "SGLANG_HTTP_SERVER_APP_PATH": Surface(
+        "refused", "it swaps the HTTP app that checks the API key for any importable one"
+    ),
+    # Matched by name, but no listener of their own and nothing secret.
+    "nccl_port": Surface(
+        "none", "NCCL's rendezvous between the ranks of one launch (docs/security.md, scope)"
+    ),
+    "dist_init_addr": Surface(
+        "none", "the head's address for a multi-node rendezvous (rendered from SM12X_HEAD_ADDR)"
+    ),
+    "SGLANG_TCP_STORE_PORT": Surface(
+        "none", "the torch store of a multi-node rendezvous (docs/security.md, scope)"
+    ),
+    "SGLANG_PORT": Surface("none", "the base of sglang's internal port search (ZMQ over IPC)"),
+    "SGLANG_BACKUP_PORT_BASE": Surface("none", "the base of sglang's internal port search"),
+    "SGLANG_ZBAL_BOOTSTRAP_URL": Surface("none", "a URL sglang connects to, no listener"),
+    "SGLANG_TEST_SCRIPTED_RUNTIME_IPC_ADDR": Surface("none", "a test hook's IPC address"),
+    "SGLANG_ZMQ_SOURCE_IP": Surface("none", "the source address of outgoing ZMQ connections"),
+    "SGLANG_ZMQ_ALLOWED_PEERS": Surface("none", "narrows who may connect to sglang's ZMQ"),
+    "ssl_keyfile": Surface("none", "a path to the TLS key file, not the key"),
+    "encoder_urls": Surface("none", "encoder servers sglang connects to"),
+    "encoder_register_urls": Surface("none", "registries sglang connects to"),
+    "decoupled_spec_connect_endpoints": Surface("none", "endpoints sglang connects to"),
+    "otlp_traces_endpoint": Surface("none", "the trace collector sglang sends to"),
+    "tool_server": Surface("none", "tool servers sglang connects to"),
+    "weight_cache_socket": Surface("none", "a Unix socket path sglang connects to"),
+    "SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE": Surface("none", "a Unix socket path template"),
+    "load_snapshot_publish_interval": Surface("none", "a period, no socket"),
+    "SGLANG_LOAD_SNAPSHOT_USE_ZMQ": Surface("none", "ZMQ over IPC between sglang's processes"),
+    "enable_http_worker_reuseport": Surface("none", "SO_REUSEPORT on the API's own socket"),
+    "grpc_response_timeout_secs": Surface("none", "a timeout"),
+    "skip_server_warmup": Surface("none", "skips a request to itself"),
+    "SGLANG_LOG_DECODE_GRAPH_KEY": Surface("none", "logs a CUDA graph's cache key"),
+    "hicache_host_memory_mode": Surface("none", "host (CPU) memory for the KV cache"),
+    "hicache_host_memory_fraction": Surface("none", "host (CPU) memory for the KV cache"),
+    "disaggregation_decode_host_receive_threshold": Surface("none", "a host-memory threshold"),
+    "media_url_max_file_size_mb": Surface("none", "a size cap on media sglang fetches"),
 }
-# sglang dests that open a listener beside the HTTP API (0.5.17 and 0.5.23
-# server_args). The gRPC servers and their sidecar take no API key; the
-# bootstrap and weight-transfer servers have no notion of one.
+RULES = ("loopback", "endpoint", "refused", "secret", "owned", "none")
+KEY_DESTS = {d: s.why for d, s in SURFACE.items() if s.rule == "secret" and d.islower()}
 LISTENER_DESTS = {
-    "grpc_port": "sglang's native gRPC server (no API key)",
-    "smg_grpc_mode": "sglang's SMG gRPC server (no API key)",
-    "grpc_mode": "sglang's SMG gRPC server (no API key)",
-    "sidecar": "a sidecar against the gRPC server",
-    "smg_http_sidecar_port": "the SMG gRPC server's HTTP sidecar (metrics, profiling)",
-    "disaggregation_bootstrap_port": "the disaggregation bootstrap server",
-    "encoder_bootstrap_port": "the encoder bootstrap server",
-    "engine_info_bootstrap_port": "the engine-info bootstrap server",
-    "decoupled_spec_bind_endpoint": "the decoupled speculative-decoding endpoint",
-    "gated_launch_port": "the gated-launch server",
-    "remote_instance_weight_loader_seed_instance_service_port": "the weight-sharing service",
-    "load_publish_endpoint": "the load-publishing endpoint",
+    d: s.why for d, s in SURFACE.items() if s.rule in ("loopback", "endpoint") and d.islower()
 }
-LISTENER_ENV = {"SGLANG_GRPC_PORT": "sglang's native gRPC server (no API key)"}
+LISTENER_ENV = {n: s.why for n, s in SURFACE.items() if s.rule == "loopback" and n.isupper()}
+REFUSED_ENV = {n: s.why for n, s in SURFACE.items() if s.rule == "refused" and n.isupper()}
 CONFIG_DEST = "config"
 # What the judge substitutes for a placeholder the environment does not fill
 # (a dry run): a value of the right shape, never printed.
@@ -144,11 +254,29 @@ def _finite(value: object) -> bool:
 
 
 def _key_refusal(where: str, name: str, dest: str) -> UserError:
+    if dest in ("api_key", "admin_api_key"):
+        route = (
+            f"The API key goes in {KEY_ENV} (or {FILE_ENV}), which sm12x hands to sglang in memory"
+        )
+    else:
+        route = f"Instead: {KEY_DESTS[dest]}"
     return UserError(
-        f"{where}, {name} is refused: it sets sglang's {dest} ({KEY_DESTS[dest]}), and a key "
-        "on a command line is readable by every user of the host (/proc/PID/cmdline). The "
-        f"API key goes in {KEY_ENV} (or {FILE_ENV}), which sm12x hands to sglang in memory"
+        f"{where}, {name} is refused: it sets sglang's {dest} ({_secret_what(dest)}), and a "
+        "secret on a command line is readable by every user of the host (/proc/PID/cmdline). "
+        + route
     )
+
+
+def _secret_what(dest: str) -> str:
+    return KEY_DESTS[dest].split(":")[0].split(" (")[0]
+
+
+def _secret_set(dest: str, value: object) -> bool:
+    """Whether a secret dest's value is the secret itself (a watermark config
+    may instead be a file's path, the route that keeps it off argv)."""
+    if dest == "watermark_config":
+        return isinstance(value, str) and value.lstrip().startswith(("{", "["))
+    return True
 
 
 def _config_refusal(where: str, name: str) -> UserError:
@@ -166,7 +294,7 @@ def judge_recipe(parser: JudgeParser, plan: LaunchPlan, argv: Sequence[str], sou
     flags = _written(parser, plan)
     for dest, value in rendered.items():
         name = flags.get(dest, "--" + dest.replace("_", "-"))
-        if dest in KEY_DESTS:
+        if dest in KEY_DESTS and _secret_set(dest, value):
             raise _key_refusal(f"in {where}", f"flags.{name}", dest)
         if dest == CONFIG_DEST:
             raise _config_refusal(f"in {where}", f"flags.{name}")
@@ -174,7 +302,54 @@ def judge_recipe(parser: JudgeParser, plan: LaunchPlan, argv: Sequence[str], sou
             raise UserError(
                 f"in {where}, flags.{name} {value}: not a finite number; give a real value"
             )
+    _judge_recipe_flags(parser, plan, where)
     return rendered
+
+
+def _judge_recipe_flags(parser: JudgeParser, plan: LaunchPlan, where: str) -> None:
+    """A recipe's flags judged as the flags after `--` are: each by the dest
+    sglang's parser gives it (a prefix, an alias), a dest set twice refused
+    (sglang keeps the last), and the lints run on the names sglang resolves."""
+    recipe = plan.recipe
+    seen: dict[str, str] = {}
+    renamed: dict[str, str] = {}
+    for arg in plan.args:
+        value = arg.value if isinstance(arg.value, str) else PLACEHOLDERS[NODE_RANK_ENV]
+        tokens = [arg.flag] if arg.value is None else [f"{arg.flag}={value}"]
+        try:
+            dests = list(vars(parser.parse_args(tokens)))
+        except ParserError:
+            continue  # the whole command's parse says what is wrong
+        for dest in dests:
+            if dest in seen and seen[dest] != arg.flag:
+                first, second = (
+                    (f"flags.{n}" if n in recipe.flags else f"the rendered {n}")
+                    for n in (seen[dest], arg.flag)
+                )
+                raise UserError(
+                    f"in {where}, {second} sets what {first} sets (sglang's {dest}), and "
+                    f"{REPEATED}; keep one"
+                )
+            seen[dest] = arg.flag
+            if arg.flag in recipe.flags:
+                lint_name = _flag_of(parser, dest)
+                if lint_name != arg.flag:
+                    renamed[arg.flag] = lint_name
+    if not renamed:
+        return
+    data = _recipe_data(recipe)
+    data["flags"] = {renamed.get(k, k): v for k, v in data["flags"].items()}
+    try:
+        merged = validate_recipe(data, f"{where} as sglang reads it")
+    except RecipeError as exc:
+        raise UserError(exc.message) from None
+    errors = [f for f in lint_recipe(merged) if f.level == "error"]
+    if errors:
+        said = ", ".join(f"{k} is {v}" for k, v in renamed.items())
+        raise UserError(
+            f"in {where} as sglang reads it ({said}), it fails its lints: "
+            + "; ".join(str(f) for f in errors)
+        )
 
 
 def judge_extra(
@@ -195,7 +370,7 @@ def judge_extra(
             else [flag.name, *flag.values]
         )
         for dest, value in _parse(parser, token, f"{where}, {flag.name}", source).items():
-            if dest in KEY_DESTS:
+            if dest in KEY_DESTS and _secret_set(dest, value):
                 raise _key_refusal(where, flag.name, dest)
             if dest == CONFIG_DEST:
                 raise _config_refusal(where, flag.name)
@@ -233,12 +408,20 @@ def judge_extra(
     return values
 
 
+def _recipe_data(recipe) -> dict:
+    """The recipe as data validate_recipe takes back (a null revision is a
+    required key, kept where exclude_none would drop it)."""
+    data = recipe.model_dump(mode="json", exclude_none=True)
+    data["model"].setdefault("revision", None)
+    return data
+
+
 def _lint_with(parser: JudgeParser, plan: LaunchPlan, values: Mapping[str, object]) -> None:
     """The recipe with the parsed flags added, under the names the lints read."""
     if not values:
         return
     recipe = plan.recipe
-    data = recipe.model_dump(mode="json", exclude_none=True)
+    data = _recipe_data(recipe)
     for dest, value in values.items():
         entry: dict = {"why": WHY}
         shown = _recipe_value(value)
@@ -257,14 +440,81 @@ def _lint_with(parser: JudgeParser, plan: LaunchPlan, values: Mapping[str, objec
         )
 
 
+# What a listener dest holds when it opens nothing (sglang's defaults).
+INACTIVE = {"disaggregation_mode": ("null",), "load_publish_endpoint": ("off", "")}
+_OFF = ("", "0", "false", "no", "off")
+
+
+def _active(dest: str, value: object) -> bool:
+    if value in (None, False):
+        return False
+    return str(value).strip().lower() not in INACTIVE.get(dest, ())
+
+
 def listeners(values: Mapping[str, object], env: Mapping[str, str]) -> list[str]:
     found = [
         f"{'--' + d.replace('_', '-')} ({why})"
         for d, why in LISTENER_DESTS.items()
-        if values.get(d) not in (None, False)
+        if _active(d, values.get(d))
     ]
     found += [f"{name} ({why})" for name, why in LISTENER_ENV.items() if env.get(name, "").strip()]
     return found
+
+
+def loopback_endpoint(endpoint: str) -> bool:
+    """A ZMQ endpoint only this host can reach: ipc://, or tcp:// on a loopback
+    address (not `*`, not empty, not a name other than localhost)."""
+    text = endpoint.strip()
+    if text.startswith("ipc://"):
+        return True
+    if not text.startswith("tcp://"):
+        return False
+    host = text[len("tcp://") :].rpartition(":")[0]
+    return bool(host.strip("[]")) and host != "*" and is_loopback(host)
+
+
+def _endpoints(dest: str, value: object) -> tuple[list[str], str | None]:
+    """The endpoints a publisher dest binds, or why its value cannot be judged."""
+    text = str(value).strip()
+    if dest != "kv_events_config":
+        if text.lower() == "auto":
+            return [], "'auto' places it beside the KV-event ports, on their host"
+        return [text], None
+    try:
+        config = json.loads(text)
+    except ValueError:
+        return [], "its value is not JSON"
+    if not isinstance(config, dict):
+        return [], "its value is not a JSON object"
+    if str(config.get("publisher", "null")).lower() == "null":
+        return [], None
+    endpoints = [str(config.get("endpoint", "tcp://*:5557"))]
+    if config.get("replay_endpoint") not in (None, ""):
+        endpoints.append(str(config["replay_endpoint"]))
+    return endpoints, None
+
+
+def check_endpoints(values: Mapping[str, object]) -> None:
+    for dest, surface in SURFACE.items():
+        if surface.rule != "endpoint" or not _active(dest, values.get(dest)):
+            continue
+        endpoints, problem = _endpoints(dest, values[dest])
+        wide = [e for e in endpoints if not loopback_endpoint(e)]
+        if problem or wide:
+            what = problem or f"it binds {', '.join(wide)}"
+            raise UserError(
+                f"--{dest.replace('_', '-')} is refused: {surface.why}; {what}. Only a loopback "
+                "endpoint (tcp://127.0.0.1:PORT or ipc://PATH) is allowed, since it checks no "
+                "API key; reach it through an SSH tunnel"
+            )
+
+
+def check_refused_env(env: Mapping[str, str]) -> None:
+    for name, why in REFUSED_ENV.items():
+        if env.get(name, "").strip().lower() not in _OFF:
+            raise UserError(
+                f"{name} is refused: {why}; unset it (in the environment, .env or the recipe's env)"
+            )
 
 
 def judge(
@@ -282,6 +532,8 @@ def judge(
     extra = judge_extra(parser, plan, rendered, tokens, source)
     final = {**rendered, **extra}
     host = str(final.get("host", "127.0.0.1"))
+    check_refused_env(exec_env)
+    check_endpoints(final)
     opened = listeners(final, exec_env)
     if opened and not is_loopback(host):
         raise UserError(

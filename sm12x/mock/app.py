@@ -22,6 +22,7 @@ model change its text; those of the serving layer rewrite sglang's response.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import random
@@ -435,4 +436,69 @@ def create_app(
     app.add_middleware(_CountResponses, metrics=exported)
     app.state.mock = state
     app.state.scheduler = scheduler
+    # sglang's own rule for which routes need the key (utils/auth.py).
+    app.add_middleware(Guard, state=state, auth=importlib.import_module("sglang.srt.utils.auth"))
     return app
+
+
+# The largest request body the stand-in reads (verify's largest, a picture
+# task, is under 2 MiB): a bigger one is answered 413 before it is read whole.
+MAX_BODY = 16 * 1024 * 1024
+
+
+class Guard:
+    """Every request, before any route: the key by sglang's own decision
+    (decide_request_auth: every route but /health* and /metrics needs it when
+    one is set), and the body read with a cap (413 past MAX_BODY), then handed
+    on whole."""
+
+    def __init__(self, app, *, state: State, auth) -> None:
+        self.app, self.state, self.auth = app, state, auth
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        decision = self.auth.decide_request_auth(
+            method=scope["method"],
+            path=scope["path"],
+            authorization_header=headers.get("authorization"),
+            api_key=self.state.api_key,
+            admin_api_key=None,
+            auth_level=self.auth.AuthLevel.NORMAL,
+        )
+        if not decision.allowed:
+            status = decision.error_status_code
+            body = {"error": "Unauthorized" if status == 401 else "Forbidden"}
+            await JSONResponse(body, status_code=status)(scope, receive, send)
+            return
+        too_big = JSONResponse({"error": f"request body over {MAX_BODY} bytes"}, status_code=413)
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_BODY:
+            await too_big(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > MAX_BODY:
+                await too_big(scope, receive, send)
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        whole = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        sent = False
+
+        async def replay():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return whole
+            return await receive()
+
+        await self.app(scope, replay, send)

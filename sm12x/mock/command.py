@@ -27,13 +27,15 @@ import time
 import zipfile
 from pathlib import Path
 
-from sm12x import settings
+from sm12x import bounded, settings
 from sm12x.apikey import exposure_problem
 from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.fields import Count, NonNegativeFloat, PositiveFloat, option_type
 
 NAME = "mock-server"
+# A recorded sglang boot log is under a megabyte.
+BOOT_LOG_LIMIT = 16 * 1024 * 1024
 LINES = ("v4-flash-0731", "v4.1-flash")
 # What `sm12x mock-server` imports beyond sm12x's own dependencies (the `mock` extra).
 NEEDS = {
@@ -269,7 +271,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"sm12x mock-server: sglang {version} ready in {site}", flush=True)
         return 0
     if args.boot_log is not None:
-        for line in args.boot_log.read_text().splitlines():
+        try:
+            recorded = bounded.read_text(args.boot_log, BOOT_LOG_LIMIT)
+        except (bounded.TooBig, OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"--boot-log={args.boot_log}: cannot replay it ({exc})") from None
+        for line in recorded.splitlines():
             print(line, flush=True)
             time.sleep(args.boot_line_delay)
         if args.crash:

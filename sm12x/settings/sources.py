@@ -17,17 +17,21 @@ warning naming the new one; where both are set, the new one wins.
 
 from __future__ import annotations
 
+import io
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dotenv import dotenv_values
+from dotenv.parser import parse_stream
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
+from sm12x import bounded
 from sm12x.errors import UserError
 from sm12x.fields import describe
 from sm12x.paths import checkout_root
@@ -81,14 +85,47 @@ def find_env_file(
     return EnvFile(None, "no .env in " + " or ".join(str(p.parent) for p, _ in candidates))
 
 
+# A .env holds a few dozen settings: far below these.
+ENV_FILE_LIMIT = 1 << 20
+EXPANDED_LIMIT = 1 << 20
+_REFERENCE = re.compile(r"\$\{(?P<name>[^}:]*)(?::-(?P<default>[^}]*))?\}")
+
+
 def read_env_file(env_file: EnvFile) -> dict[str, str]:
-    if env_file.path is None:
+    """The file's variables, read with every bound: its size, each line parsed
+    (a line python-dotenv would skip with a warning is an error naming it), and
+    what `${NAME}` interpolation would make of each value, measured before it
+    is made (a file of lines each doubling the last ends in MemoryError)."""
+    if env_file.path is None or str(env_file.path) == os.devnull:
         return {}
+    path = env_file.path
     try:
-        values = dotenv_values(env_file.path)
+        text = bounded.read_text(path, ENV_FILE_LIMIT)
+    except bounded.TooBig as exc:
+        raise UserError(f"{path}: {exc}; a .env holds a few settings (NAME=value lines)") from None
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or exc
-        raise UserError(f"{env_file.path}: cannot read it ({reason})") from None
+        raise UserError(f"{path}: cannot read it ({reason})") from None
+    sizes: dict[str, int] = {}
+    for binding in parse_stream(io.StringIO(text)):
+        if binding.error:
+            raise UserError(
+                f"{path}, line {binding.original.line}: cannot be read as NAME=value (an "
+                "unterminated quote?); fix or remove that line"
+            )
+        if binding.key is None or binding.value is None:
+            continue
+        size = len(binding.value) + sum(
+            sizes.get(ref["name"], len(os.environ.get(ref["name"], ""))) + len(ref["default"] or "")
+            for ref in _REFERENCE.finditer(binding.value)
+        )
+        if size > EXPANDED_LIMIT:
+            raise UserError(
+                f"{path}, line {binding.original.line}: {binding.key} would expand to more "
+                f"than {EXPANDED_LIMIT} bytes (its ${{...}} references); write the value out"
+            )
+        sizes[binding.key] = size
+    values = dotenv_values(stream=io.StringIO(text))
     return {k: v for k, v in values.items() if v is not None}
 
 

@@ -18,6 +18,7 @@ the server in that mode, not the profiler's traceback after minutes of work.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,30 @@ HOW_TO_BOOT = (
 
 class NotProfiling(UserError):
     pass
+
+
+def whole(value: Any, name: str) -> int:
+    """A whole number from /server_info, or one line naming the field: a server
+    that answers `"x"`, `1e999` or `"NaN"` is not sglang (or is broken)."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        shown = repr(value)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise UserError(
+            f"/server_info's {name} is {shown}, not a whole number: is this an sglang "
+            "server? (tune reads only sglang's own answer)"
+        )
+    return value
+
+
+def _mapping(value: Any, name: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise UserError(
+            f"/server_info's {name} is a {type(value).__name__}, not an object: is this an "
+            "sglang server?"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -87,8 +112,19 @@ def profiling_problem(info: dict[str, Any]) -> str | None:
     states = info.get("internal_states") or []
     if not states:
         return "/server_info has no internal_states (is this a router?)"
+    if not isinstance(states, list):
+        raise UserError("/server_info's internal_states is not a list: is this an sglang server?")
     for rank, state in enumerate(states):
-        record = state.get(RECORD_KEY) if isinstance(state, dict) else None
+        state = _mapping(state, f"internal_states[{rank}]")
+        record = state.get(RECORD_KEY)
+        if record is not None:
+            record = _mapping(record, f"internal_states[{rank}].{RECORD_KEY}")
+            components = record.get("components") or []
+            if not isinstance(components, list):
+                raise UserError(
+                    f"/server_info's internal_states[{rank}].{RECORD_KEY}.components is not "
+                    "a list: is this an sglang server?"
+                )
         if record is None:
             return (
                 f"DP rank {rank} keeps no per-step DSPARK records ({RECORD_KEY} is missing: "
@@ -118,13 +154,17 @@ def profiling_problem(info: dict[str, Any]) -> str | None:
 def cuda_graph_max_bs(state: dict[str, Any]) -> int | None:
     """The largest decode batch captured in CUDA graphs, as the profiler reads it
     (resolve_cuda_graph_max_bs): the captured list, else max_bs."""
-    decode = (state.get("cuda_graph_config") or {}).get("decode")
+    config = _mapping(state.get("cuda_graph_config") or {}, "cuda_graph_config")
+    decode = config.get("decode")
     if not isinstance(decode, dict):
         return None
+    where = "cuda_graph_config.decode"
     captured = decode.get("bs")
     if isinstance(captured, list) and captured:
-        return int(max(captured))
-    return int(decode["max_bs"]) if decode.get("max_bs") is not None else None
+        return max(whole(bs, f"{where}.bs[{i}]") for i, bs in enumerate(captured))
+    if decode.get("max_bs") is None:
+        return None
+    return whole(decode["max_bs"], f"{where}.max_bs")
 
 
 def facts(info: dict[str, Any], base_url: str) -> ServerFacts:
@@ -138,18 +178,23 @@ def facts(info: dict[str, Any], base_url: str) -> ServerFacts:
     max_running = state.get("effective_max_running_requests_per_dp")
     return ServerFacts(
         sglang=str(info.get("version") or ""),
-        gamma=int(record.get("gamma") or int(record["verify_num_draft_tokens"]) - 1),
+        gamma=whole(record["gamma"], f"{RECORD_KEY}.gamma")
+        if record.get("gamma")
+        else whole(record.get("verify_num_draft_tokens"), f"{RECORD_KEY}.verify_num_draft_tokens")
+        - 1,
         parallel=Layout(
-            int(info.get("tp_size") or 1),
-            int(info.get("dp_size") or 1),
-            int(info.get("ep_size") or 1),
+            whole(info.get("tp_size") or 1, "tp_size"),
+            whole(info.get("dp_size") or 1, "dp_size"),
+            whole(info.get("ep_size") or 1, "ep_size"),
         ),
         dp_ranks=len(states),
-        cuda_graph_max_bs=int(cuda_graph_max_bs(state) or 0),
+        cuda_graph_max_bs=cuda_graph_max_bs(state) or 0,
         max_running_per_dp=int(max_running)
         if isinstance(max_running, int) and max_running > 0
         else None,
-        tokenizer_path=info.get("tokenizer_path"),
+        tokenizer_path=tokenizer
+        if isinstance(tokenizer := info.get("tokenizer_path"), str)
+        else None,
     )
 
 

@@ -204,3 +204,48 @@ def test_a_fault_is_what_verify_and_a_client_see(tmp_path):
         assert server.interrupt() == 130, server.text()
     finally:
         server.stop()
+
+
+def test_every_route_but_health_and_metrics_needs_the_key(healthy):
+    """Issue 30: sglang's own rule (decide_request_auth), on every route."""
+    routes = [
+        ("GET", "/v1/models"),
+        ("GET", "/server_info"),
+        ("GET", "/get_server_info"),
+        ("POST", "/v1/chat/completions"),
+        ("POST", "/v1/completions"),
+        ("POST", "/generate"),
+        ("GET", "/flush_cache"),
+        ("POST", "/flush_cache"),
+        ("POST", "/abort_request"),
+        ("GET", "/no-such-route"),
+    ]
+    for method, path in routes:
+        for headers in ({}, {"Authorization": "Bearer sk-wrong"}, {"Authorization": KEY}):
+            answer = httpx.request(method, healthy.url + path, headers=headers, json={}, timeout=10)
+            assert answer.status_code == 401, (method, path, headers, answer.text)
+    for path in ("/health", "/health_generate", "/metrics"):
+        assert httpx.get(healthy.url + path, timeout=10).status_code == 200, path
+    keyed = {"Authorization": f"Bearer {KEY}"}
+    assert httpx.get(healthy.url + "/server_info", headers=keyed, timeout=10).status_code == 200
+
+
+def test_a_request_body_over_the_cap_is_refused_before_it_is_read(healthy):
+    from sm12x.mock.app import MAX_BODY
+
+    keyed = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    big = b"[" + b" " * (MAX_BODY + 1) + b"]"
+    answer = httpx.post(
+        healthy.url + "/v1/chat/completions", headers=keyed, content=big, timeout=60
+    )
+    assert answer.status_code == 413, answer.text
+
+    def chunks():  # no Content-Length: counted as it comes
+        for _ in range(MAX_BODY // (1 << 20) + 2):
+            yield b" " * (1 << 20)
+
+    answer = httpx.post(
+        healthy.url + "/v1/chat/completions", headers=keyed, content=chunks(), timeout=60
+    )
+    assert answer.status_code == 413, answer.text
+    assert healthy.proc.poll() is None

@@ -6,6 +6,7 @@ import json
 import os
 import py_compile
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -397,3 +398,66 @@ def test_check_changes_nothing_on_a_half_patched_tree(fresh, series):
     check = trees.apply_patches(site, "--check")
     assert check.returncode == 1 and "is not applied" in check.stderr
     assert {p: p.read_bytes() for p in (site / "sglang").rglob("*") if p.is_file()} == snapshot
+
+
+def _boundaries(site, mine, folder) -> list[str]:
+    files = {f for p in mine for f in _touched(folder / p["file"])}
+    return [
+        *(f"patch:{n}" for n in range(1, len(mine) + 1)),
+        "staged",
+        *(f"swap:{n}" for n in range(1, len(files) + 2)),  # the record is swapped last
+    ]
+
+
+def test_a_kill_at_every_boundary_leaves_the_tree_untouched_or_finished_next_run(
+    fresh, series, tmp_path
+):
+    """Issue 30: SIGKILL after each staged patch leaves the tree byte for byte as it
+    was (the next run says so and applies the series); SIGKILL once the swap is
+    journaled, or after any file of it, is finished by the next run (it says so),
+    and the tree is then exactly what an uninterrupted run makes."""
+    version = "0.5.17"
+    mine = sorted((p for p in series if version in p["sglang"]), key=lambda p: p["file"])
+    folder = trees.REPO / "patches" / "sglang" / version
+    files = sorted({f for p in mine for f in _touched(folder / p["file"])})
+    reference = fresh(version)
+    assert trees.apply_patches(reference).returncode == 0
+    patched = {f: (reference / f).read_bytes() for f in [*files, "sglang/.sm12x-patches.json"]}
+    boundaries = _boundaries(reference, mine, folder)
+    assert len(boundaries) >= 4
+    for at in boundaries:
+        site = trees.unpack_sglang(version, tmp_path / at.replace(":", "-"), full=False)
+        before = {f: (site / f).read_bytes() for f in files if (site / f).is_file()}
+        killed = trees.apply_patches(site, env={**os.environ, "SM12X_TEST_KILL_AT": at})
+        assert killed.returncode == -9, (at, killed.stdout, killed.stderr)
+        if at.startswith("patch:"):
+            assert {f: (site / f).read_bytes() for f in before} == before, at
+            assert not (site / "sglang" / ".sm12x-patches.json").exists(), at
+        again = trees.apply_patches(site)
+        assert again.returncode == 0, (at, again.stderr)
+        said = "tree was untouched" if at.startswith("patch:") else "finished it"
+        assert said in again.stdout, (at, again.stdout)
+        assert {f: (site / f).read_bytes() for f in patched} == patched, at
+        assert not (site / ".sm12x-staging").exists(), at
+
+
+@pytest.mark.parametrize(("at", "signame"), [("patch:1", "INT"), ("patch:2", "TERM")])
+def test_a_signal_before_the_swap_is_one_line_and_changes_nothing(fresh, series, at, signame):
+    version = "0.5.17"
+    site = fresh(version)
+    snapshot = {p: p.read_bytes() for p in (site / "sglang").rglob("*") if p.is_file()}
+    proc = trees.apply_patches(site, env={**os.environ, "SM12X_TEST_KILL_AT": f"{at}:{signame}"})
+    assert proc.returncode == 128 + getattr(signal, f"SIG{signame}"), proc.stderr
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "nothing was changed" in proc.stderr
+    assert {p: p.read_bytes() for p in (site / "sglang").rglob("*") if p.is_file()} == snapshot
+    assert not (site / ".sm12x-staging").exists()
+
+
+def test_a_signal_during_the_swap_waits_for_it_to_finish(fresh, series):
+    version = "0.5.17"
+    site = fresh(version)
+    proc = trees.apply_patches(site, env={**os.environ, "SM12X_TEST_KILL_AT": "swap:1:TERM"})
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+    assert "the series is fully in" in proc.stderr
+    assert trees.apply_patches(site, "--check").returncode == 0

@@ -152,7 +152,7 @@ CASES: list[Case] = [
     Case(
         "render-port-negative",
         ("render", "rtx-pro-6000-tp4", "--port", "-5"),
-        ("--port", "greater than or equal to 1"),
+        ("--port", "digits only"),
     ),
     Case(
         "render-port-70000",
@@ -164,7 +164,7 @@ CASES: list[Case] = [
         ("render", "rtx-pro-6000-tp4", "--port", "1" + "0" * 30),
         ("less than or equal to 65535",),
     ),
-    Case("render-port-word", ("render", "rtx-pro-6000-tp4", "--port", "http"), ("valid integer",)),
+    Case("render-port-word", ("render", "rtx-pro-6000-tp4", "--port", "http"), ("digits only",)),
     Case(
         "env-port-99999999",
         ("launch", "--dry-run"),
