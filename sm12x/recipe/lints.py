@@ -428,6 +428,16 @@ def _default_claim(recipe: Recipe) -> Iterator[Finding]:
     # A default stated in prose cannot be checked; stated as sglang_default it is
     # (tests/unit/test_sglang_validates_recipes.py, against each track's resolution).
     claims = claimed_defaults(recipe)
+    for name in recipe.sglang_defaults:
+        if name in recipe.flags or name in recipe.env:
+            where = "flags" if name in recipe.flags else "env"
+            yield Finding(
+                "default-claim",
+                "error",
+                f"sglang_defaults.{name} is also in {where}: a setting the recipe writes is "
+                f"not left to sglang; remove one (a default of a setting it writes goes in "
+                f"{where}.{name}.sglang_default)",
+            )
     entries: list[tuple[str, str, object]] = [
         *((f"flags.{n}", n, f) for n, f in recipe.flags.items()),
         *((f"env.{n}", n, v) for n, v in recipe.env.items()),

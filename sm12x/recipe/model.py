@@ -454,17 +454,6 @@ class Recipe(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _left_at_default_is_not_set(self) -> Recipe:
-        for name in self.sglang_defaults:
-            if name in self.flags or name in self.env:
-                where = "flags" if name in self.flags else "env"
-                raise ValueError(
-                    f"sglang_defaults.{name} is also in {where}: a setting the recipe writes "
-                    f"is not left to sglang; move its sglang_default to {where}.{name}"
-                )
-        return self
-
-    @model_validator(mode="after")
     def _verified_pins_its_checkpoint(self) -> Recipe:
         if self.status.state == "verified" and self.model.revision is None:
             raise ValueError(
