@@ -138,13 +138,17 @@ def wrong_defaults(recipe: Recipe, track: str) -> list[str]:
     for name, claim in flags.items():
         got = verdict.resolved.get(_field(name))
         if not _same(claim, got):
-            wrong.append(f"{name}: the recipe says sglang's default is {claim!r}, sglang {verdict.sglang} resolves {got!r}")
+            wrong.append(
+                f"{name}: the recipe says sglang's default is {claim!r}, sglang {verdict.sglang} resolves {got!r}"
+            )
     for name, claim in env.items():
         default, parsed = verdict.env_defaults.get(name, [None, None])
         if parsed is None:
             wrong.append(f"{name}: sglang {verdict.sglang} declares no such variable")
         elif default != parsed:
-            wrong.append(f"{name}: the recipe says sglang's default is {claim!r}, sglang {verdict.sglang} has {default!r}")
+            wrong.append(
+                f"{name}: the recipe says sglang's default is {claim!r}, sglang {verdict.sglang} has {default!r}"
+            )
     return wrong
 
 
