@@ -302,7 +302,8 @@ def largest_decode_graph(recipe: Recipe) -> int:
     (model_executor/runner/base_cuda_graph_runner.py: every captured batch is at most
     req_to_token_pool.size, the pool size itself is added when the cap is above it).
     That function aligns the pool up to the attention TP width where DP attention
-    gathers; taken here without that rounding, which can only make it smaller. Without
+    gathers; taken here without that rounding, so this figure is never above
+    sglang's (the lint errs towards refusing). Without
     the flag sglang's own cap (memory_hook.py) is at least as large as what it is
     clamped to here, so the pool bounds it."""
     rank = per_rank_requests(recipe)
