@@ -28,6 +28,8 @@ from sm12x.recipe.lints import (
     recipe_tracks,
 )
 from sm12x.recipe.load import validate_recipe
+from sm12x.sglang_parser import load_description
+from sm12x.versions import load_versions
 from tests.support.cli import raw_recipe
 from tests.support.server_args_check import GPUS, model_dir, validate
 
@@ -107,8 +109,12 @@ CLAIMS = [
 ]
 
 
-def _field(flag: str) -> str:
-    return flag.removeprefix("--").replace("-", "_")
+def _dests(track: str) -> dict[str, str]:
+    """option -> ServerArgs field, from the track's sglang parser (its description,
+    sm12x/sglang_parsers/, which the suite holds to the real parser)."""
+    version = load_versions(track)["SGLANG_VERSION"]
+    actions = load_description(version)["actions"]
+    return {option: a["dest"] for a in actions for option in a["options"]}
 
 
 def _same(claim, got) -> bool:
@@ -123,6 +129,7 @@ def wrong_defaults(recipe: Recipe, track: str) -> list[str]:
     """Each default the recipe states that sglang's own resolution of the recipe,
     without the claimed settings, contradicts on `track`."""
     claims = claimed_defaults(recipe)
+    dests = _dests(track)
     flags = {n: v for n, v in claims.items() if n.startswith("--")}
     env = {n: str(v) for n, v in claims.items() if not n.startswith("--")}
     data = raw_recipe(recipe.name)
@@ -130,13 +137,15 @@ def wrong_defaults(recipe: Recipe, track: str) -> list[str]:
         data["flags"].pop(name, None)
         data.get("env", {}).pop(name, None)
     bare = validate_recipe(data, f"{recipe.name} without its claimed settings")
-    verdict = validate(
-        bare, 0, track, model_dir(recipe), fields=tuple(map(_field, flags)), env_claims=env
-    )
+    fields = tuple(dests[n] for n in flags if n in dests)
+    verdict = validate(bare, 0, track, model_dir(recipe), fields=fields, env_claims=env)
     verdict.raise_for_refusal()
     wrong = []
     for name, claim in flags.items():
-        got = verdict.resolved.get(_field(name))
+        if name not in dests:
+            wrong.append(f"{name}: sglang {verdict.sglang}'s parser has no such flag")
+            continue
+        got = verdict.resolved.get(dests[name])
         if not _same(claim, got):
             wrong.append(
                 f"{name}: the recipe says sglang's default is {claim!r}, sglang {verdict.sglang} resolves {got!r}"
