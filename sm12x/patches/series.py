@@ -88,3 +88,15 @@ def verify_rows(version: str, path: Path | None = None) -> VerifyRows:
         if rows is not None and rows > best.rows:
             best = VerifyRows(int(rows), patch["file"])
     return best
+
+
+def compact_full_rank_fix(version: str, path: Path | None = None) -> str | None:
+    """What makes compact ragged verify safe at a DP rank that fills its largest decode
+    graph on sglang `version`: the series' patch with `compact_full_rank = true` (its
+    file name), the [[release]] entry that says so ("sglang <version>"), else None."""
+    if releases(path).get(version, {}).get("compact_full_rank"):
+        return f"sglang {version}"
+    for patch in series(version, path):
+        if patch.get("compact_full_rank"):
+            return str(patch["file"])
+    return None

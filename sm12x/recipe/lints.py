@@ -9,6 +9,7 @@ example and a message test for every code.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -304,7 +305,7 @@ def _cuda_graph_bs(recipe: Recipe) -> Iterator[Finding]:
     source = (
         "--max-running-requests"
         if recipe.has_flag("--max-running-requests")
-        else "the DSPARK default for --max-running-requests"
+        else "sglang's default --max-running-requests for DeepSeek-V4"
     )
     if dp > 1:
         source += f" ({total}) / DP attention's {dp} ranks, per rank"
@@ -316,6 +317,190 @@ def _cuda_graph_bs(recipe: Recipe) -> Iterator[Finding]:
             "batches that can never run only cost memory and boot time; lower it to at "
             f"most {limit} or raise --max-running-requests",
         )
+
+
+def per_rank_requests(recipe: Recipe) -> int:
+    """One DP rank's request limit, as sglang 0.5.23 divides it: max(1,
+    max_running_requests // attn_dp_size) (mem_cache/kv_cache_configurator.py
+    resolve_max_num_reqs, the size of the rank's req_to_token pool and the scheduler's
+    running limit: tp_worker.get_worker_info)."""
+    return max(1, recipe.max_running_requests // attention_dp(recipe))
+
+
+def largest_decode_graph(recipe: Recipe) -> int:
+    """The largest decode graph a rank replays: --cuda-graph-max-bs-decode, clamped to
+    the rank's request pool, as sglang's get_batch_sizes_to_capture clamps it
+    (model_executor/runner/base_cuda_graph_runner.py: every captured batch is at most
+    req_to_token_pool.size, the pool size itself is added when the cap is above it).
+    That function aligns the pool up to the attention TP width where DP attention
+    gathers; taken here without that rounding, so this figure is never above
+    sglang's (the lint errs towards refusing). Without
+    the flag sglang's own cap (memory_hook.py) is at least as large as what it is
+    clamped to here, so the pool bounds it."""
+    rank = per_rank_requests(recipe)
+    value = recipe.flag_value("--cuda-graph-max-bs-decode")
+    return min(value, rank) if isinstance(value, int) and value >= 1 else rank
+
+
+@lint("compact-full-rank")
+def _compact_full_rank(recipe: Recipe) -> Iterator[Finding]:
+    """Compact ragged verify at a DP rank that holds as many requests as its largest
+    decode graph: the last request is handed the graph tier's leftover rows.
+
+    Read in sglang 0.5.23. A compact verify replays a token-keyed graph: its tier is
+    graph_num_tokens, at least num_reqs x (gamma + 1) (dspark_planner.py
+    verify_layout_graph_num_tokens_floor) rounded up to a captured tier, and its slots
+    are min(graph_num_tokens, max_bs) (decode_cuda_graph_runner.py
+    _ragged_capture_slots). DeepSeek-V4's backend pads the live layout to those slots
+    with no cap (deepseek_v4_backend.py _resolve_verify_layout ->
+    RaggedVerifyLayout.padded_to_bucket(padded_bs=bs); speculative/ragged_verify.py:
+    "with no padding rows, the last real row can exceed the per-request verify
+    window"), and _padded_to_bucket_kernel gives the leftover graph_num_tokens -
+    sum(verify_lens) to the padding slots, or, when there are none, to the last real
+    request.
+
+    With n requests on a rank and n < max_bs there always is a padding slot: gamma >=
+    1, so graph_num_tokens >= 2n >= n + 1, and the slots min(graph_num_tokens, max_bs)
+    >= n + 1. With n == max_bs there is none (slots = max_bs = n), and the leftover is
+    positive whenever a request verifies fewer than gamma + 1 rows (more than max_bs
+    requests cannot replay a graph: ragged_layout_exceeds_captured_grid).
+
+    So the invariant would be "a rank never holds max_bs requests", i.e. the rank's
+    request limit below max_bs. sglang 0.5.23 makes that unreachable from a recipe:
+    max_bs is max(capture_bs), and get_batch_sizes_to_capture keeps only batches up to
+    req_to_token_pool.size, adding that size when the cap is above it; the pool is
+    the rank's request limit (max_running_requests // attn_dp_size, at attention TP
+    1 with no rounding). So max_bs <= the rank's limit for every
+    --max-running-requests and --cuda-graph-max-bs-decode, and a rank reaches max_bs
+    requests whenever its load does: lowering the limit to ranks x (cap - 1) makes
+    the pool, and with it max_bs, cap - 1. Only a fix in sglang (a patch, or a release
+    whose own code caps the widths or keeps a padding slot) or static verify removes
+    it. cap-accept is not affected: the token-keyed graphs and the uncapped padding
+    are compact only (ragged_verify_compact_graphs_enabled, _resolve_verify_layout
+    returns None for any other mode).
+    """
+    d = recipe.dspark
+    if d.ragged_verify != "compact":
+        if d.acknowledge_compact_full_rank is not None:
+            yield Finding(
+                "compact-full-rank",
+                "warning",
+                f"dspark.acknowledge_compact_full_rank has no effect with ragged_verify "
+                f"{d.ragged_verify}: remove it",
+            )
+        return
+    rank = per_rank_requests(recipe)
+    graph = largest_decode_graph(recipe)
+    dp = attention_dp(recipe)
+    cap = recipe.flag_value("--cuda-graph-max-bs-decode")
+    written = f"--cuda-graph-max-bs-decode {cap}" if cap is not None else "sglang's own cap"
+    limit = (
+        f"--max-running-requests {recipe.max_running_requests} // {dp} DP ranks"
+        if dp > 1
+        else f"--max-running-requests {recipe.max_running_requests}"
+    )
+    unfixed = []
+    for track in recipe_tracks(recipe):
+        version = load_versions(track)["SGLANG_VERSION"]
+        if patch_series.compact_full_rank_fix(version) is None:
+            unfixed.append((track, version))
+    if not unfixed:
+        if d.acknowledge_compact_full_rank is not None:
+            yield Finding(
+                "compact-full-rank",
+                "warning",
+                "dspark.acknowledge_compact_full_rank has no effect: every track's sglang "
+                "has the fix (patches.toml compact_full_rank): remove it",
+            )
+        return
+    if d.acknowledge_compact_full_rank is not None:
+        return
+    for track, version in unfixed:
+        yield Finding(
+            "compact-full-rank",
+            "error",
+            f"compact ragged verify on the {track} track's sglang {version}: a DP rank "
+            f"holds up to {rank} requests ({limit}) and its largest decode graph has "
+            f"{graph} slots ({written}, clamped by sglang to the rank's request pool), "
+            f"so a step with {graph} requests on a rank has no padding slot and the last "
+            "request is handed the graph tier's leftover verify rows, corrupting its "
+            "compressed KV (docs/benchmarks.md#compact-verify-at-a-full-dp-rank). "
+            "Lowering --max-running-requests or raising the graph cap cannot prevent it "
+            "on this sglang (its graphs never exceed the request pool): use "
+            f"ragged_verify: static, give patches/sglang/{version}/ the fix (an entry "
+            "with compact_full_rank = true), or set dspark.acknowledge_compact_full_rank "
+            "to the reason you accept it",
+        )
+
+
+# Where a recipe speaks of sglang's defaults: the word, and the names of settings.
+_DEFAULT_WORD = re.compile(r"(?<![A-Za-z0-9_])defaults?(?![A-Za-z0-9_])", re.IGNORECASE)
+_SETTING_NAME = re.compile(r"(?<![A-Za-z0-9_-])(--[a-z0-9][a-z0-9-]*|[A-Z][A-Z0-9]*_[A-Z0-9_]+)")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(])")
+
+
+def claimed_defaults(recipe: Recipe) -> dict[str, str | int | float | bool]:
+    """Every sglang default the recipe states, by flag or variable name: flags' and
+    variables' sglang_default and the sglang_defaults section. The wheels-tier suite
+    holds each to sglang's own resolution of the recipe."""
+    claims: dict[str, str | int | float | bool] = {}
+    for name, flag in recipe.flags.items():
+        if flag.sglang_default is not None:
+            claims[name] = flag.sglang_default
+    for name, var in recipe.env.items():
+        if var.sglang_default is not None:
+            claims[name] = var.sglang_default
+    for name, left in recipe.sglang_defaults.items():
+        claims[name] = left.sglang_default
+    return claims
+
+
+@lint("default-claim")
+def _default_claim(recipe: Recipe) -> Iterator[Finding]:
+    # A default stated in prose cannot be checked; stated as sglang_default it is
+    # (tests/unit/test_sglang_validates_recipes.py, against each track's resolution).
+    claims = claimed_defaults(recipe)
+    for name in recipe.sglang_defaults:
+        if name in recipe.flags or name in recipe.env:
+            where = "flags" if name in recipe.flags else "env"
+            yield Finding(
+                "default-claim",
+                "error",
+                f"sglang_defaults.{name} is also in {where}: a setting the recipe writes is "
+                f"not left to sglang; remove one (a default of a setting it writes goes in "
+                f"{where}.{name}.sglang_default)",
+            )
+    entries: list[tuple[str, str, object]] = [
+        *((f"flags.{n}", n, f) for n, f in recipe.flags.items()),
+        *((f"env.{n}", n, v) for n, v in recipe.env.items()),
+    ]
+    for where, name, entry in entries:
+        why = getattr(entry, "why", "")
+        if _DEFAULT_WORD.search(why) and getattr(entry, "sglang_default", None) is None:
+            yield Finding(
+                "default-claim",
+                "error",
+                f"{where}.why speaks of a default, but {where} states no sglang_default: "
+                f"write {where}.sglang_default (what sglang resolves {name} to for this "
+                "recipe without it; the wheels suite checks it), or drop the claim",
+            )
+    notes = [("status.note", recipe.status.note)]
+    if recipe.configuration is not None:
+        notes.append(("configuration.why", recipe.configuration.why))
+    for where, text in notes:
+        for sentence in _SENTENCE_END.split(" ".join(text.split())):
+            if not _DEFAULT_WORD.search(sentence):
+                continue
+            names = [n for n in _SETTING_NAME.findall(sentence) if n not in claims]
+            for name in dict.fromkeys(names):
+                yield Finding(
+                    "default-claim",
+                    "error",
+                    f"{where} speaks of sglang's default beside {name} but the recipe "
+                    f"states none for it: add sglang_defaults.{name} (sglang_default and "
+                    f"why; or {name}.sglang_default where the recipe sets it), or take "
+                    "the claim out of that sentence",
+                )
 
 
 # sglang reads this threshold per DP rank ("per-rank local query rows, after

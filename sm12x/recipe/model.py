@@ -20,6 +20,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
@@ -194,6 +195,12 @@ class DSpark(_Strict):
         description="Required to run block size 5: say why you accept the known "
         "corruption under load on sm_12x (e.g. reproducing the bug).",
     )
+    acknowledge_compact_full_rank: Why | None = Field(
+        default=None,
+        description="Required for compact ragged verify on a track whose sglang has no "
+        "fix for a DP rank that fills its largest decode graph (the lint "
+        "compact-full-rank): say why you accept it until the fix lands.",
+    )
     sps_table_path: str | None = Field(
         default=None,
         description="--speculative-dspark-sps-table-path: a profiled SPS cost table.",
@@ -230,10 +237,31 @@ class Configuration(_Strict):
     why: Why
 
 
+# What sglang resolves a field to: a number, a word, a switch's state.
+SglangValue = StrictBool | StrictInt | StrictFloat | StrictStr
+
+SGLANG_DEFAULT_HELP = (
+    "What sglang resolves this to for this recipe when the recipe does not set it (its "
+    "own resolution of the rest of the recipe's argv: model-specific overrides "
+    "included). A why or note that speaks of sglang's default states it here; "
+    "tests/unit/test_sglang_validates_recipes.py checks it against each track's real "
+    "ServerArgs (a flag) or environ default (a variable)."
+)
+
+
 class Flag(_Strict):
     """One sglang server flag. No value means a switch (--enable-metrics)."""
 
     value: StrictInt | StrictFloat | StrictStr | None = None
+    sglang_default: SglangValue | None = Field(default=None, description=SGLANG_DEFAULT_HELP)
+    why: Why
+
+
+class LeftAtDefault(_Strict):
+    """A flag or variable the recipe leaves to sglang on purpose (a peer sets it, or a
+    note speaks of it), with what sglang resolves it to."""
+
+    sglang_default: SglangValue = Field(description=SGLANG_DEFAULT_HELP)
     why: Why
 
 
@@ -250,6 +278,7 @@ class EnvVar(_Strict):
     from_host: bool = False
     default: StrictStr | None = None
     example: StrictStr | None = None
+    sglang_default: StrictStr | None = Field(default=None, description=SGLANG_DEFAULT_HELP)
     why: Why
 
     @model_validator(mode="after")
@@ -385,6 +414,12 @@ class Recipe(_Strict):
         "not written here."
     )
     env: dict[EnvName, EnvVar] = Field(default_factory=dict)
+    sglang_defaults: dict[FlagName | EnvName, LeftAtDefault] = Field(
+        default_factory=dict,
+        description="Flags and variables left to sglang on purpose, each with the value "
+        "sglang resolves it to for this recipe: where a note says a peer's setting is "
+        "already sglang's default, the claim is here, and checked.",
+    )
     multinode: MultiNode | None = None
     container: Container = Container()
     references: list[Reference] = Field(default_factory=list)
@@ -455,15 +490,17 @@ class Recipe(_Strict):
 
     @property
     def max_running_requests(self) -> int:
-        """Effective --max-running-requests: DSPARK defaults it to 48 when unset."""
+        """Effective --max-running-requests: sglang sets 256 for DeepSeek-V4 when unset."""
         value = self.flag_value("--max-running-requests")
-        return int(value) if value is not None else DSPARK_DEFAULT_MAX_RUNNING_REQUESTS
+        return int(value) if value is not None else DEEPSEEK_V4_DEFAULT_MAX_RUNNING_REQUESTS
 
     @property
     def comparable_references(self) -> list[Reference]:
         return [r for r in self.references if r.comparable]
 
 
-# sglang's DSpark argument hook sets max_running_requests to 48 when it is
-# not given (arg_groups/speculative_hook.py, sglang 0.5.16-0.5.18).
-DSPARK_DEFAULT_MAX_RUNNING_REQUESTS = 48
+# What sglang resolves max_running_requests to when it is not given, for both lines
+# and both tracks: arg_groups/deepseek_v4_hook.py apply_deepseek_v4_defaults sets 256
+# for DeepSeek-V4 before the DSpark hook's 48 (speculative_hook.py) could apply.
+# tests/unit/test_sglang_validates_recipes.py holds it to sglang's resolution.
+DEEPSEEK_V4_DEFAULT_MAX_RUNNING_REQUESTS = 256

@@ -32,7 +32,6 @@ python3 -m sm12x.keyed sglang.launch_server \
   --context-length 327680 \
   --cuda-graph-max-bs-decode 32 \
   --max-running-requests 32 \
-  --disable-flashinfer-autotune \
   --trust-remote-code \
   --reasoning-parser deepseek-v4 \
   --tool-call-parser deepseekv4 \

@@ -18,6 +18,7 @@ python3 -m sm12x.keyed sglang.launch_server \
   --mem-fraction-static 0.92 \
   --chunked-prefill-size 4096 \
   --cuda-graph-max-bs-decode 8 \
+  --max-running-requests 48 \
   --disable-flashinfer-autotune \
   --trust-remote-code \
   --reasoning-parser deepseek-v4 \

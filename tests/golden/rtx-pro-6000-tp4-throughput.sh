@@ -29,7 +29,6 @@ python3 -m sm12x.keyed sglang.launch_server \
   --enable-prefill-delayer \
   --prefill-delayer-max-delay-passes 8 \
   --prefill-delayer-token-usage-low-watermark 0.5 \
-  --disable-flashinfer-autotune \
   --trust-remote-code \
   --reasoning-parser deepseek-v4 \
   --tool-call-parser deepseekv4 \

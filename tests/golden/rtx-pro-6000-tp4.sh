@@ -18,6 +18,7 @@ python3 -m sm12x.keyed sglang.launch_server \
   --disable-custom-all-reduce \
   --mem-fraction-static 0.88 \
   --chunked-prefill-size 4096 \
+  --max-running-requests 256 \
   --disable-flashinfer-autotune \
   --trust-remote-code \
   --reasoning-parser deepseek-v4 \

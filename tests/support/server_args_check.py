@@ -29,7 +29,7 @@ is another folder; pass it as `model_dir`.
 (`raise_for_refusal()` turns that into an AssertionError for a test). `resolved`
 holds ServerArgs fields after resolution (server_args_probe.RESOLVED), e.g.
 chunked_prefill_size after DP attention divided it, max_running_requests after
-DSPARK's default, speculative_num_draft_tokens; `warnings` every warning sglang
+sglang's DeepSeek-V4 default, speculative_num_draft_tokens; `warnings` every warning sglang
 logged while resolving.
 """
 
@@ -98,6 +98,7 @@ class Verdict:
     ok: bool
     error: str | None = None
     resolved: dict = field(default_factory=dict)
+    env_defaults: dict = field(default_factory=dict)  # probe's env_defaults (env_claims)
     warnings: list[str] = field(default_factory=list)
     log: str = ""  # the subprocess's stderr (sglang's log), for a failing test
 
@@ -152,11 +153,16 @@ def validate(
     *,
     gpu: Gpu | None = None,
     env: dict[str, str] | None = None,
+    fields: tuple[str, ...] = (),
+    env_claims: dict[str, str] | None = None,
     timeout: int = 600,
 ) -> Verdict:
     """Run sglang's launch-time validation of one node of `recipe` on `track`'s sglang.
 
     `env` adds or replaces variables after the recipe's (a negative test's mistake).
+    `fields`: ServerArgs fields to read back besides server_args_probe.RESOLVED;
+    `env_claims`: variables whose sglang default to read, with a claimed value to
+    parse as sglang does (Verdict.env_defaults).
     """
     pins = load_versions(track)
     version = pins["SGLANG_VERSION"]
@@ -194,6 +200,8 @@ def validate(
         )
         request = {
             "argv": argv,
+            "fields": list(fields),
+            "env_claims": dict(env_claims or {}),
             "gpus": recipe.hardware.gpus_per_node,
             "gpu": {
                 "name": gpu.name,
@@ -235,5 +243,6 @@ def validate(
         ok=out["ok"],
         error=error,
         resolved=out.get("resolved", {}),
+        env_defaults=out.get("env_defaults", {}),
         warnings=out["warnings"],
     )

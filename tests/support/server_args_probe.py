@@ -1,6 +1,9 @@
 """Run by server_args_check.py in a subprocess, one sglang tree per process.
 
-Reads one JSON request on stdin: {"argv": [...], "gpu": {...}, "gpus": N}. The
+Reads one JSON request on stdin: {"argv": [...], "gpu": {...}, "gpus": N}, and
+optionally "fields" (more ServerArgs fields to read back) and "env_claims" ({variable:
+a value as a recipe writes it}: the answer gives, per variable, sglang's own value
+with the variable unset and the claim parsed by sglang's own parser). The
 environment (the recipe's variables) is already set by the caller. It stubs the
 GPU (the only thing this machine lacks), then runs what `python -m
 sglang.launch_server` runs before it starts any process: `prepare_server_args`
@@ -155,6 +158,28 @@ def resolved(args, name: str):
     return getattr(args, name, None)
 
 
+def env_defaults(claims: dict) -> dict:
+    """{variable: [sglang's value with it unset, the claim parsed as sglang parses it]};
+    [None, None] for a variable this sglang does not declare."""
+    import os
+
+    from sglang.srt.environ import envs
+
+    out = {}
+    for name, claim in claims.items():
+        field = getattr(envs, name, None)
+        if field is None or not hasattr(field, "parse"):
+            out[name] = [None, None]
+            continue
+        held = os.environ.pop(name, None)
+        try:
+            out[name] = [_plain(field.get()), _plain(field.parse(claim))]
+        finally:
+            if held is not None:
+                os.environ[name] = held
+    return out
+
+
 def _plain(value):
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -182,7 +207,9 @@ def main() -> int:
         if hasattr(args, "resolve_once"):
             args.resolve_once()
         args.check_server_args()
-        out = {"ok": True, "resolved": {k: _plain(resolved(args, k)) for k in RESOLVED}}
+        fields = (*RESOLVED, *request.get("fields", ()))
+        out = {"ok": True, "resolved": {k: _plain(resolved(args, k)) for k in fields}}
+        out["env_defaults"] = env_defaults(request.get("env_claims", {}))
     except SystemExit as err:  # argparse: an unknown flag or a value outside its choices
         out = {
             "ok": False,

@@ -65,6 +65,7 @@ def drop_env(name):
 
 
 TP4_THROUGHPUT = "rtx-pro-6000-tp4-throughput"
+INDEXER = "SGLANG_OPT_DSV4_NONPAGED_INDEXER_MIN_QUERY_TOKENS"
 
 
 # (code, level, mutation, base recipe, words the message must contain)
@@ -148,9 +149,87 @@ CASES = [
     (
         "cuda-graph-bs",
         "error",
-        set_flag("--cuda-graph-max-bs-decode", 96),
+        both(drop_flag("--max-running-requests"), set_flag("--cuda-graph-max-bs-decode", 300)),
         "rtx-pro-6000-tp4",
-        ["DSPARK default", "(48)"],
+        ["sglang's default --max-running-requests for DeepSeek-V4", "(256)"],
+    ),
+    (
+        "compact-full-rank",
+        "error",
+        dspark(acknowledge_compact_full_rank=None),
+        TP4_THROUGHPUT,
+        [
+            "sglang 0.5.23",
+            "a DP rank holds up to 64 requests (--max-running-requests 256 // 4 DP ranks)",
+            "largest decode graph has 64 slots (--cuda-graph-max-bs-decode 64",
+            "no padding slot",
+            "docs/benchmarks.md#compact-verify-at-a-full-dp-rank",
+            "cannot prevent it",
+            "ragged_verify: static",
+            "patches/sglang/0.5.23/",
+            "compact_full_rank = true",
+            "dspark.acknowledge_compact_full_rank",
+        ],
+    ),
+    (
+        # ranks x (cap - 1): the pool, and with it the largest graph, follows the limit
+        "compact-full-rank",
+        "error",
+        both(dspark(acknowledge_compact_full_rank=None), set_flag("--max-running-requests", 252)),
+        TP4_THROUGHPUT,
+        ["up to 63 requests (--max-running-requests 252 // 4 DP ranks)", "has 63 slots"],
+    ),
+    (
+        "compact-full-rank",
+        "error",
+        both(
+            dspark(acknowledge_compact_full_rank=None),
+            set_flag("--cuda-graph-max-bs-decode", 16),
+        ),
+        "rtx-pro-6000-tp2-throughput",
+        ["up to 48 requests (--max-running-requests 48)", "has 16 slots", "16 requests"],
+    ),
+    (
+        "compact-full-rank",
+        "warning",
+        dspark(acknowledge_compact_full_rank="a reason long enough to pass"),
+        "rtx-pro-6000-tp4",
+        ["has no effect with ragged_verify static", "remove it"],
+    ),
+    (
+        "default-claim",
+        "error",
+        lambda d: d["flags"]["--swa-full-tokens-ratio"].pop("sglang_default"),
+        TP4_THROUGHPUT,
+        [
+            "flags.--swa-full-tokens-ratio.why speaks of a default",
+            "write flags.--swa-full-tokens-ratio.sglang_default",
+            "the wheels suite checks it",
+        ],
+    ),
+    (
+        "default-claim",
+        "error",
+        lambda d: d["env"][INDEXER].pop("sglang_default"),
+        TP4_THROUGHPUT,
+        [f"env.{INDEXER}.why speaks of a default"],
+    ),
+    (
+        "default-claim",
+        "error",
+        set_flag("--load-balance-method", "round_robin"),
+        TP4_THROUGHPUT,
+        ["sglang_defaults.--load-balance-method is also in flags", "remove one"],
+    ),
+    (
+        "default-claim",
+        "error",
+        lambda d: d["sglang_defaults"].pop("--load-balance-method"),
+        TP4_THROUGHPUT,
+        [
+            "status.note speaks of sglang's default beside --load-balance-method",
+            "add sglang_defaults.--load-balance-method",
+        ],
     ),
     (
         "flashmla-triton",
@@ -854,7 +933,16 @@ def test_every_throughput_recipe_passes_every_lint():
 
 @pytest.mark.parametrize("size", [3, 4, 6, 7])
 def test_ragged_verify_at_the_clean_depths_passes_on_both_tracks(size):
-    recipe = build(both(depth(size), dspark(ragged_verify="compact", sps_table="tuned")))
+    recipe = build(
+        both(
+            depth(size),
+            dspark(
+                ragged_verify="compact",
+                sps_table="tuned",
+                acknowledge_compact_full_rank="the full-rank case is judged on its own",
+            ),
+        )
+    )
     assert [f for f in lint_recipe(recipe) if f.level == "error"] == []
 
 
@@ -896,3 +984,45 @@ def test_the_feature_lint_judges_only_the_recipe_s_tracks():
 def test_the_graph_limit_without_dp_attention_is_the_whole_request_limit():
     recipe = build(set_flag("--cuda-graph-max-bs-decode", 48), "rtx-pro-6000-tp2")
     assert [f for f in lint_recipe(recipe) if f.code == "cuda-graph-bs"] == []
+
+
+# --- compact verify at a full DP rank
+
+
+def test_compact_full_rank_passes_where_the_series_has_the_fix(monkeypatch):
+    from sm12x.recipe import lints
+
+    monkeypatch.setattr(lints.patch_series, "compact_full_rank_fix", lambda v: "00xx.patch")
+    bare = build(dspark(acknowledge_compact_full_rank=None), TP4_THROUGHPUT)
+    assert [f for f in lint_recipe(bare) if f.code == "compact-full-rank"] == []
+    (finding,) = [f for f in lint_recipe(build(lambda d: None, TP4_THROUGHPUT))]
+    assert (finding.code, finding.level) == ("compact-full-rank", "warning")
+    assert "every track's sglang has the fix" in finding.message
+
+
+def test_the_series_names_the_compact_full_rank_fix(tmp_path):
+    from sm12x.patches import series
+
+    toml = tmp_path / "patches.toml"
+    toml.write_text(
+        '[[patch]]\nfile = "0099-pad.patch"\nsglang = ["0.5.23"]\ncompact_full_rank = true\n'
+        '[[patch]]\nfile = "0098-other.patch"\nsglang = ["0.5.23"]\n'
+        '[[release]]\nsglang = "0.5.30"\ncompact_full_rank = true\n'
+    )
+    assert series.compact_full_rank_fix("0.5.23", toml) == "0099-pad.patch"
+    assert series.compact_full_rank_fix("0.5.30", toml) == "sglang 0.5.30"
+    assert series.compact_full_rank_fix("0.5.17", toml) is None
+    assert series.compact_full_rank_fix("0.5.23") is None  # the shipped series: no fix yet
+
+
+def test_the_largest_decode_graph_follows_the_rank_s_pool():
+    from sm12x.recipe.lints import largest_decode_graph, per_rank_requests
+
+    tp4 = build(lambda d: None, TP4_THROUGHPUT)
+    assert (per_rank_requests(tp4), largest_decode_graph(tp4)) == (64, 64)
+    lowered = build(set_flag("--max-running-requests", 252), TP4_THROUGHPUT)
+    assert (per_rank_requests(lowered), largest_decode_graph(lowered)) == (63, 63)
+    raised = build(set_flag("--cuda-graph-max-bs-decode", 65), TP4_THROUGHPUT)
+    assert largest_decode_graph(raised) == 64
+    tp2 = build(lambda d: None, "rtx-pro-6000-tp2-throughput")
+    assert (per_rank_requests(tp2), largest_decode_graph(tp2)) == (48, 32)

@@ -42,7 +42,7 @@ def test_unknown_key_inside_a_flag(tmp_path):
     assert_one_clear_error(
         run_sm12x("render", str(path)),
         "flags.--tp-size.reason: unknown key",
-        "allowed here: value, why",
+        "allowed here: value, sglang_default, why",
     )
 
 

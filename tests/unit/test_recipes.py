@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from sm12x.recipe import lint_recipe, list_recipes, load_recipe
-from sm12x.recipe.model import DSPARK_DEFAULT_MAX_RUNNING_REQUESTS
+from sm12x.recipe.lints import attention_dp
+from sm12x.recipe.load import validate_recipe
+from sm12x.recipe.model import DEEPSEEK_V4_DEFAULT_MAX_RUNNING_REQUESTS
+from tests.support.cli import raw_recipe
 
 RIGS = ["dgx-spark-tp2", "rtx-5090-tp8", "rtx-pro-6000-tp2", "rtx-pro-6000-tp4"]
 THROUGHPUT = [f"{rig}-throughput" for rig in RIGS]
@@ -139,12 +142,38 @@ def test_spark_memory_settings_stay_below_the_oom_value():
     assert spark.max_running_requests == 32
 
 
-def test_max_running_requests_defaults_to_dsparks():
+def test_max_running_requests_unset_is_sglangs_deepseek_v4_default():
+    # sglang's own resolution agrees: tests/unit/test_sglang_validates_recipes.py
+    data = raw_recipe("rtx-pro-6000-tp4")
+    data["flags"].pop("--max-running-requests")
     assert (
-        load_recipe("rtx-pro-6000-tp4").max_running_requests
-        == DSPARK_DEFAULT_MAX_RUNNING_REQUESTS
-        == 48
+        validate_recipe(data, "case.yaml").max_running_requests
+        == DEEPSEEK_V4_DEFAULT_MAX_RUNNING_REQUESTS
+        == 256
     )
+
+
+# Recipes another issue owns, and what they still lack.
+MAX_RUNNING_OWNED_ELSEWHERE = {
+    "rtx-pro-6000-tp8-v41": "issue 31 owns it: it runs sglang's default (256) unwritten",
+}
+
+
+@pytest.mark.parametrize("name", ALL + V41)
+def test_every_recipe_writes_its_request_limit_with_a_why(name):
+    recipe = load_recipe(name)
+    if name in MAX_RUNNING_OWNED_ELSEWHERE:
+        assert not recipe.has_flag("--max-running-requests"), (
+            f"{name} now writes it: drop it from MAX_RUNNING_OWNED_ELSEWHERE"
+        )
+        return
+    assert isinstance(recipe.flag_value("--max-running-requests"), int), name
+    why = recipe.flags["--max-running-requests"].why
+    graph = recipe.flag_value("--cuda-graph-max-bs-decode")
+    rank = recipe.max_running_requests // attention_dp(recipe)
+    if isinstance(graph, int) and graph < rank:
+        # the decode graphs stop short of a rank's batch: the why must say so
+        assert "without a graph" in why, (name, why)
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -15,11 +15,21 @@ refuses it too.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from sm12x.recipe import load_all
-from sm12x.recipe.lints import INDEXER_MIN_QUERY, attention_dp, recipe_tracks
+from sm12x.recipe import Recipe, load_all
+from sm12x.recipe.lints import (
+    INDEXER_MIN_QUERY,
+    attention_dp,
+    claimed_defaults,
+    per_rank_requests,
+    recipe_tracks,
+)
 from sm12x.recipe.load import validate_recipe
+from sm12x.sglang_parser import load_description
+from sm12x.versions import load_versions
 from tests.support.cli import raw_recipe
 from tests.support.server_args_check import GPUS, model_dir, validate
 from tests.support.server_args_check import V41_FLASH as V41_MODEL
@@ -85,6 +95,88 @@ def test_sglang_would_launch_it(verdicts, recipe, rank, track):
     # ... and a rank runs max_running_requests // dp requests, the graph's ceiling.
     if got["cuda_graph_max_bs_decode"] is not None:
         assert got["cuda_graph_max_bs_decode"] <= got["max_running_requests"] // dp
+    # The request limit the lints read (the flag, else the model's fallback) is sglang's.
+    assert got["max_running_requests"] == recipe.max_running_requests
+    assert max(1, got["max_running_requests"] // width) == per_rank_requests(recipe)
+
+
+# --- the defaults recipes state (sglang_default, sglang_defaults: lint default-claim)
+
+CLAIMS = [
+    (recipe, track)
+    for recipe in load_all()
+    if claimed_defaults(recipe)
+    for track in recipe_tracks(recipe)
+]
+
+
+def _dests(track: str) -> dict[str, str]:
+    """option -> ServerArgs field, from the track's sglang parser (its description,
+    sm12x/sglang_parsers/, which the suite holds to the real parser)."""
+    version = load_versions(track)["SGLANG_VERSION"]
+    actions = load_description(version)["actions"]
+    return {option: a["dest"] for a in actions for option in a["options"]}
+
+
+def _same(claim, got) -> bool:
+    if isinstance(claim, bool) or isinstance(got, bool):
+        return claim is got
+    if isinstance(claim, (int, float)) and isinstance(got, (int, float)):
+        return math.isclose(claim, got)
+    return str(claim) == str(got)
+
+
+def wrong_defaults(recipe: Recipe, track: str) -> list[str]:
+    """Each default the recipe states that sglang's own resolution of the recipe,
+    without the claimed settings, contradicts on `track`."""
+    claims = claimed_defaults(recipe)
+    dests = _dests(track)
+    flags = {n: v for n, v in claims.items() if n.startswith("--")}
+    env = {n: str(v) for n, v in claims.items() if not n.startswith("--")}
+    data = raw_recipe(recipe.name)
+    for name in claims:
+        data["flags"].pop(name, None)
+        data.get("env", {}).pop(name, None)
+    bare = validate_recipe(data, f"{recipe.name} without its claimed settings")
+    fields = tuple(dests[n] for n in flags if n in dests)
+    verdict = validate(bare, 0, track, model_dir(recipe), fields=fields, env_claims=env)
+    verdict.raise_for_refusal()
+    wrong = []
+    for name, claim in flags.items():
+        if name not in dests:
+            wrong.append(f"{name}: sglang {verdict.sglang}'s parser has no such flag")
+            continue
+        got = verdict.resolved.get(dests[name])
+        if not _same(claim, got):
+            wrong.append(
+                f"{name}: the recipe says sglang's default is {claim!r}, sglang {verdict.sglang} resolves {got!r}"
+            )
+    for name, claim in env.items():
+        default, parsed = verdict.env_defaults.get(name, [None, None])
+        if parsed is None:
+            wrong.append(f"{name}: sglang {verdict.sglang} declares no such variable")
+        elif default != parsed:
+            wrong.append(
+                f"{name}: the recipe says sglang's default is {claim!r}, sglang {verdict.sglang} has {default!r}"
+            )
+    return wrong
+
+
+@pytest.mark.parametrize("recipe, track", CLAIMS, ids=[f"{r.name}-{t}" for r, t in CLAIMS])
+def test_every_default_a_recipe_states_is_sglang_s(recipe, track):
+    assert wrong_defaults(recipe, track) == []
+
+
+def test_a_default_sglang_contradicts_is_caught():
+    data = raw_recipe("rtx-pro-6000-tp4-throughput")
+    data["flags"]["--swa-full-tokens-ratio"]["sglang_default"] = 0.8  # the generic value
+    data["sglang_defaults"]["SGLANG_OPT_DEEPGEMM_HC_PRENORM"]["sglang_default"] = "0"
+    recipe = validate_recipe(data, "case.yaml")
+    wrong = wrong_defaults(recipe, "current")
+    assert len(wrong) == 2, wrong
+    assert "--swa-full-tokens-ratio: the recipe says sglang's default is 0.8" in wrong[0]
+    assert "resolves 0.1" in wrong[0]
+    assert "SGLANG_OPT_DEEPGEMM_HC_PRENORM" in wrong[1] and "has True" in wrong[1]
 
 
 def test_every_recipe_and_node_is_checked():
