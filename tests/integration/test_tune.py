@@ -36,8 +36,19 @@ from tests.support import throughput as tp
 SGLANG = load_versions(default_track())["SGLANG_VERSION"]
 SITE_PATH = Path(__file__).resolve().parents[1] / "support" / "sps_site"
 DP = 4
-# Quick rounds: the profiler's gates at their smallest sensible values.
-QUICK = ["--min-steady-steps", "4", "--min-steady-seconds", "0", "--round-timeout", "300"]
+# Quick rounds: the profiler's gates at their smallest sensible values, and two
+# verify-budget fractions of the off-diagonal sweep (the default is eight).
+FRACS = (0.5, 1.0)
+QUICK = [
+    "--min-steady-steps",
+    "4",
+    "--min-steady-seconds",
+    "0",
+    "--round-timeout",
+    "300",
+    "--fracs",
+    *map(str, FRACS),
+]
 TIMES: dict[str, float] = {}
 
 
@@ -87,6 +98,29 @@ def leftovers(cache: Path) -> list[Path]:
     return [p for p in cache.rglob("*") if p.name.endswith(".tmp")]
 
 
+def sglang_loads(table: Path) -> dict:
+    """The table as sglang's own loader reads it (dspark_sps.load_sps_table_from_path,
+    the function the planner's build_sps_cost_table calls), and what it prices."""
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys; from sglang.srt.speculative.dspark_components.dspark_sps import "
+        "load_sps_table_from_path as load; t = load(sys.argv[1]); "
+        "print(json.dumps({'kind': type(t).__name__, "
+        "'step_time': [t.step_time(num_reqs=b, budget=k) for b, k in ((1, 0), (8, 0), (8, 56))]}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(table)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ.copy(),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def test_tune_makes_a_table_that_the_launch_then_runs(machine, capsys):
     cache = machine / "cache"
     with MockServer(sps=config()) as server:
@@ -94,23 +128,34 @@ def test_tune_makes_a_table_that_the_launch_then_runs(machine, capsys):
         assert tune(cache, server.base_url, "--max-batch-size", "8") == 0
         TIMES["full"] = time.monotonic() - started
         batches = list(server.app.state.scheduler.batches)
-    # The profiler's own sweep up to 8 per rank, each round one /generate of
-    # bs x DP requests, after its warmup round.
+        pinned = server.app.state.scheduler.forced_frac
+    # The profiler's own sweep up to 8 per rank, each cell (batch size, fraction)
+    # one /generate of bs x DP requests, after its warmup round; each cell pinned
+    # its verify budget on the server (the last one stays pinned).
     assert sorted(set(batches)) == [DP * b for b in (1, 2, 4, 8)]
+    assert len(batches) == 1 + 4 * len(FRACS) and pinned == max(FRACS)
     recipe = load_recipe(tp.FIXTURE)
     key = store.key_for(
         recipe, track=default_track(), sglang=SGLANG, sm12x=__version__, gpu=tp.gpu_name()
     )
     table = store.table_path(cache, key)
     meta = json.loads(store.meta_path(table).read_text())
-    assert meta["key"] == key.__dict__
+    assert meta["key"] == key.__dict__ and key.kind == store.ADDITIVE
+    assert meta["kind"] == store.ADDITIVE
     assert meta["profiler"]["measured"] == [1, 2, 4, 8]
+    assert meta["profiler"]["fracs"] == list(FRACS) and meta["profiler"]["cells"] == 8
     fitted = json.loads(table.read_text())
-    rows = recipe.dspark.block_size + 1
-    assert fitted["sample_batch_tokens"] == [b * rows for b in (1, 2, 4, 8)]
+    assert fitted["bs_probes"] == [1, 2, 4, 8] and fitted["bias_seconds"] > 0
+    # sglang's loader reads it as the additive kind; its price grows with the
+    # running requests and with the verify budget, as the stand-in's steps do.
+    read = sglang_loads(table)
+    assert read["kind"] == store.ADDITIVE
+    one, eight, eight_full = read["step_time"]
+    assert one < eight < eight_full
     assert not (cache / "sps" / tp.THROUGHPUT / ".work" / key.slug).exists()
     assert not leftovers(cache)
-    assert f"wrote {table}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"wrote {table}" in err and f"sglang's {store.ADDITIVE}" in err
     # The launcher finds it: the same key, seen from the launch's side.
     found = store.lookup(cache, key)
     assert found.table == table
@@ -153,7 +198,8 @@ def test_the_deadline_stops_it_keeps_what_was_measured_and_writes_nothing(machin
         took = time.monotonic() - started
         assert not server.app.state.scheduler.busy()  # the wedged load was aborted
     message = caught.value.message
-    assert f"--deadline {deadline:.0f} s reached" in message and "of 4 round(s)" in message
+    cells = 4 * len(FRACS)
+    assert f"--deadline {deadline:.0f} s reached" in message and f"of {cells} round(s)" in message
     assert "no table was written" in message and "run `sm12x tune` again" in message
     assert took < deadline + 30
     folder = cache / "sps" / tp.THROUGHPUT
@@ -175,6 +221,7 @@ def test_a_resumed_tune_does_not_measure_finished_rounds_again(machine, capsys):
     ]
     finished = {r["batch_size_per_rank"] for r in rounds}
     assert finished and 16 not in finished
+    assert {r["frac"] for r in rounds} == set(FRACS)
     with MockServer(sps=config()) as server:
         assert tune(cache, server.base_url, "--batch-size", "1", "2", "4", "16") == 0
         batches = server.app.state.scheduler.batches
@@ -191,9 +238,9 @@ def test_a_resumed_tune_does_not_measure_finished_rounds_again(machine, capsys):
     [
         ({"record": False}, "keeps no per-step DSPARK records"),
         ({"simulate_acc_len": None}, "needs exactly SGLANG_SIMULATE_ACC_LEN=1.0"),
-        ({"mode": "compact"}, "verifies in 'compact' mode"),
+        ({"mode": "static"}, "verifies in 'static' mode"),
     ],
-    ids=["no-records", "no-simulated-acceptance", "compact"],
+    ids=["no-records", "no-simulated-acceptance", "static"],
 )
 def test_a_server_not_in_profiling_mode_gets_one_clear_error(machine, changes, says):
     with MockServer(sps=config(**changes)) as server:
