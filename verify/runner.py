@@ -90,7 +90,7 @@ CHECKS = [
         fullload.full_load,
         needs=("health", "models", "one-token"),
         enabled=lambda o: o.full_load is not None,
-        off="not asked for (--full-load; on by default for a recipe with ragged verify)",
+        off="not asked for (--full-load; on for ragged-verify recipes)",
     ),
     Check(
         "spec",

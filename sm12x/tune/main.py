@@ -31,9 +31,6 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
-
-from pydantic import Field
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -43,7 +40,7 @@ from sm12x import sps_tables as store
 from sm12x.bench import provenance, runner
 from sm12x.cli import Command
 from sm12x.errors import UserError
-from sm12x.fields import NonNegativeFloat, PositiveFloat, option_type
+from sm12x.fields import NonNegativeFloat, PositiveFloat, PositiveFraction, option_type
 from sm12x.launch import configuration, gpus
 from sm12x.launch.main import AUTO, select_recipe
 from sm12x.recipe import Recipe
@@ -66,8 +63,6 @@ from sm12x.tune.profiler import (
 )
 from sm12x.versions import load_versions
 
-# A verify-budget fraction, as sglang's profiler takes it: in (0, 1].
-FracValue = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
 REQUEST_TIMEOUT_S = 30.0
 DEFAULT_DEADLINE_S = 3600.0
 WORK = ".work"
@@ -130,7 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     sweep.add_argument(
         "--fracs",
-        type=option_type(FracValue),
+        type=option_type(PositiveFraction),
         nargs="+",
         metavar="F",
         default=list(REFERENCE_FRACS),
