@@ -40,8 +40,9 @@ def test_the_full_rank_fault_passes_the_soak_and_fails_the_full_load_check(fake,
         "--base-url", server.base_url, "--soak-concurrency", "8", "--soak-rounds", "2", *FULL, *ONLY
     )
     assert code == 1
-    failed = {n for n, v in verdicts(report).items() if v != "pass"}
-    assert failed == {"full-load"}, report  # 8 streams over 4 ranks fill none
+    failed = {n for n, v in verdicts(report).items() if v == "fail"}
+    assert failed == {"full-load"}, failed  # the soak's 8 streams over 4 ranks fill none
+    assert check(report, "soak")["verdict"] == "pass"
     full = check(report, "full-load")
     assert full["metrics"]["wrong"] > 0
     assert "answered wrong with 16 requests in flight (4 a DP rank)" in full["problem"]
@@ -60,10 +61,14 @@ def test_no_rank_fills_when_its_share_is_below_its_largest_graph(fake, verify):
 
 
 def test_full_load_is_off_without_a_ragged_verify_recipe_or_the_flag(fake, verify):
-    server = fake(layout=LAYOUT)
-    code, report = verify("--base-url", server.base_url, "--only", "health,models,one-token")
+    server = fake("full-rank", layout=LAYOUT)
+    code, report = verify(
+        "--base-url", server.base_url, "--only", "health,models,one-token,full-load"
+    )
     assert code == 0
-    assert check(report, "full-load")["verdict"] == "skip"
+    off = check(report, "full-load")
+    assert off["verdict"] == "skip" and "not asked for (--full-load" in str(off), off
+    assert server.app.state.ranks.filled == 0  # nothing loaded it
 
 
 def test_the_recipe_sets_the_load_and_turns_it_on(fake, verify):
