@@ -198,6 +198,5 @@ def full_load(ctx: Context, ev: Evidence) -> None:
             "crashed (OOM, a dead worker)"
             if lost_any
             else "degenerate or malformed output only at full load",
-            "read the server log for the time of the check; the soak's evidence names "
-            "each problem",
+            "read the server log for the time of the check; the soak's evidence names each problem",
         )

@@ -98,7 +98,9 @@ def _change(text: str, rng: random.Random) -> str:
     if old.isdigit():
         new = str((int(old) + 1 + rng.randrange(8)) % 10 ** len(old)).zfill(len(old))
     else:
-        words = sorted({t.group().lower() for t in tokens if not t.group().isdigit()} - {old.lower()})
+        words = sorted(
+            {t.group().lower() for t in tokens if not t.group().isdigit()} - {old.lower()}
+        )
         new = rng.choice(words) if words else old[::-1]
         new = new.capitalize() if old[0].isupper() else new
     return text[: match.start()] + new + text[match.end() :]

@@ -91,7 +91,9 @@ def test_the_recipe_sets_the_load_and_turns_it_on(fake, verify):
     )
     full = check(report, "full-load")
     assert full["verdict"] == "pass", full
-    assert full["metrics"]["streams"] == 8 and full["metrics"]["source"] == "--full-load-concurrency"
+    assert (
+        full["metrics"]["streams"] == 8 and full["metrics"]["source"] == "--full-load-concurrency"
+    )
     assert full["metrics"]["dp_ranks"] == 4  # the recipe's DP attention
     assert recipe.dspark.ragged_verify == "compact"
     assert "the server resolved max_running_requests=16, not 8" in " ".join(full["evidence"])
