@@ -232,6 +232,8 @@ def _show(key: TableKey, group: str) -> str:
             if key.kind == STATIC
             else f"{key.kind}"
         )
+    if key.gpu is None:
+        return f"{key.gpu_count} GPUs of the recipe's model (nvidia-smi named none)"
     return f"{key.gpu_count}x {key.gpu}"
 
 

@@ -233,6 +233,77 @@ def test_a_resumed_tune_does_not_measure_finished_rounds_again(machine, capsys):
     assert meta["profiler"]["measured"] == [1, 2, 4, 16]
 
 
+def test_tune_with_a_url_and_a_recipe_does_not_need_nvidia_smi(machine, monkeypatch, capsys):
+    """Profiling a server at --url, tune need not run on its machine: without
+    nvidia-smi it keys the table by the recipe's GPU model and count, says so
+    once, and the launch on the rig (where nvidia-smi names the GPUs) takes it."""
+    fake_smi = Path(os.environ["PATH"].split(os.pathsep)[0])
+    assert (fake_smi / "nvidia-smi").exists()
+    monkeypatch.setenv("PATH", os.pathsep.join(os.environ["PATH"].split(os.pathsep)[1:]))
+    with pytest.raises(gpus.GpuQueryError):
+        gpus.query_gpus()  # no nvidia-smi here
+    cache = machine / "cache"
+    with MockServer(sps=config()) as server:
+        assert tune(cache, server.base_url, "--batch-size", "1", "2") == 0
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if "nvidia-smi" in line]
+    assert len(said) == 1 and "keyed by the recipe's 4x rtx-pro-6000" in said[0], err
+    recipe = load_recipe(tp.FIXTURE)
+    made = store.key_for(recipe, track=default_track(), sglang=SGLANG, sm12x=__version__, gpu=None)
+    table = store.table_path(cache, made)
+    assert json.loads(store.meta_path(table).read_text())["key"]["gpu"] is None
+    on_the_rig = store.key_for(
+        recipe, track=default_track(), sglang=SGLANG, sm12x=__version__, gpu=tp.gpu_name()
+    )
+    assert store.lookup(cache, on_the_rig).table == table
+    eight = dataclasses.replace(on_the_rig, gpu_count=8)
+    assert store.lookup(cache, eight).stale_by == (
+        f"GPU 4 GPUs of the recipe's model (nvidia-smi named none) (this launch: "
+        f"8x {tp.gpu_name()})",
+    )
+
+
+def test_the_stand_in_pins_a_verify_budget_as_sglang_does(machine):
+    """/set_internal_state's dspark_force_budget_frac (internal_state.py): in (0, 1]
+    or null, one `updated` per DP rank, any other key refused; a compact step then
+    replays the smallest token bucket holding bs + int(frac x bs x gamma)."""
+    import httpx
+
+    with MockServer(sps=config()) as server:
+        url = f"{server.base_url}/set_internal_state"
+        scheduler = server.app.state.scheduler
+
+        def pin(args: dict) -> list:
+            return httpx.post(url, json={"server_args": args}, timeout=30).json()
+
+        assert pin({"dspark_force_budget_frac": 1.5}) == [False] * DP
+        assert pin({"pp_max_micro_batch_size": 8}) == [False] * DP
+        assert scheduler.forced_frac is None and scheduler.verify_tokens(4) == 4 * 8
+        assert pin({"dspark_force_budget_frac": 0.25}) == [True] * DP
+        # 4 requests + int(0.25 x 4 x 7) = 11 tokens: the 16-token bucket (2 x 8).
+        assert scheduler.forced_frac == 0.25 and scheduler.verify_tokens(4) == 16
+
+
+def test_a_track_refusal_is_said_once_with_the_setting_that_fixes_it(machine):
+    parser = argparse.ArgumentParser()
+    tune_main.add_arguments(parser)
+    args = parser.parse_args(
+        [
+            "--url",
+            "http://127.0.0.1:9",
+            "--recipe",
+            "rtx-pro-6000-tp4-throughput",
+            "--track",
+            "pinned",
+        ]
+    )
+    with pytest.raises(UserError) as caught:
+        tune_main.run(args)
+    message = caught.value.message
+    assert "runs only on the current track" in message and "\n" not in message
+    assert message.count("set SM12X_TRACK") == 1 and message.endswith("(its image)")
+
+
 @pytest.mark.parametrize(
     "changes, says",
     [
