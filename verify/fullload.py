@@ -47,8 +47,9 @@ FULL_RANK_CAUSE = (
 FULL_RANK_FIX = (
     "keep each DP rank's max running requests below its largest decode graph "
     "(--max-running-requests / DP size < --cuda-graph-max-bs-decode), or run an image "
-    "whose patch series fixes compact verify's full-rank padding (docs/throughput.md); "
-    "as a stop-gap, SGLANG_RAGGED_VERIFY_MODE=static (the baseline configuration)"
+    "whose patch series fixes compact verify's full-rank padding (docs/patch.md lists "
+    "the image's series); as a stop-gap, run the rig's baseline "
+    "(SM12X_CONFIGURATION=baseline: static verify)"
 )
 
 
