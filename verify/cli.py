@@ -508,6 +508,9 @@ def run(args, console: Console) -> int:
             f"{MAX_SOAK_CONCURRENCY} streams (each is a connection and a task); "
             "load beyond that is `sm12x bench --concurrency`'s"
         )
+    full_load = _full_load(args)
+    if full_load is None:
+        chosen = chosen - {"full-load"}  # off: it costs the run nothing
     deadline_s = args.deadline if args.deadline is not None else default_deadline(args, chosen)
     _check_paths(args)
     redactor = Redactor(
@@ -542,7 +545,7 @@ def run(args, console: Console) -> int:
         compare_endpoint=_compare_endpoint(args, ep),
         compare_min_agreement=args.compare_min_agreement,
         accuracy=_accuracy_options(args),
-        full_load=_full_load(args),
+        full_load=full_load,
         expected_model=expected_model,
         line=line,
         vision=vision,
