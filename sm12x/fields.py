@@ -72,6 +72,10 @@ NonNegativeFloat = Annotated[
 Fraction = Annotated[
     float, AfterValidator(_finite), _bounded(lambda v: 0 <= v <= 1, "must be between 0 and 1")
 ]
+# A share that cannot be nothing: a verify-budget fraction of sglang's SPS profiler.
+PositiveFraction = Annotated[
+    float, AfterValidator(_finite), _bounded(lambda v: 0 < v <= 1, "must be in (0, 1]")
+]
 # How many: requests, rounds, streams.
 Count = Annotated[int, _bounded(lambda v: v >= 1, "must be at least 1")]
 

@@ -7,7 +7,13 @@ before it looks at the machine (recipe, gamma, TP/DP/EP, track):
     $SM12X_CACHE_DIR/sps/<recipe>/g<gamma>-tp<N>-dp<N>-ep<N>-<track>.json
 
 and a sidecar `<same>.meta.json` records everything it was measured for
-(the same, plus the sglang and sm12x versions and the GPUs nvidia-smi named).
+(the same, plus the sglang and sm12x versions, the GPUs nvidia-smi named and
+the kind of table: sglang's 2-D `SpsAdditiveCostTable`, fit from the
+profiler's off-diagonal `--fracs` sweep, or its 1-D `SpsCostTable`, fit from
+the diagonal static sweep; sglang's planner prices the two by different
+formulas, and a recipe with ragged verify wants the additive one, so a 1-D
+table is stale for it, as is a sidecar that names no kind: tune wrote only
+1-D tables before it recorded the kind).
 The launcher renders that path and uses it only when the sidecar matches the
 launch in every field; any other table of the recipe is stale, and `stale()`
 says in which fields it differs.
@@ -25,7 +31,7 @@ import json
 import os
 import tempfile
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +44,9 @@ META_SUFFIX = ".meta.json"
 # A sidecar is a few hundred bytes.
 META_LIMIT = 64 * 1024
 SCHEMA = "sm12x-sps-table/1"
+# sglang's two table kinds (dspark_sps.py), as its loader tells them apart.
+ADDITIVE = "SpsAdditiveCostTable"
+STATIC = "SpsCostTable"
 
 
 @dataclass(frozen=True)
@@ -67,7 +76,9 @@ def layout(recipe: Recipe) -> Layout:
 @dataclass(frozen=True)
 class TableKey:
     """What a table was measured for. `gpu` is None where nothing could tell
-    (a dry run without nvidia-smi): then the GPU is not compared."""
+    (a launch's dry run without nvidia-smi, or `sm12x tune --url` run where
+    nvidia-smi does not see the server's GPUs): then only the count is
+    compared."""
 
     recipe: str
     gamma: int
@@ -79,6 +90,8 @@ class TableKey:
     sm12x: str
     gpu: str | None
     gpu_count: int
+    # The table's kind (ADDITIVE or STATIC); None: any (nothing asks for one).
+    kind: str | None = None
 
     @property
     def slug(self) -> str:
@@ -117,7 +130,21 @@ def key_for(
         sm12x,
         gpu,
         gpu_count or recipe.hardware.total_gpus,
+        wanted_kind(recipe),
     )
+
+
+def kind_of(table_text: str) -> str:
+    """Which of sglang's two kinds a table's JSON is, by its loader's own rule
+    (dspark_sps.load_sps_table_from_path: "bias_seconds" makes it additive)."""
+    return ADDITIVE if '"bias_seconds"' in table_text else STATIC
+
+
+def wanted_kind(recipe: Recipe) -> str | None:
+    """The table kind a recipe wants: ragged verify (compact, cap-accept) budgets
+    its verify rows with the additive table `sm12x tune` fits from the
+    off-diagonal sweep; static verify reads no table."""
+    return ADDITIVE if recipe.dspark.ragged_verify != "static" else None
 
 
 def relative_path(recipe: Recipe, track: str) -> str:
@@ -141,6 +168,7 @@ GROUPS = {
     "layout": ("tp", "dp", "ep"),
     "image": ("track", "sglang", "sm12x"),
     "GPU": ("gpu", "gpu_count"),
+    "kind": ("kind",),
 }
 
 
@@ -159,7 +187,9 @@ def read_meta(path: Path) -> Stored | None:
         # Bounded: a sidecar may be a FIFO, a link to /dev/zero or JSON nested
         # 200k deep (bounded refuses each; the table is then not used).
         data = bounded.loads(bounded.read_bytes(path, META_LIMIT))
-        key = TableKey(**{f.name: data["key"][f.name] for f in fields(TableKey)})
+        known = {f.name: data["key"][f.name] for f in fields(TableKey) if f.name != "kind"}
+        # A sidecar without a kind is from a tune that fit only 1-D tables.
+        key = TableKey(**known, kind=str(data.get("kind") or data["key"].get("kind") or STATIC))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     table = path.with_name(path.name.removesuffix(META_SUFFIX) + ".json")
@@ -181,6 +211,12 @@ def differences(made: TableKey, wanted: TableKey) -> list[str]:
     for group, names in GROUPS.items():
         if group == "GPU" and wanted.gpu is None:
             continue  # nothing could tell which GPUs this machine has
+        if group == "kind" and wanted.kind is None:
+            continue  # the launch reads no table kind in particular
+        if group == "GPU" and made.gpu is None:
+            # Made where nvidia-smi could not tell (tune --url from another machine):
+            # keyed by the recipe's GPU model (the launch's recipe) and count only.
+            names = ("gpu_count",)
         if any(getattr(made, n) != getattr(wanted, n) for n in names):
             out.append(f"{group} {_show(made, group)} (this launch: {_show(wanted, group)})")
     return out
@@ -193,6 +229,16 @@ def _show(key: TableKey, group: str) -> str:
         return str(Layout(key.tp, key.dp, key.ep))
     if group == "image":
         return f"sglang {key.sglang} {key.track} track, sm12x {key.sm12x}"
+    if group == "kind":
+        return (
+            "sglang's 1-D SpsCostTable (the diagonal static sweep; the recipe's ragged "
+            "verify prices with the additive table of the off-diagonal sweep: run "
+            "`sm12x tune` again)"
+            if key.kind == STATIC
+            else f"{key.kind}"
+        )
+    if key.gpu is None:
+        return f"{key.gpu_count} GPUs of the recipe's model (nvidia-smi named none)"
     return f"{key.gpu_count}x {key.gpu}"
 
 
@@ -255,13 +301,21 @@ def _atomic_write(path: Path, text: str) -> None:
 def write(
     cache_dir: str | Path, key: TableKey, table_text: str, extra: Mapping[str, Any] | None = None
 ) -> Path:
-    """Store a table and its sidecar; returns the table's path."""
+    """Store a table and its sidecar (its kind read from the table itself);
+    returns the table's path."""
+    key = replace(key, kind=kind_of(table_text))
     path = table_path(cache_dir, key)
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = meta_path(path)
     meta.unlink(missing_ok=True)  # the old sidecar must not vouch for the new table
     _atomic_write(path, table_text)
     created = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    body = {"schema": SCHEMA, "created": created, "key": asdict(key), **(extra or {})}
+    body = {
+        "schema": SCHEMA,
+        "created": created,
+        "key": asdict(key),
+        "kind": key.kind,
+        **(extra or {}),
+    }
     _atomic_write(meta, json.dumps(body, indent=2) + "\n")
     return path

@@ -28,7 +28,7 @@ from sm12x.errors import UserError
 from sm12x.http import redact
 from sm12x.http.redact import Redactor
 from sm12x.settings import Loaded
-from verify import accuracy, compare, report
+from verify import accuracy, compare, fullload, report
 from verify.client import Endpoint
 from verify.context import Context, Options
 from verify.result import CheckResult, Verdict
@@ -43,7 +43,7 @@ class UsageError(Exception):
 # load test (sm12x bench), not a check, and the machine runs out first.
 MAX_SOAK_CONCURRENCY = 1024
 # Requests a check sends one after another, at most, for the default deadline.
-SEQUENTIAL_REQUESTS = {"soak": 0, "compare": 6, "accuracy": 0}
+SEQUENTIAL_REQUESTS = {"soak": 0, "compare": 6, "accuracy": 0, "full-load": 0}
 DEFAULT_REQUESTS = 4
 
 
@@ -57,6 +57,9 @@ def default_deadline(args, chosen: set[str]) -> float:
         elif name == "accuracy":
             batches = -(-(args.accuracy_limit or 2000) // max(args.accuracy_concurrency, 1))
             total += args.timeout * (batches + 1)
+        elif name == "full-load":
+            # No request starts after --full-load-time; the last ones end within --timeout.
+            total += min(args.full_load_time, args.timeout * args.full_load_rounds) + args.timeout
         else:
             total += args.timeout * SEQUENTIAL_REQUESTS.get(name, DEFAULT_REQUESTS)
     return max(total, args.timeout)
@@ -171,6 +174,39 @@ def parser() -> argparse.ArgumentParser:
         help="fail below this accuracy, 0-1 (default: the recipe's)",
     )
     acc.add_argument("--accuracy-concurrency", type=fields.count, default=16)
+    full = p.add_argument_group(
+        "full load (every DP rank full)",
+        "the exact tasks at the recipe's own max running requests, in a closed loop "
+        "(docs/verify.md, 'Full load')",
+    )
+    full.add_argument(
+        "--full-load",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run the full-load check (default: on for a recipe with ragged verify, "
+        "SGLANG_RAGGED_VERIFY_MODE compact or cap-accept; off otherwise)",
+    )
+    full.add_argument(
+        "--full-load-concurrency",
+        type=fields.count,
+        metavar="N",
+        help="streams at once (default: the recipe's --max-running-requests, else the "
+        "server's max_running_requests)",
+    )
+    full.add_argument(
+        "--full-load-rounds",
+        type=fields.count,
+        default=2,
+        help="exact tasks each stream runs one after another (default 2)",
+    )
+    full.add_argument(
+        "--full-load-time",
+        type=fields.seconds,
+        default=900.0,
+        metavar="SECONDS",
+        help="no new request starts after this (default 900; each in flight is bounded "
+        "by --timeout)",
+    )
     boot = p.add_argument_group("boot mode")
     boot.add_argument("--boot", action="store_true", help="start the server, then verify it")
     boot.add_argument(
@@ -239,6 +275,33 @@ def _recipe_model(name: str) -> tuple[str | None, str | None, bool]:
         getattr(model, "served_model_name", None),
         getattr(model, "line", None),
         bool(getattr(model, "vision", False)),
+    )
+
+
+def _full_load(args) -> fullload.FullLoad | None:
+    """--full-load's settings, or None where it is off: on by default for a recipe
+    whose verify is ragged (the configuration whose full ranks it loads)."""
+    recipe = _recipe(args.recipe) if args.recipe else None
+    ragged = getattr(getattr(recipe, "dspark", None), "ragged_verify", "static") != "static"
+    if not (args.full_load if args.full_load is not None else ragged):
+        return None
+    streams, dp, source = None, None, ""
+    if args.full_load_concurrency:
+        streams, source = args.full_load_concurrency, "--full-load-concurrency"
+    if recipe is not None:
+        from sm12x.recipe.lints import attention_dp, dp_size
+
+        dp = max(dp_size(recipe), attention_dp(recipe))
+        flag = recipe.flag_value("--max-running-requests")
+        if streams is None and flag is not None:
+            streams, source = int(flag), f"recipe {args.recipe}'s --max-running-requests"
+    if streams is not None and streams > MAX_SOAK_CONCURRENCY:
+        raise UsageError(
+            f"full load at {streams} streams ({source}): at most {MAX_SOAK_CONCURRENCY}; "
+            "`sm12x bench --concurrency` loads a server that far"
+        )
+    return fullload.FullLoad(
+        streams, dp, source, rounds=args.full_load_rounds, budget_s=args.full_load_time
     )
 
 
@@ -445,6 +508,9 @@ def run(args, console: Console) -> int:
             f"{MAX_SOAK_CONCURRENCY} streams (each is a connection and a task); "
             "load beyond that is `sm12x bench --concurrency`'s"
         )
+    full_load = _full_load(args)
+    if full_load is None:
+        chosen = chosen - {"full-load"}  # off: it costs the run nothing
     deadline_s = args.deadline if args.deadline is not None else default_deadline(args, chosen)
     _check_paths(args)
     redactor = Redactor(
@@ -479,6 +545,7 @@ def run(args, console: Console) -> int:
         compare_endpoint=_compare_endpoint(args, ep),
         compare_min_agreement=args.compare_min_agreement,
         accuracy=_accuracy_options(args),
+        full_load=full_load,
         expected_model=expected_model,
         line=line,
         vision=vision,

@@ -22,6 +22,8 @@ class Options:
     compare_min_agreement: float = 0.8
     # --accuracy: the lm-eval gate (verify/accuracy.py); None: not asked for
     accuracy: object | None = None
+    # --full-load: every DP rank full (verify/fullload.py's FullLoad); None: off
+    full_load: object | None = None
     # --deadline: time.monotonic() when the whole run must end; checks not
     # started by then are not run, requests in flight are cut off.
     deadline: float | None = None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import httpx
 import openai
 
-from verify import accuracy, compare
+from verify import accuracy, compare, fullload
 from verify.checks import basic, chat, reasoning, spec, tools, vision
 from verify.client import REPLY_SHAPE_CAUSE, REPLY_SHAPE_FIX, explain
 from verify.context import Context, Options
@@ -83,6 +83,14 @@ CHECKS = [
         "concurrent streamed soak: nothing lost, no degenerate output",
         soak,
         needs=("health", "models", "one-token"),
+    ),
+    Check(
+        "full-load",
+        "every DP rank full: the exact tasks at max running requests, all answered right",
+        fullload.full_load,
+        needs=("health", "models", "one-token"),
+        enabled=lambda o: o.full_load is not None,
+        off="not asked for (--full-load; on for ragged-verify recipes)",
     ),
     Check(
         "spec",

@@ -91,7 +91,7 @@ class LaunchContext:
     # The track (SM12X_TRACK): a tuned SPS table is stored per track's image.
     track: str | None = None
     # True renders the mode sglang's SPS profiler needs (`sm12x tune`; see
-    # PROFILING_ENV): static verify, per-step records, no table.
+    # PROFILING_ENV): compact verify, per-step records, no table.
     sps_profile: bool = False
 
     @classmethod
@@ -232,8 +232,10 @@ RAGGED_VERIFY_ENV = "SGLANG_RAGGED_VERIFY_MODE"
 # records on /server_info (dspark_observability.py: the `core` and
 # `step_cpu_time` components), every step committing exactly the bonus token
 # (spec_utils/dspark_worker_v2: SGLANG_SIMULATE_ACC_LEN, which must be
-# exactly 1.0) and, for the diagonal sweep, every request verifying all its
-# rows (static).
+# exactly 1.0) and, for the off-diagonal sweep (`--fracs`) that fits the
+# additive table compact verify prices with, a ragged verify mode: the
+# profiler refuses a static server then (allowed_modes compact/cap-accept),
+# because only ragged verify schedules the budget each round pins.
 PROFILING_ENV = {
     "SGLANG_DSPARK_ENABLE_SPS_RECORD": (
         "1",
@@ -245,8 +247,10 @@ PROFILING_ENV = {
         "batches are deterministic (the profiler refuses any other value)",
     ),
     RAGGED_VERIFY_ENV: (
-        "static",
-        "sm12x tune: the profiler's diagonal sweep measures static verify steps",
+        "compact",
+        "sm12x tune: the profiler's off-diagonal sweep (--fracs) pins a verify budget per "
+        "round, which only compact verify schedules; it fits the additive table compact "
+        "verify prices with",
     ),
 }
 

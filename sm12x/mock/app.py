@@ -36,9 +36,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from sm12x.mock import corruption, engine, model, tokenizer_v4, tokenizer_v41
+from sm12x.mock import corruption, engine, fullrank, model, tokenizer_v4, tokenizer_v41
 from sm12x.mock import serving as sglang_serving
 from sm12x.mock.faults import Faults
+from sm12x.mock.fullrank import Layout, Ranks
 from sm12x.mock.metrics import Finished, Metrics
 from sm12x.mock.sps import Scheduler, SpsConfig
 from sm12x.recipe.lines import DEFAULT_LINE, LINES, serves
@@ -147,14 +148,20 @@ def create_app(
     sps: SpsConfig | None = None,
     line: str = DEFAULT_LINE,
     sglang_source: str = "auto",
+    layout: Layout | None = None,
 ) -> Starlette:
     """sps: the server's DSpark scheduler as sglang's SPS profiler sees it
     (sps.py; None: one DP rank, no per-step records, /server_info as before).
     `line`: the model line served (sm12x.recipe.lines). V4.1-Flash needs an sglang
     that serves it (0.5.23): its encoder, parsers and the vision tower's image input.
-    `sglang_source`: where sglang's serving code comes from (serving.locate)."""
+    `sglang_source`: where sglang's serving code comes from (serving.locate).
+    `layout`: the DP ranks chat requests are placed on (fullrank.py; default the
+    DSpark scheduler's, else one rank)."""
     state = State(faults or Faults(), accept_length, token_delay, api_key)
     scheduler = Scheduler(sps or SpsConfig(gamma=GAMMA, tp=4, dp=1, ep=1))
+    if layout is None and sps is not None:
+        layout = Layout(sps.dp, sps.max_running_per_dp * sps.dp, sps.cuda_graph_max_bs)
+    ranks = Ranks(layout or Layout())
     F = state.faults
     known = LINES[line]
     version = resolve_version(line, sglang_version)
@@ -231,6 +238,7 @@ def create_app(
             "internal_states": [internal],
             "version": serving.version,
             "sm12x_patches": patched,
+            **ranks.layout.server_args(),
         }
         if sps is not None:
             body.update(
@@ -290,6 +298,8 @@ def create_app(
                 loaded=state.in_flight >= F.min_concurrency,
                 nth=number % F.every == 0,
             )
+        if fullrank.FAULT in F and ranks.fills(req.rid):
+            gen = fullrank.corrupt(gen, seed)
         if "think-leak" in F:
             gen = model.leak_think(gen)
         ids = tokenizer.encode(
@@ -319,11 +329,13 @@ def create_app(
             return _error(str(exc)[:500], 400)
         state.in_flight += 1
         req.rid = uuid.uuid4().hex
+        ranks.admit(req.rid)
         pending[req.rid] = (body, req, model.seed_of(body) + number, number)
         try:
             response = await chat_handler.handle_request(req, request)
         except BaseException:
             state.in_flight -= 1
+            ranks.release(req.rid)
             raise
         finally:
             if not req.stream:
@@ -333,6 +345,7 @@ def create_app(
                 _faulty_stream(response.body_iterator, req.rid), media_type="text/event-stream"
             )
         state.in_flight -= 1
+        ranks.release(req.rid)
         if isinstance(response, Response):  # an error sglang answered
             return response
         state.generated += 1
@@ -381,6 +394,7 @@ def create_app(
         finally:
             pending.pop(rid, None)
             state.in_flight -= 1
+            ranks.release(rid)
             state.generated += 1
 
     async def completions(request: Request) -> Response:
@@ -431,6 +445,7 @@ def create_app(
         Route("/generate", scheduler.generate, methods=["POST"]),
         Route("/flush_cache", scheduler.flush_cache, methods=["GET", "POST"]),
         Route("/abort_request", scheduler.abort_request, methods=["POST"]),
+        Route("/set_internal_state", scheduler.set_internal_state, methods=["POST", "PUT"]),
     ]
     app = Starlette(routes=routes)
     app.add_middleware(_CountResponses, metrics=exported)
@@ -438,6 +453,7 @@ def create_app(
     app.state.scheduler = scheduler
     # sglang's own rule for which routes need the key (utils/auth.py).
     app.add_middleware(Guard, state=state, auth=importlib.import_module("sglang.srt.utils.auth"))
+    app.state.ranks = ranks
     return app
 
 

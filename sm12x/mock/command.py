@@ -161,7 +161,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sps = parser.add_argument_group(
         "DSpark scheduler (sm12x.mock.sps)",
         "with --dspark-scheduler: the layout as sglang's flags give it, and the SGLANG_* "
-        "variables of the environment read as sglang reads them (for sm12x tune)",
+        "variables of the environment read as sglang reads them (for sm12x tune); "
+        "--dp-size, --max-running-requests and --cuda-graph-max-bs also place chat "
+        "requests on DP ranks in turn, as sglang's round_robin does, and say when one is "
+        "full (the full-rank fault, sm12x.mock.fullrank)",
     )
     sps.add_argument("--dspark-scheduler", action="store_true")
     sps.add_argument("--tp-size", type=option_type(Count), default=4)
@@ -172,7 +175,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sps.add_argument(
         "--max-running-requests",
         type=option_type(Count),
-        help="in all; per DP rank it is this / --dp-size (sglang's rule)",
+        help="in all (default 256, sglang's for DeepSeek-V4); per DP rank it is this / "
+        "--dp-size (sglang's rule)",
     )
     sps.add_argument(
         "--stall-batch", type=option_type(Count), help="a /generate of this many requests wedges"
@@ -218,6 +222,16 @@ def _sps(args: argparse.Namespace):
         cuda_graph_max_bs=args.cuda_graph_max_bs,
         max_running_per_dp=max(1, total // args.dp_size),
         stall_batch=args.stall_batch,
+    )
+
+
+def _layout(args: argparse.Namespace):
+    from sm12x.mock.fullrank import Layout
+
+    return Layout(
+        dp=args.dp_size,
+        max_running_requests=args.max_running_requests or Layout.max_running_requests,
+        cuda_graph_max_bs=args.cuda_graph_max_bs,
     )
 
 
@@ -305,6 +319,7 @@ def serve(args, faults, version: str, patched: bool, host: str, port: int, key) 
             sps=_sps(args),
             line=args.line,
             sglang_source=args.sglang_source,
+            layout=None if args.dspark_scheduler else _layout(args),
         )
     except ModuleNotFoundError as exc:
         raise UserError(f"sglang's serving code needs {exc.name}, not installed: {INSTALL}")

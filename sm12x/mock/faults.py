@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sm12x.mock import corruption
+from sm12x.mock import corruption, fullrank
 
 FAULTS = {
     "healthy": "no fault",
@@ -35,6 +35,7 @@ FAULTS = {
     "it counts shapes without looking",
 }
 FAULTS.update(corruption.FAULTS)  # wrong tokens in fluent text (corruption.py)
+FAULTS[fullrank.FAULT] = fullrank.DESCRIPTION  # only at a full DP rank (fullrank.py)
 
 
 @dataclass

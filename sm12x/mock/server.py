@@ -38,6 +38,7 @@ class MockServer:
         sps=None,
         line: str = "v4-flash-0731",
         sglang_source: str = "auto",
+        layout=None,
         **fault_options,
     ):
         if not isinstance(faults, Faults):
@@ -52,6 +53,7 @@ class MockServer:
             sps=sps,
             line=line,
             sglang_source=sglang_source,
+            layout=layout,
         )
         self.port = port or free_port()
         config = uvicorn.Config(

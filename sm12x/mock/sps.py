@@ -24,9 +24,21 @@ this enforces:
 - /generate takes a batch of `input_ids`, requests spread over the DP ranks
   (round robin), at most effective_max_running_requests_per_dp running per
   rank, the rest waiting.
+- The off-diagonal sweep (`--fracs`, sglang 0.5.23): POST /set_internal_state
+  {"server_args": {"dspark_force_budget_frac": f}} pins each step's verify
+  budget above the one-row floor to int(f x bs x gamma) (dspark_planner
+  HostConfidenceBudgetPlanner.compute_budget; internal_state.py accepts f in
+  (0, 1] or null, only on a DSpark worker, and answers one `updated` bool per
+  DP rank; any other key is "not supported": false). Only ragged verify
+  schedules a budget: in compact (and cap-accept) mode a step's record then
+  carries the replayed graph tier in tokens, the smallest captured token
+  bucket (bs x (gamma + 1) for each captured bs) >= bs + budget
+  (decode_cuda_graph_runner's buckets, round_up_grid); with no pin, compact
+  without a table verifies all rows. Static verify ignores the pin.
 
-The step time is a model (a fixed cost plus a cost per verify token), the
-real time between steps a small sleep, so a profile runs in seconds.
+The step time is a model (a fixed cost, a cost per running request and one per
+verify token), the real time between steps a small sleep, so a profile runs in
+seconds.
 """
 
 from __future__ import annotations
@@ -89,8 +101,14 @@ class SpsConfig:
         sizes = [1, 2, 4, 8, *range(16, self.cuda_graph_max_bs + 1, 8)]
         return sorted({s for s in sizes if s <= self.cuda_graph_max_bs} | {self.cuda_graph_max_bs})
 
-    def step_ms(self, verify_tokens: int) -> float:
-        return round(12.0 + 0.04 * verify_tokens, 4)
+    @property
+    def token_buckets(self) -> list[int]:
+        """Compact verify's captured graph sizes in tokens (sglang's
+        _build_ragged_verify_token_buckets)."""
+        return sorted({bs * (self.gamma + 1) for bs in self.captured})
+
+    def step_ms(self, verify_tokens: int, running: int = 0) -> float:
+        return round(12.0 + 0.04 * verify_tokens + 0.05 * running, 4)
 
 
 @dataclass
@@ -112,6 +130,7 @@ class Scheduler:
     batches: list[int] = field(default_factory=list)  # the size of every /generate seen
     stalled: list[_Req] = field(default_factory=list)
     task: asyncio.Task | None = None
+    forced_frac: float | None = None  # dspark_force_budget_frac (the off-diagonal pin)
 
     def __post_init__(self) -> None:
         ranks = self.config.dp
@@ -147,7 +166,7 @@ class Scheduler:
         for rank, reqs in enumerate(self.running):
             if not reqs:
                 continue
-            tokens = self.tier(len(reqs)) * (self.config.gamma + 1)
+            tokens = self.verify_tokens(len(reqs))
             if self.config.record:
                 self.records[rank].append(
                     {
@@ -156,7 +175,9 @@ class Scheduler:
                         "mode": self.config.mode,
                         "num_running_reqs": len(reqs),
                         "num_verify_tokens": tokens,
-                        "step_cpu_ms": None if self.fresh[rank] else self.config.step_ms(tokens),
+                        "step_cpu_ms": None
+                        if self.fresh[rank]
+                        else self.config.step_ms(tokens, len(reqs)),
                     }
                 )
             self.fresh[rank] = False
@@ -166,6 +187,15 @@ class Scheduler:
             for req in finished:
                 reqs.remove(req)
                 req.done.set()
+
+    def verify_tokens(self, batch: int) -> int:
+        """The graph tier a step of `batch` requests replays, in tokens."""
+        full = self.tier(batch) * (self.config.gamma + 1)
+        if self.config.mode == "static" or self.forced_frac is None:
+            return full
+        budget = max(0, int(self.forced_frac * batch * self.config.gamma))
+        total = batch + budget
+        return next((b for b in self.config.token_buckets if b >= total), full)
 
     async def loop(self) -> None:
         while True:
@@ -261,6 +291,22 @@ class Scheduler:
             "Cache flushed.\nPlease check backend logs for more details. (When there "
             "are running or waiting requests, the operation will not be performed.)\n"
         )
+
+    async def set_internal_state(self, request: Request) -> Response:
+        body = await request.json()
+        wanted = body.get("server_args") if isinstance(body, dict) else None
+        ok = isinstance(wanted, dict) and bool(wanted)
+        for key, value in (wanted or {}).items():
+            if key != "dspark_force_budget_frac":
+                ok = False  # "Updating {key} is not supported."
+            elif value is not None and not (
+                isinstance(value, (int, float)) and 0.0 < float(value) <= 1.0
+            ):
+                ok = False  # "must be in (0, 1] or null"
+        if ok:
+            value = wanted["dspark_force_budget_frac"]  # type: ignore[index]
+            self.forced_frac = None if value is None else float(value)
+        return JSONResponse([ok] * self.config.dp)
 
     async def abort_request(self, request: Request) -> Response:
         body = await request.json()

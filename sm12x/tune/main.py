@@ -40,7 +40,7 @@ from sm12x import sps_tables as store
 from sm12x.bench import provenance, runner
 from sm12x.cli import Command
 from sm12x.errors import UserError
-from sm12x.fields import NonNegativeFloat, PositiveFloat, option_type
+from sm12x.fields import NonNegativeFloat, PositiveFloat, PositiveFraction, option_type
 from sm12x.launch import configuration, gpus
 from sm12x.launch.main import AUTO, select_recipe
 from sm12x.recipe import Recipe
@@ -51,6 +51,7 @@ from sm12x.tune.profiler import (
     FIT_TIMEOUT_S,
     MODULE,
     NO_USABLE_ROUNDS,
+    REFERENCE_FRACS,
     DeadlineReached,
     Python,
     Rounds,
@@ -122,6 +123,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="the top of the profiler's sweep, per DP rank",
     )
+    sweep.add_argument(
+        "--fracs",
+        type=option_type(PositiveFraction),
+        nargs="+",
+        metavar="F",
+        default=list(REFERENCE_FRACS),
+        help="the verify-budget fractions in (0, 1] of the off-diagonal sweep, per batch "
+        "size (default: the reference deployment's eighths, 0.125 ... 1.0)",
+    )
     sweep.add_argument("--input-len", type=fields.count, default=DEFAULTS["input_len"])
     sweep.add_argument(
         "--min-steady-steps", type=fields.count, default=DEFAULTS["min_steady_steps"]
@@ -153,6 +163,7 @@ PASSED_ON = (
     "fresh",
     "batch_size",
     "max_batch_size",
+    "fracs",
     "input_len",
     "min_steady_steps",
     "min_steady_seconds",
@@ -191,24 +202,46 @@ def tuned_recipe(loaded: Loaded, err: Console) -> Recipe:
         recipe = found[0]
     problem = configuration.track_problem(recipe, loaded.settings.track_name)
     if problem:
-        raise UserError(f"{problem}: set SM12X_TRACK accordingly")
+        raise UserError(problem)  # it ends with the one setting that fixes it
     return recipe
 
 
 # --- attach: profile a running server -----------------------------------------------
 
 
-def machine_gpu(recipe: Recipe) -> str:
-    """The GPU name the table is keyed by, from nvidia-smi where tune runs."""
+def machine_gpu(recipe: Recipe, remote: bool, err: Console) -> str | None:
+    """The GPU name the table is keyed by, from nvidia-smi where tune runs.
+
+    Profiling a server at --url, tune need not run on its machine: where
+    nvidia-smi cannot tell (not there, or other GPUs here), the table is keyed
+    by the recipe's GPU model and count only (name None), said once. Inside the
+    server's container (--attach, boot mode) the GPUs are the server's: they
+    must be there."""
     try:
         found = gpus.query_gpus()
     except gpus.GpuQueryError as exc:
+        if remote:
+            _say(
+                err,
+                "nvidia-smi cannot tell the GPUs here, so the table is keyed by the "
+                f"recipe's {recipe.hardware.total_gpus}x {recipe.hardware.gpu} only (not by the "
+                "name nvidia-smi prints on the server's machine)",
+            )
+            return None
         raise UserError(
-            f"tune keys the table by the GPUs that measured it, and {exc.message}; "
-            "run tune on the server's machine (boot mode runs it in the container)"
+            "tune keys the table by the GPUs that measured it, and nvidia-smi cannot "
+            f"tell them here ({exc.message.split(':')[0]}): run tune on the server's "
+            "machine (boot mode runs it in the container)"
         ) from None
     models = {g.model for g in found}
     if models != {recipe.hardware.gpu}:
+        if remote:
+            _say(
+                err,
+                f"this machine has {gpus.describe_gpus(found)}, not the server's: the table "
+                f"is keyed by the recipe's {recipe.hardware.total_gpus}x {recipe.hardware.gpu} only",
+            )
+            return None
         raise UserError(
             f"{recipe.name} is for {recipe.hardware.gpu} GPUs but this machine has "
             f"{gpus.describe_gpus(found)}: tune on the rig the recipe is for"
@@ -291,7 +324,11 @@ def attach(
             f"is sglang {want}: set SM12X_TRACK to the server's track"
         )
     key = store.key_for(
-        recipe, track=s.track_name, sglang=server.sglang, sm12x=__version__, gpu=machine_gpu(recipe)
+        recipe,
+        track=s.track_name,
+        sglang=server.sglang,
+        sm12x=__version__,
+        gpu=machine_gpu(recipe, remote=bool(args.url), err=err),
     )
     top = args.max_batch_size or server.cuda_graph_max_bs
     if top > server.cuda_graph_max_bs:
@@ -314,19 +351,25 @@ def attach(
     folder = Path(s.cache_dir) / store.FOLDER / recipe.name / WORK / key.slug
     folder.mkdir(parents=True, exist_ok=True)
     sweep = sorted(set(args.batch_size)) if args.batch_size else python.sweep(top, folder)
+    fracs = sorted({float(f) for f in args.fracs})
     work = Work.open(
-        folder, session_identity(key, rounds, sweep), args.fresh, lambda text: _say(err, text)
+        folder,
+        session_identity(key, rounds, sweep, fracs),
+        args.fresh,
+        lambda text: _say(err, text),
     )
     _say(
         err,
-        f"profiling {key.describe()} at {base_url}: {len(sweep)} round(s), running "
-        f"requests per DP rank {', '.join(map(str, sweep))}",
+        f"profiling {key.describe()} at {base_url}: {len(sweep) * len(fracs)} round(s), "
+        f"running requests per DP rank {', '.join(map(str, sweep))} x verify-budget "
+        f"fractions {' '.join(f'{f:g}' for f in fracs)} (the off-diagonal sweep)",
     )
     log_path = work.folder / "profiler.log"
     measured = measure(
         python,
         work,
         sweep,
+        fracs,
         base_url,
         [*rounds.argv(), *token_argv],
         log_path,
@@ -336,8 +379,14 @@ def attach(
     )
     remaining = deadline_at - time.monotonic()
     if remaining <= 1:
-        raise DeadlineReached(deadline_message(args.deadline, measured, sweep, work))
+        raise DeadlineReached(deadline_message(args.deadline, work, sweep, fracs))
     text = fit(python, work, measured, log_path, min(FIT_TIMEOUT_S, remaining))
+    kind = store.kind_of(text)
+    if kind != store.ADDITIVE:
+        raise UserError(
+            f"sglang's SPS profiler fit a {kind}, not the {store.ADDITIVE} the off-diagonal "
+            f"sweep makes: no table was written (log: {log_path})"
+        )
     path = store.write(
         s.cache_dir,
         key,
@@ -347,7 +396,9 @@ def attach(
                 "module": MODULE,
                 "rounds": asdict(rounds),
                 "sweep": sweep,
-                "measured": sorted(measured),
+                "fracs": fracs,
+                "measured": work.complete(fracs),
+                "cells": len(measured),
                 "skipped": work.skipped,
             },
             "server": {
@@ -360,7 +411,8 @@ def attach(
     shutil.rmtree(work.folder, ignore_errors=True)
     _say(
         err,
-        f"wrote {path} and {store.meta_path(path).name} ({len(measured)} round(s)"
+        f"wrote {path} and {store.meta_path(path).name}: sglang's {kind} (the 2-D "
+        f"additive table compact verify prices with; {len(measured)} round(s)"
         + (f"; skipped by the profiler's capacity guards: {work.skipped}" if work.skipped else "")
         + ")",
     )
@@ -368,11 +420,12 @@ def attach(
     return 0
 
 
-def deadline_message(deadline: float, measured: dict, sweep: list[int], work: Work) -> str:
-    done = sorted(measured)
+def deadline_message(deadline: float, work: Work, sweep: list[int], fracs: list[float]) -> str:
+    cells = len(work.finished())
+    done = work.complete(fracs)
     return (
-        f"--deadline {deadline:g} s reached after {len(done)} of {len(sweep)} round(s)"
-        + (f" (measured: {', '.join(map(str, done))} per DP rank)" if done else "")
+        f"--deadline {deadline:g} s reached after {cells} of {len(sweep) * len(fracs)} round(s)"
+        + (f" (every fraction measured at {', '.join(map(str, done))} per DP rank)" if done else "")
         + f"; no table was written. What was measured is kept in {work.folder}: run "
         "`sm12x tune` again (with a longer --deadline) to resume"
     )
@@ -382,6 +435,7 @@ def measure(
     python: Python,
     work: Work,
     sweep: list[int],
+    fracs: list[float],
     base_url: str,
     extra: list[str],
     log_path: Path,
@@ -389,7 +443,9 @@ def measure(
     deadline: float,
     err: Console,
 ) -> dict:
-    """Run the profiler until every round of the sweep is measured or skipped."""
+    """Run the profiler until every cell of the sweep is measured or skipped: one
+    segment per set of batch sizes missing the same fractions (a batch size cut
+    off part-way gets only its missing ones)."""
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -398,25 +454,30 @@ def measure(
         console=err,
         transient=False,
     )
+    total = len(sweep) * len(fracs)
     with progress:
-        task = progress.add_task("SPS rounds", total=len(sweep))
+        task = progress.add_task("SPS rounds", total=total)
 
         def tick() -> None:
             done = work.finished()
-            last = max(done) if done else None
+            last = max(done, key=lambda c: (c[0], c[1] or 0)) if done else None
+            skipped = len(work.skipped) * len(fracs)
             progress.update(
                 task,
-                completed=len(set(done) | set(work.skipped)),
-                description="SPS rounds" + (f" (last: {last}/rank)" if last else ""),
+                completed=min(total, len(done) + skipped),
+                description="SPS rounds"
+                + (f" (last: {last[0]}/rank at {last[1]:g})" if last and last[1] else ""),
             )
 
         while True:
-            done = work.finished()
-            remaining = [b for b in sweep if b not in done and b not in work.skipped]
-            if not remaining:
+            missing = work.missing(sweep, fracs)
+            if not missing:
                 break
             if time.monotonic() >= deadline_at:
-                raise DeadlineReached(deadline_message(deadline, done, sweep, work))
+                raise DeadlineReached(deadline_message(deadline, work, sweep, fracs))
+            # The batch sizes missing the most fractions first: those missing all.
+            wanted = max((tuple(f) for f in missing.values()), key=len)
+            sizes = [bs for bs, left in missing.items() if tuple(left) == wanted]
             segment = work.new_segment()
             argv = [
                 "-m",
@@ -427,7 +488,9 @@ def measure(
                 "--out",
                 str(segment / "table.json"),
                 "--batch-size",
-                *map(str, remaining),
+                *map(str, sizes),
+                "--fracs",
+                *(f"{f:g}" for f in wanted),
                 *extra,
             ]
             # The fit needs a little time too: the profiler stops a bit before.
@@ -435,13 +498,13 @@ def measure(
             outcome = run_profiler(
                 python, argv, work.folder, log_path, deadline_at=deadline_at - reserve, on_tick=tick
             )
-            after = work.finished()
             if outcome.killed:
                 abort_all(base_url)
-                raise DeadlineReached(deadline_message(deadline, after, sweep, work))
-            left = [b for b in remaining if b not in after]
+                raise DeadlineReached(deadline_message(deadline, work, sweep, fracs))
+            after = work.missing(sweep, fracs)
+            left = [bs for bs in sizes if bs in after]
             if outcome.exit_code == 0 or NO_USABLE_ROUNDS in "\n".join(outcome.tail):
-                # Rounds the profiler skipped on its capacity guards: not retried.
+                # Batch sizes the profiler skipped on its capacity guards: not retried.
                 work.session["skipped"] = sorted(set(work.skipped) | set(left))
                 work.save()
                 continue
@@ -449,7 +512,7 @@ def measure(
             said = runner.summarise(outcome.tail)
             raise UserError(
                 f"sglang's SPS profiler failed (exit {outcome.exit_code}): {said}; "
-                f"{len(after)} finished round(s) are kept in {work.folder}: run "
+                f"{len(work.finished())} finished round(s) are kept in {work.folder}: run "
                 f"`sm12x tune` again to resume (log: {log_path})"
             )
     measured = work.finished()

@@ -8,8 +8,10 @@ the server answers on /server_info:
 - every DP rank's internal state carries `dspark_info_record` (sglang's
   scheduler adds it when the DSpark worker's info dumper is on:
   SGLANG_DSPARK_ENABLE_SPS_RECORD=1, dspark_observability.py), with the
-  `core` and `step_cpu_time` components, verify mode `static` (the diagonal
-  sweep) and `simulate_acc_len` exactly 1.0 (SGLANG_SIMULATE_ACC_LEN);
+  `core` and `step_cpu_time` components, a ragged verify mode (`compact` or
+  `cap-accept`: the off-diagonal `--fracs` sweep tune runs; the profiler
+  allows only `static` without `--fracs`) and `simulate_acc_len` exactly 1.0
+  (SGLANG_SIMULATE_ACC_LEN);
 - the decode CUDA graphs' batch sizes are reported (`cuda_graph_config`).
 
 They are checked here first so the user gets one line that says how to boot
@@ -30,6 +32,9 @@ from sm12x.sps_tables import Layout, layout
 RECORD_KEY = "dspark_info_record"
 REQUIRED_COMPONENTS = ("core", "step_cpu_time")
 REQUIRED_SIMULATE_ACC_LEN = 1.0
+# The modes the profiler's off-diagonal sweep accepts (fetch_server_context's
+# allowed_modes when --fracs is given).
+OFFDIAG_MODES = ("compact", "cap-accept")
 HOW_TO_BOOT = (
     "boot it with `sm12x tune` (without --url), or start it with `sm12x launch --sps-profile`"
 )
@@ -136,10 +141,11 @@ def profiling_problem(info: dict[str, Any]) -> str | None:
                 f"DP rank {rank} records no {', '.join(missing)} (needs "
                 "SGLANG_DSPARK_ENABLE_SPS_RECORD=1)"
             )
-        if record.get("mode") != "static":
+        if record.get("mode") not in OFFDIAG_MODES:
             return (
-                f"DP rank {rank} verifies in {record.get('mode')!r} mode: the profiler's sweep "
-                "measures static verify (SGLANG_RAGGED_VERIFY_MODE=static)"
+                f"DP rank {rank} verifies in {record.get('mode')!r} mode: the profiler's "
+                "off-diagonal sweep (--fracs, the additive table compact verify prices "
+                "with) needs ragged verify (SGLANG_RAGGED_VERIFY_MODE=compact)"
             )
         if record.get("simulate_acc_len") != REQUIRED_SIMULATE_ACC_LEN:
             return (

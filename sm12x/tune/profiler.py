@@ -2,23 +2,27 @@
 
 `python -m sglang.benchmark.dspark_sps_profiler` (the same file in sglang
 0.5.17 and 0.5.23) is a client of a running server. Its `run` subcommand
-sweeps running-request counts per DP rank (`--batch-size`), one round each,
-and appends each finished round to `<out stem>.rounds.jsonl` as it goes; its
-`fit` subcommand turns a rounds file into the table and reads it back
-(self-check). `run` deletes the rounds file of its own `--out` when it
-starts, so every run here gets an `--out` of its own (a segment of the
-work folder):
+sweeps running-request counts per DP rank (`--batch-size`) and, with
+`--fracs`, for each of them the verify budgets it pins (the off-diagonal
+sweep: one cell per batch size and fraction), and appends each finished cell
+to `<out stem>.rounds.jsonl` as it goes; its `fit` subcommand turns a rounds
+file into the table and reads it back (self-check): the 2-D
+`SpsAdditiveCostTable` when the cells carry a fraction, else the 1-D
+`SpsCostTable`. `run` deletes the rounds file of its own `--out` when it
+starts, so every run here gets an `--out` of its own (a segment of the work
+folder):
 
-- resuming reads the finished rounds of every earlier segment and asks the
-  profiler only for the batch sizes still missing: a finished round is never
-  measured again (a round cut off by a deadline or a crash is measured anew);
-- the rounds the profiler skipped on its capacity guards are remembered as
-  skipped, not retried;
+- resuming reads the finished cells of every earlier segment and asks the
+  profiler only for the cells still missing (a batch size cut off part-way
+  gets only its missing fractions): a finished cell is never measured again
+  (a cell cut off by a deadline or a crash is measured anew);
+- the batch sizes the profiler skipped on its capacity guards are remembered
+  as skipped, not retried;
 - the sweep itself is the profiler's (`build_request_count_sweep`) up to the
   server's largest captured decode CUDA graph (the profiler refuses to sweep
   past it);
 - at the deadline the profiler's process group is killed and the server's
-  requests aborted; the finished rounds stay for the next run.
+  requests aborted; the finished cells stay for the next run.
 
 The table and its sidecar are published by sm12x.sps_tables (atomically);
 the work folder is removed only after that.
@@ -51,6 +55,12 @@ DEFAULTS: dict[str, Any] = {
     "min_steady_seconds": 10.0,
     "round_timeout": 300.0,
 }
+# The verify-budget fractions of the off-diagonal sweep. sglang's --fracs has no
+# default (omitted, the profiler runs the diagonal static sweep and fits the 1-D
+# table); these eighths are the reference deployment's (the ombori 4x RTX PRO
+# 6000 README's "Regenerating the SPS table": --fracs 0.125 ... 1.0), the sweep
+# its shipped gamma-7 additive table was fit from.
+REFERENCE_FRACS = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
 FIT_TIMEOUT_S = 300.0
 ABORT_TIMEOUT_S = 10.0
 
@@ -154,18 +164,39 @@ class Work:
         temporary.write_text(json.dumps(self.session, indent=2) + "\n", encoding="utf-8")
         temporary.replace(self.folder / SESSION)
 
-    def finished(self) -> dict[int, dict[str, Any]]:
-        """Finished rounds by batch size per rank, from every segment's rounds file
-        (a line cut off mid-write is not a finished round)."""
-        rounds: dict[int, dict[str, Any]] = {}
+    def finished(self) -> dict[Cell, dict[str, Any]]:
+        """Finished cells by (batch size per rank, fraction), from every segment's
+        rounds file, the first of each kept (a line cut off mid-write is not a
+        finished cell)."""
+        rounds: dict[Cell, dict[str, Any]] = {}
         for path in sorted(self.folder.glob("seg-*/table.rounds.jsonl")):
             for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
                 try:
                     item = json.loads(line)
-                    rounds[int(item["batch_size_per_rank"])] = item
-                except (ValueError, KeyError, TypeError):
+                    frac = item.get("frac")
+                    cell = (int(item["batch_size_per_rank"]), None if frac is None else float(frac))
+                except (ValueError, KeyError, TypeError, AttributeError):
                     continue
+                rounds.setdefault(cell, item)
         return rounds
+
+    def missing(self, sweep: Sequence[int], fracs: Sequence[float]) -> dict[int, list[float]]:
+        """The fractions still to measure, per batch size not skipped."""
+        done = self.finished()
+        out = {}
+        for bs in sweep:
+            if bs in self.skipped:
+                continue
+            left = [f for f in fracs if (bs, float(f)) not in done]
+            if left:
+                out[bs] = left
+        return out
+
+    def complete(self, fracs: Sequence[float]) -> list[int]:
+        """The batch sizes every fraction of which is measured."""
+        done = self.finished()
+        sizes = {bs for bs, _ in done}
+        return sorted(b for b in sizes if all((b, float(f)) in done for f in fracs))
 
     @property
     def skipped(self) -> list[int]:
@@ -177,6 +208,9 @@ class Work:
         folder = self.folder / f"seg-{self.session['segments']:03d}"
         folder.mkdir(parents=True, exist_ok=True)
         return folder
+
+
+Cell = tuple[int, float | None]
 
 
 @dataclass
@@ -250,13 +284,13 @@ def abort_all(base_url: str) -> None:
 
 
 def fit(
-    python: Python, work: Work, rounds: dict[int, dict[str, Any]], log_path: Path, timeout: float
+    python: Python, work: Work, rounds: dict[Cell, dict[str, Any]], log_path: Path, timeout: float
 ) -> str:
-    """The profiler's `fit` over every finished round; the table's JSON text."""
+    """The profiler's `fit` over every finished cell; the table's JSON text."""
     folder = work.folder / "fit"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    lines = [json.dumps(rounds[bs]) for bs in sorted(rounds)]
+    lines = [json.dumps(rounds[cell]) for cell in sorted(rounds, key=lambda c: (c[0], c[1] or 0))]
     (folder / "table.rounds.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     argv = python.command(
         ["-m", MODULE, "fit", "--out", str(folder / "table.json"), "--no-plot"],
@@ -273,6 +307,13 @@ def fit(
     return table.read_text(encoding="utf-8")
 
 
-def session_identity(key: Any, rounds: Rounds, sweep: Sequence[int]) -> dict[str, Any]:
-    """What makes earlier rounds reusable: the same table, settings and sweep."""
-    return {"key": asdict(key), "rounds": asdict(rounds), "sweep": list(sweep)}
+def session_identity(
+    key: Any, rounds: Rounds, sweep: Sequence[int], fracs: Sequence[float]
+) -> dict[str, Any]:
+    """What makes earlier cells reusable: the same table, settings and sweep."""
+    return {
+        "key": asdict(key),
+        "rounds": asdict(rounds),
+        "sweep": list(sweep),
+        "fracs": [float(f) for f in fracs],
+    }

@@ -36,8 +36,19 @@ from tests.support import throughput as tp
 SGLANG = load_versions(default_track())["SGLANG_VERSION"]
 SITE_PATH = Path(__file__).resolve().parents[1] / "support" / "sps_site"
 DP = 4
-# Quick rounds: the profiler's gates at their smallest sensible values.
-QUICK = ["--min-steady-steps", "4", "--min-steady-seconds", "0", "--round-timeout", "300"]
+# Quick rounds: the profiler's gates at their smallest sensible values, and two
+# verify-budget fractions of the off-diagonal sweep (the default is eight).
+FRACS = (0.5, 1.0)
+QUICK = [
+    "--min-steady-steps",
+    "4",
+    "--min-steady-seconds",
+    "0",
+    "--round-timeout",
+    "300",
+    "--fracs",
+    *map(str, FRACS),
+]
 TIMES: dict[str, float] = {}
 
 
@@ -87,6 +98,29 @@ def leftovers(cache: Path) -> list[Path]:
     return [p for p in cache.rglob("*") if p.name.endswith(".tmp")]
 
 
+def sglang_loads(table: Path) -> dict:
+    """The table as sglang's own loader reads it (dspark_sps.load_sps_table_from_path,
+    the function the planner's build_sps_cost_table calls), and what it prices."""
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys; from sglang.srt.speculative.dspark_components.dspark_sps import "
+        "load_sps_table_from_path as load; t = load(sys.argv[1]); "
+        "print(json.dumps({'kind': type(t).__name__, "
+        "'step_time': [t.step_time(num_reqs=b, budget=k) for b, k in ((1, 0), (8, 0), (8, 56))]}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(table)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ.copy(),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def test_tune_makes_a_table_that_the_launch_then_runs(machine, capsys):
     cache = machine / "cache"
     with MockServer(sps=config()) as server:
@@ -94,23 +128,34 @@ def test_tune_makes_a_table_that_the_launch_then_runs(machine, capsys):
         assert tune(cache, server.base_url, "--max-batch-size", "8") == 0
         TIMES["full"] = time.monotonic() - started
         batches = list(server.app.state.scheduler.batches)
-    # The profiler's own sweep up to 8 per rank, each round one /generate of
-    # bs x DP requests, after its warmup round.
+        pinned = server.app.state.scheduler.forced_frac
+    # The profiler's own sweep up to 8 per rank, each cell (batch size, fraction)
+    # one /generate of bs x DP requests, after its warmup round; each cell pinned
+    # its verify budget on the server (the last one stays pinned).
     assert sorted(set(batches)) == [DP * b for b in (1, 2, 4, 8)]
+    assert len(batches) == 1 + 4 * len(FRACS) and pinned == max(FRACS)
     recipe = load_recipe(tp.FIXTURE)
     key = store.key_for(
         recipe, track=default_track(), sglang=SGLANG, sm12x=__version__, gpu=tp.gpu_name()
     )
     table = store.table_path(cache, key)
     meta = json.loads(store.meta_path(table).read_text())
-    assert meta["key"] == key.__dict__
+    assert meta["key"] == key.__dict__ and key.kind == store.ADDITIVE
+    assert meta["kind"] == store.ADDITIVE
     assert meta["profiler"]["measured"] == [1, 2, 4, 8]
+    assert meta["profiler"]["fracs"] == list(FRACS) and meta["profiler"]["cells"] == 8
     fitted = json.loads(table.read_text())
-    rows = recipe.dspark.block_size + 1
-    assert fitted["sample_batch_tokens"] == [b * rows for b in (1, 2, 4, 8)]
+    assert fitted["bs_probes"] == [1, 2, 4, 8] and fitted["bias_seconds"] > 0
+    # sglang's loader reads it as the additive kind; its price grows with the
+    # running requests and with the verify budget, as the stand-in's steps do.
+    read = sglang_loads(table)
+    assert read["kind"] == store.ADDITIVE
+    one, eight, eight_full = read["step_time"]
+    assert one < eight < eight_full
     assert not (cache / "sps" / tp.THROUGHPUT / ".work" / key.slug).exists()
     assert not leftovers(cache)
-    assert f"wrote {table}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"wrote {table}" in err and f"sglang's {store.ADDITIVE}" in err
     # The launcher finds it: the same key, seen from the launch's side.
     found = store.lookup(cache, key)
     assert found.table == table
@@ -153,7 +198,8 @@ def test_the_deadline_stops_it_keeps_what_was_measured_and_writes_nothing(machin
         took = time.monotonic() - started
         assert not server.app.state.scheduler.busy()  # the wedged load was aborted
     message = caught.value.message
-    assert f"--deadline {deadline:.0f} s reached" in message and "of 4 round(s)" in message
+    cells = 4 * len(FRACS)
+    assert f"--deadline {deadline:.0f} s reached" in message and f"of {cells} round(s)" in message
     assert "no table was written" in message and "run `sm12x tune` again" in message
     assert took < deadline + 30
     folder = cache / "sps" / tp.THROUGHPUT
@@ -175,6 +221,7 @@ def test_a_resumed_tune_does_not_measure_finished_rounds_again(machine, capsys):
     ]
     finished = {r["batch_size_per_rank"] for r in rounds}
     assert finished and 16 not in finished
+    assert {r["frac"] for r in rounds} == set(FRACS)
     with MockServer(sps=config()) as server:
         assert tune(cache, server.base_url, "--batch-size", "1", "2", "4", "16") == 0
         batches = server.app.state.scheduler.batches
@@ -186,14 +233,85 @@ def test_a_resumed_tune_does_not_measure_finished_rounds_again(machine, capsys):
     assert meta["profiler"]["measured"] == [1, 2, 4, 16]
 
 
+def test_tune_with_a_url_and_a_recipe_does_not_need_nvidia_smi(machine, monkeypatch, capsys):
+    """Profiling a server at --url, tune need not run on its machine: without
+    nvidia-smi it keys the table by the recipe's GPU model and count, says so
+    once, and the launch on the rig (where nvidia-smi names the GPUs) takes it."""
+    fake_smi = Path(os.environ["PATH"].split(os.pathsep)[0])
+    assert (fake_smi / "nvidia-smi").exists()
+    monkeypatch.setenv("PATH", os.pathsep.join(os.environ["PATH"].split(os.pathsep)[1:]))
+    with pytest.raises(gpus.GpuQueryError):
+        gpus.query_gpus()  # no nvidia-smi here
+    cache = machine / "cache"
+    with MockServer(sps=config()) as server:
+        assert tune(cache, server.base_url, "--batch-size", "1", "2") == 0
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if "nvidia-smi" in line]
+    assert len(said) == 1 and "keyed by the recipe's 4x rtx-pro-6000" in said[0], err
+    recipe = load_recipe(tp.FIXTURE)
+    made = store.key_for(recipe, track=default_track(), sglang=SGLANG, sm12x=__version__, gpu=None)
+    table = store.table_path(cache, made)
+    assert json.loads(store.meta_path(table).read_text())["key"]["gpu"] is None
+    on_the_rig = store.key_for(
+        recipe, track=default_track(), sglang=SGLANG, sm12x=__version__, gpu=tp.gpu_name()
+    )
+    assert store.lookup(cache, on_the_rig).table == table
+    eight = dataclasses.replace(on_the_rig, gpu_count=8)
+    assert store.lookup(cache, eight).stale_by == (
+        f"GPU 4 GPUs of the recipe's model (nvidia-smi named none) (this launch: "
+        f"8x {tp.gpu_name()})",
+    )
+
+
+def test_the_stand_in_pins_a_verify_budget_as_sglang_does(machine):
+    """/set_internal_state's dspark_force_budget_frac (internal_state.py): in (0, 1]
+    or null, one `updated` per DP rank, any other key refused; a compact step then
+    replays the smallest token bucket holding bs + int(frac x bs x gamma)."""
+    import httpx
+
+    with MockServer(sps=config()) as server:
+        url = f"{server.base_url}/set_internal_state"
+        scheduler = server.app.state.scheduler
+
+        def pin(args: dict) -> list:
+            return httpx.post(url, json={"server_args": args}, timeout=30).json()
+
+        assert pin({"dspark_force_budget_frac": 1.5}) == [False] * DP
+        assert pin({"pp_max_micro_batch_size": 8}) == [False] * DP
+        assert scheduler.forced_frac is None and scheduler.verify_tokens(4) == 4 * 8
+        assert pin({"dspark_force_budget_frac": 0.25}) == [True] * DP
+        # 4 requests + int(0.25 x 4 x 7) = 11 tokens: the 16-token bucket (2 x 8).
+        assert scheduler.forced_frac == 0.25 and scheduler.verify_tokens(4) == 16
+
+
+def test_a_track_refusal_is_said_once_with_the_setting_that_fixes_it(machine):
+    parser = argparse.ArgumentParser()
+    tune_main.add_arguments(parser)
+    args = parser.parse_args(
+        [
+            "--url",
+            "http://127.0.0.1:9",
+            "--recipe",
+            "rtx-pro-6000-tp4-throughput",
+            "--track",
+            "pinned",
+        ]
+    )
+    with pytest.raises(UserError) as caught:
+        tune_main.run(args)
+    message = caught.value.message
+    assert "runs only on the current track" in message and "\n" not in message
+    assert message.count("set SM12X_TRACK") == 1 and message.endswith("(its image)")
+
+
 @pytest.mark.parametrize(
     "changes, says",
     [
         ({"record": False}, "keeps no per-step DSPARK records"),
         ({"simulate_acc_len": None}, "needs exactly SGLANG_SIMULATE_ACC_LEN=1.0"),
-        ({"mode": "compact"}, "verifies in 'compact' mode"),
+        ({"mode": "static"}, "verifies in 'static' mode"),
     ],
-    ids=["no-records", "no-simulated-acceptance", "compact"],
+    ids=["no-records", "no-simulated-acceptance", "static"],
 )
 def test_a_server_not_in_profiling_mode_gets_one_clear_error(machine, changes, says):
     with MockServer(sps=config(**changes)) as server:

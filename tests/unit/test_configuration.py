@@ -4,6 +4,7 @@ runs, the tuned SPS table it reads, and the refusals (missing, stale, wrong trac
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 
@@ -51,7 +52,16 @@ def launch(rig: Path, monkeypatch, *argv: str, **env: str):
     return calls[0] if calls else None
 
 
-def table_for(rig: Path, **changes) -> Path:
+# sglang's two table kinds as its loader reads them (dspark_sps.py): the additive
+# table of the off-diagonal sweep, which `sm12x tune` makes, and the 1-D one.
+ADDITIVE_TABLE = (
+    '{"bias_seconds": 0.012, "bs_probes": [1, 8], "alpha_seconds": [0.0, 0.001], '
+    '"m_probes": [8, 64], "theta_seconds": [0.0, 0.004]}'
+)
+STATIC_TABLE = '{"sample_batch_tokens": [8], "sample_steps_per_sec": [50.0], "max_batch_tokens": 8}'
+
+
+def table_for(rig: Path, table: str = ADDITIVE_TABLE, **changes) -> Path:
     """Store a table made for the throughput fixture on this machine, or, with
     changes, for something else (another gamma, layout, image or GPU)."""
     recipe = load_recipe(tp.THROUGHPUT)
@@ -59,7 +69,6 @@ def table_for(rig: Path, **changes) -> Path:
         recipe, track=default_track(), sglang=PINNED_SGLANG, sm12x=__version__, gpu=GPUS[0].name
     )
     key = store.TableKey(**{**key.__dict__, **changes})
-    table = '{"sample_batch_tokens": [8], "sample_steps_per_sec": [50.0]}'
     return store.write(rig / "cache", key, table)
 
 
@@ -121,6 +130,31 @@ def test_a_stale_table_is_refused_under_throughput_and_ignored_under_auto(
     assert value(args, "--speculative-dspark-block-size") == "4"
     err = capsys.readouterr().err
     assert "is stale" in err and says in err
+
+
+def test_a_static_table_is_stale_for_the_compact_recipe(rig, monkeypatch, capsys):
+    """sglang prices the two kinds by different formulas (dspark_planner's
+    table-kind branch): the recipe's compact verify wants the additive table."""
+    path = table_for(rig, STATIC_TABLE)
+    assert json.loads(store.meta_path(path).read_text())["kind"] == store.STATIC
+    with pytest.raises(UserError) as caught:
+        launch(rig, monkeypatch, SM12X_CONFIGURATION="throughput")
+    message = caught.value.message
+    assert "is stale: made for kind sglang's 1-D SpsCostTable" in message
+    assert "(this launch: SpsAdditiveCostTable)" in message and "`sm12x tune`" in message
+    args, _ = launch(rig, monkeypatch)  # auto: the baseline, saying why
+    assert value(args, "--speculative-dspark-block-size") == "4"
+    assert "1-D SpsCostTable" in capsys.readouterr().err
+
+
+def test_a_sidecar_without_a_kind_is_an_old_1d_table(rig, monkeypatch):
+    path = table_for(rig)
+    meta = store.meta_path(path)
+    data = json.loads(meta.read_text())
+    del data["kind"], data["key"]["kind"]
+    meta.write_text(json.dumps(data))
+    with pytest.raises(UserError, match="is stale: made for kind sglang's 1-D"):
+        launch(rig, monkeypatch, SM12X_CONFIGURATION="throughput")
 
 
 def test_baseline_runs_the_baseline_even_with_a_table(rig, monkeypatch, capsys):
@@ -192,7 +226,7 @@ def test_sps_profile_runs_the_tuned_configuration_in_profiling_mode(rig, monkeyp
     assert "--speculative-dspark-sps-table-path" not in args
     assert env["SGLANG_DSPARK_ENABLE_SPS_RECORD"] == "1"
     assert env["SGLANG_SIMULATE_ACC_LEN"] == "1.0"
-    assert env["SGLANG_RAGGED_VERIFY_MODE"] == "static"
+    assert env["SGLANG_RAGGED_VERIFY_MODE"] == "compact"
 
 
 def test_no_spec_drops_ragged_verify_and_the_table():
