@@ -116,6 +116,9 @@ def summary(record: dict, baseline: dict) -> list[str]:
             else f"OVER BUDGET by {minutes(total - budget)} (it fails past {minutes(ceiling)})"
         )
         lines += [bar, f"!!! {past}", f"!!! {head}", "!!! cut the modules below first", bar]
+    if not record["modules"]:
+        lines.append("no test ran")
+        return lines
     lines.append(
         "tiers: "
         + ", ".join(
