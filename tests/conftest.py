@@ -118,9 +118,7 @@ def _module_order(items) -> dict[str, tuple]:
     for item in items:
         module = item.nodeid.split("::")[0]
         count[module] = count.get(module, 0) + 1
-    return {
-        m: (rank.get(m, len(FIRST)), -measured.get(m, 0.0), -n, m) for m, n in count.items()
-    }
+    return {m: (rank.get(m, len(FIRST)), -measured.get(m, 0.0), -n, m) for m, n in count.items()}
 
 
 def pytest_collection_modifyitems(config, items):

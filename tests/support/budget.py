@@ -202,7 +202,7 @@ class Budget:
             setup_s = 0.0
         budget, ceiling, what = limits()
         self.record = {
-            "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "commit": _commit(),
             "for": what,
             "setup_s": round(setup_s, 1),
@@ -224,7 +224,10 @@ class Budget:
             partial.replace(path)
         except OSError as exc:
             print(f"budget: could not write {path}: {exc}", file=sys.stderr)
-        if verdict(self.record["total_s"], budget, ceiling) == "ceiling" and session.exitstatus == 0:
+        if (
+            verdict(self.record["total_s"], budget, ceiling) == "ceiling"
+            and session.exitstatus == 0
+        ):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
@@ -279,9 +282,15 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m tests.support.budget",
         description="Print the last run's time budget, or make it the committed baseline.",
     )
-    parser.add_argument("--record", type=Path, default=None, help="default: $SM12X_CACHE/test-times.json")
-    parser.add_argument("--write-baseline", action="store_true", help=f"write {BASELINE.relative_to(REPO)}")
-    parser.add_argument("--note", default="", help="added to the baseline's source (e.g. a fresh clone, cold)")
+    parser.add_argument(
+        "--record", type=Path, default=None, help="default: $SM12X_CACHE/test-times.json"
+    )
+    parser.add_argument(
+        "--write-baseline", action="store_true", help=f"write {BASELINE.relative_to(REPO)}"
+    )
+    parser.add_argument(
+        "--note", default="", help="added to the baseline's source (e.g. a fresh clone, cold)"
+    )
     args = parser.parse_args(argv)
     path = args.record or record_path()
     if not path.is_file():
@@ -289,7 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.write_baseline:
         made = write_baseline(path, note=args.note)
-        print(f"wrote {BASELINE.relative_to(REPO)}: {len(made['modules'])} modules ({made['source']})")
+        print(
+            f"wrote {BASELINE.relative_to(REPO)}: {len(made['modules'])} modules ({made['source']})"
+        )
         return 0
     for line in summary(json.loads(path.read_text()), load_baseline()):
         print(line)

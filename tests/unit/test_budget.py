@@ -63,7 +63,9 @@ def test_the_modules_that_grew_most_come_first_and_noise_is_left_out():
 
 def test_over_budget_says_so_loudly_and_past_the_ceiling_fails():
     over = budget.summary(record(total_s=3000.0), BASELINE)
-    assert over[0] == "!" * 78 and "OVER BUDGET by 5 min 00 s (it fails past 75 min 00 s)" in over[1]
+    assert (
+        over[0] == "!" * 78 and "OVER BUDGET by 5 min 00 s (it fails past 75 min 00 s)" in over[1]
+    )
     past = budget.summary(record(total_s=4600.0), BASELINE)
     assert "PAST THE HARD CEILING OF 75 min 00 s: this run fails" in past[1]
     assert budget.verdict(2700.0, 2700.0, 4500.0) == "within"
@@ -114,8 +116,21 @@ def _run_pytest(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     full.pop("SM12X_TIER", None)
     full["PYTHONPATH"] = os.pathsep.join([str(ROOT), full.get("PYTHONPATH", "")])
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-         "-p", "tests.support.budget", "--rootdir", str(tmp_path), str(tmp_path / "test_two.py")],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "-p",
+            "tests.support.budget",
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path / "test_two.py"),
+        ],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -745,9 +745,7 @@ def _param(command: dc.Command):
 
 @pytest.mark.wheels  # the stand-in serves through sglang's real serving code
 @pytest.mark.parametrize("command", [_param(c) for c in COMMANDS])
-def test_every_command_runs_or_says_why_not(
-    command, tmp_path, bench_result, stand_in, reader_venv
-):
+def test_every_command_runs_or_says_why_not(command, tmp_path, bench_result, stand_in, reader_venv):
     words = command.words
     how = CLASSIFIED.get(command.text)
     if by_rule(command):
