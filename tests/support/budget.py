@@ -205,6 +205,7 @@ class Budget:
             "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "commit": _commit(),
             "for": what,
+            "args": " ".join(session.config.invocation_params.args),
             "setup_s": round(setup_s, 1),
             "pytest_s": round(pytest_s, 1),
             "total_s": round(setup_s + pytest_s, 1),
@@ -261,18 +262,27 @@ def _commit() -> str:
     return done.stdout.strip() or "unknown"
 
 
-def write_baseline(record_file: Path, out: Path = BASELINE, note: str = "") -> dict:
-    """The baseline from a run's record: its module times, and where they came from."""
+def write_baseline(
+    record_file: Path, out: Path = BASELINE, note: str = "", merge: bool = False
+) -> dict:
+    """The baseline from a run's record: its module times, and where they came
+    from; merge=True keeps the modules of the baseline in `out` that the run
+    did not run (a partial run), each source named."""
     record = json.loads(record_file.read_text())
     source = (
-        f"{record['when']}, commit {record['commit']}, {record['for']}: setup "
+        f"{record['when']}, commit {record['commit']}, `pytest {record.get('args', '')}`: setup "
         f"{minutes(record['setup_s'])}, pytest {minutes(record['pytest_s'])}, load average "
         f"{record['load']['median']} median, {record['load']['max']} max"
     )
-    baseline = {
-        "source": f"{source}; {note}" if note else source,
-        "modules": record["modules"],
-    }
+    source = f"{source}; {note}" if note else source
+    modules = dict(record["modules"])
+    if merge:
+        kept = load_baseline(out)
+        left = {m: t for m, t in kept.get("modules", {}).items() if m not in modules}
+        if left:
+            source = f"{source}; the rest: {kept.get('source', 'no source given')}"
+            modules = {**left, **modules}
+    baseline = {"source": source, "modules": dict(sorted(modules.items()))}
     out.write_text(json.dumps(baseline, indent=1, sort_keys=True) + "\n")
     return baseline
 
@@ -291,13 +301,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--note", default="", help="added to the baseline's source (e.g. a fresh clone, cold)"
     )
+    parser.add_argument(
+        "--merge", action="store_true", help="keep the baseline's modules this run did not run"
+    )
     args = parser.parse_args(argv)
     path = args.record or record_path()
     if not path.is_file():
         print(f"budget: no record at {path}: run scripts/test first", file=sys.stderr)
         return 1
     if args.write_baseline:
-        made = write_baseline(path, note=args.note)
+        made = write_baseline(path, note=args.note, merge=args.merge)
         print(
             f"wrote {BASELINE.relative_to(REPO)}: {len(made['modules'])} modules ({made['source']})"
         )

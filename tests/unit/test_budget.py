@@ -21,6 +21,7 @@ def record(**over) -> dict:
         "when": "2026-12-03T06:00:00+00:00",
         "commit": "abc1234",
         "for": "a full run",
+        "args": "-n 4 --dist loadfile",
         "setup_s": 300.0,
         "pytest_s": 1800.0,
         "total_s": 2100.0,
@@ -93,8 +94,15 @@ def test_the_baseline_is_written_from_a_run_s_record(tmp_path):
     baseline = budget.write_baseline(made, out, note="cold")
     assert json.loads(out.read_text()) == baseline
     assert baseline["modules"] == record()["modules"]
-    assert baseline["source"].startswith("2026-12-03T06:00:00+00:00, commit abc1234, a full run")
+    assert baseline["source"].startswith(
+        "2026-12-03T06:00:00+00:00, commit abc1234, `pytest -n 4 --dist loadfile`"
+    )
     assert baseline["source"].endswith("load average 5.1 median, 8.0 max; cold")
+    # A partial run merged in: the modules it did not run keep their figures.
+    made.write_text(json.dumps(record(modules={"tests/a.py": 1.0}, commit="def5678")))
+    merged = budget.write_baseline(made, out, merge=True)
+    assert merged["modules"] == {**record()["modules"], "tests/a.py": 1.0}
+    assert "commit def5678" in merged["source"] and "the rest: 2026-12-03" in merged["source"]
 
 
 def test_the_committed_baseline_is_readable_and_names_modules_that_exist():
