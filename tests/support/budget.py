@@ -136,7 +136,9 @@ def summary(record: dict, baseline: dict) -> list[str]:
     base = baseline.get("modules", {})
     if base:
         rows = grew(record["modules"], base)
-        where = f"{BASELINE.relative_to(REPO)} ({baseline.get('source', 'no source given')})"
+        # Its date and commit; the whole source is in the file.
+        when = ", ".join(str(baseline.get("source", "no source given")).split(", ")[:2])
+        where = f"{BASELINE.relative_to(REPO)} ({when})"
         if rows:
             lines.append(f"grew most against {where}:")
             lines += [
