@@ -29,10 +29,19 @@ from tests.support import tiers  # noqa: E402
 tiers.apply()
 
 
+def pytest_configure(config):
+    """The time budget's report ends every run (tests/support/budget.py); in
+    the controlling process only, which xdist's workers send their reports."""
+    from tests.support import budget
+
+    budget.register(config)
+
+
 # --- Running in several processes (pytest-xdist: `scripts/test` runs -n 4 --dist loadfile)
 #
 # loadfile keeps each module in one process, so a fixture wider than a function
-# (a module's probe, the image the image tests build) is made once. The
+# (a module's probe, the image the image tests build) is made once (the image
+# tests are the exception: one unit per track, work_unit below). The
 # modules that take longest start first: a long chain started last is what a
 # run waits for (the figures: docs/benchmarks.md, "The test suite").
 # (Not loadgroup: pytest 9.2 ignores its groups, pytest-dev/pytest-xdist#1386.)
@@ -99,11 +108,46 @@ def _mark_tiers(items) -> None:
             item.add_marker(pytest.mark.fast)
 
 
+def _module_order(items) -> dict[str, tuple]:
+    """Each module's place in the queue: FIRST, then the longest by the
+    committed baseline's times (tests/budget-baseline.json), then the most tests."""
+    from tests.support import budget
+
+    rank = {path: n for n, path in enumerate(FIRST)}
+    measured = budget.load_baseline().get("modules", {})
+    count: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        count[module] = count.get(module, 0) + 1
+    return {m: (rank.get(m, len(FIRST)), -measured.get(m, 0.0), -n, m) for m, n in count.items()}
+
+
 def pytest_collection_modifyitems(config, items):
     _mark_tiers(items)
     if hasattr(config, "workerinput"):  # an xdist worker: the order the scheduler hands out
-        rank = {path: n for n, path in enumerate(FIRST)}
-        items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(FIRST)))
+        order = _module_order(items)
+        items.sort(key=lambda item: order[item.nodeid.split("::")[0]])
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # no hook without xdist (-p no:xdist)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile with the image tests split by track
+    (tests/support/schedule.py, work_unit), units
+    handed out in the order the workers collected them (FIRST, then the
+    longest measured: pytest_collection_modifyitems), not xdist's own
+    most-tests-first."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    from tests.support.schedule import work_unit
+
+    class ByUnit(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    config.option.loadscopereorder = False
+    return ByUnit(config, log)
 
 
 @pytest.fixture(autouse=True)

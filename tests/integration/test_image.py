@@ -101,8 +101,22 @@ def build(tag: str, track: str | None = None, **overrides: str) -> subprocess.Co
 
 
 def record_timings() -> None:
+    """TIMINGS into the run's record, merged with what the other track's worker
+    wrote there (the tracks build side by side: tests/conftest.py, work_unit)."""
     path = Path(os.environ.get("SM12X_CACHE", ROOT / ".cache")) / "image-test-timings.json"
-    path.write_text(json.dumps(TIMINGS, indent=2) + "\n")
+    with standin.locked("image-test-timings"):
+        try:
+            found = json.loads(path.read_text())
+        except (OSError, ValueError):
+            found = {}
+        # xdist's id of this run, the same in every worker (none: one process).
+        run = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))
+        if found.get("run") != run:
+            found = {}  # a previous run's figures
+        made = {**found, **TIMINGS, "run": run}
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        partial.write_text(json.dumps(made, indent=2, sort_keys=True) + "\n")
+        partial.replace(path)
 
 
 @dataclass

@@ -23,36 +23,37 @@ def series() -> list[dict]:
 
 @pytest.fixture(scope="session")
 def flashinfer_tree(tmp_path_factory):
-    """flashinfer_tree(version) -> an unzipped flashinfer-python wheel (read-only use)."""
-    made: dict[str, Path] = {}
+    """flashinfer_tree(version) -> an unzipped flashinfer-python wheel (read-only use;
+    one per run, shared by the workers: trees.shared)."""
+    root = trees.run_folder(tmp_path_factory)
 
     def make(version: str) -> Path:
-        if version not in made:
-            made[version] = trees.unpack_flashinfer(
-                version, tmp_path_factory.mktemp(f"flashinfer-{version}")
-            )
-        return made[version]
+        return trees.shared(
+            root, f"flashinfer-{version}", lambda dest: trees.unpack_flashinfer(version, dest)
+        )
 
     return make
+
+
+def _patched(version: str, dest: Path) -> None:
+    site = trees.unpack_sglang(version, dest)
+    proc = trees.apply_patches(site)
+    if proc.returncode != 0:
+        raise RuntimeError(f"scripts/apply-patches failed on sglang {version}:\n{proc.stderr}")
 
 
 @pytest.fixture(scope="session")
 def sglang_tree(tmp_path_factory):
     """sglang_tree(version, patched=True) -> an unzipped sglang wheel, patched by
-    scripts/apply-patches unless patched=False (read-only use)."""
-    made: dict[tuple[str, bool], Path] = {}
+    scripts/apply-patches unless patched=False (read-only use; one per run,
+    shared by the workers: trees.shared)."""
+    root = trees.run_folder(tmp_path_factory)
 
     def make(version: str, patched: bool = True) -> Path:
-        key = (version, patched)
-        if key not in made:
-            site = trees.unpack_sglang(
-                version,
-                tmp_path_factory.mktemp(f"sglang-{version}-{'patched' if patched else 'pristine'}"),
-            )
-            if patched:
-                proc = trees.apply_patches(site)
-                assert proc.returncode == 0, proc.stderr
-            made[key] = site
-        return made[key]
+        if patched:
+            return trees.shared(root, f"sglang-{version}-patched", lambda d: _patched(version, d))
+        return trees.shared(
+            root, f"sglang-{version}-pristine", lambda d: trees.unpack_sglang(version, d)
+        )
 
     return make

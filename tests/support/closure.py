@@ -21,6 +21,7 @@ Results are cached under $SM12X_CACHE/closure, keyed by their inputs.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -65,25 +66,36 @@ def uv() -> str:
     version = load_versions()["TEST_UV_VERSION"]
     venv = cache_dir().parent / f"uv-{version}"
     binary = venv / "bin" / "uv"
-    if not binary.is_file():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-        subprocess.run(
-            [
-                str(venv / "bin" / "python"),
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--timeout",
-                "120",
-                "--retries",
-                "3",
-                f"uv=={version}",
-            ],
-            check=True,
-            timeout=600,
-        )
+    if binary.is_file():
+        return str(binary)
+    # Under a lock: the two tracks' image tests resolve their closures in two
+    # workers at once (tests/support/schedule.py), and two pips installing
+    # into one new virtualenv break it.
+    with open(cache_dir() / f"uv-{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not binary.is_file():
+            _install_uv(venv, version)
     return str(binary)
+
+
+def _install_uv(venv: Path, version: str) -> None:
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--timeout",
+            "120",
+            "--retries",
+            "3",
+            f"uv=={version}",
+        ],
+        check=True,
+        timeout=600,
+    )
 
 
 def sglang_requirements(sglang: str) -> list[str]:
@@ -199,7 +211,9 @@ def closure(
             wanted.remove(requirement)
     else:
         raise RuntimeError(f"sglang {sglang}'s closure for {arch} never resolved")
-    cached.write_text(json.dumps({"pins": result.pins, "lacking": lacking}, indent=1) + "\n")
+    partial = cached.with_suffix(f".{os.getpid()}.partial")
+    partial.write_text(json.dumps({"pins": result.pins, "lacking": lacking}, indent=1) + "\n")
+    partial.replace(cached)  # a reader in another worker never sees half of it
     return Closure(sglang, arch, result.pins, lacking)
 
 

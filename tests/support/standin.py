@@ -28,7 +28,8 @@ What a stand-in cannot imitate: Ubuntu 24.04 and its Python 3.12 (bookworm's
 is 3.11), CUDA, the GPU packages, the real git checkout (only sglang's
 package folder and a pyproject.toml are there).
 
-Layers, each cached under SM12X_CACHE/standin/ keyed by its inputs:
+Layers, each cached under SM12X_CACHE/standin/ keyed by its inputs and made
+under a lock of its own (`locked`: the tracks' image tests run side by side):
   1. the OS: `debootstrap --variant=minbase` -> os-<key>.tar -> `docker import`
   2. the Python stack: wheels downloaded on this machine (same Python 3.11 and
      glibc as the chroot) into wheels-<key>/, installed offline by a
@@ -39,6 +40,8 @@ The images persist in the daemon's data root (scripts/test keeps it under
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -105,6 +108,19 @@ def cache_dir() -> Path:
     return path
 
 
+@contextlib.contextmanager
+def locked(name: str):
+    """One builder of a layer at a time across processes: the two tracks' image
+    tests run in two workers (tests/conftest.py, work_unit) and share the OS
+    layer; the second waits, then finds the first one's layer made."""
+    with open(cache_dir() / f"{name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _key(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -139,6 +155,13 @@ def os_image(timer: Timer) -> str:
     key = _key(RECIPE_VERSION, SUITE, MIRROR, INCLUDE, "minbase", arch)
     tag = f"sm12x-standin-os:{key}"
     if containers.image_exists(tag):
+        return tag
+    with locked(f"os-{key}"):
+        return _os_image(timer, key, tag)
+
+
+def _os_image(timer: Timer, key: str, tag: str) -> str:
+    if containers.image_exists(tag):  # made by another process while this one waited
         return tag
     tar = cache_dir() / f"os-{key}.tar"
     if not tar.is_file():
@@ -247,6 +270,13 @@ def wheelhouse(timer: Timer, track: str | None = None) -> Path:
     house = cache_dir() / f"wheels-{key}"
     if (house / ".complete").is_file():
         return house
+    with locked(house.name):
+        return _wheelhouse(timer, house, wanted, sglang)
+
+
+def _wheelhouse(timer: Timer, house: Path, wanted: dict[str, str], sglang: str) -> Path:
+    if (house / ".complete").is_file():
+        return house
     started = time.monotonic()
     shutil.rmtree(house, ignore_errors=True)
     house.mkdir(parents=True)
@@ -335,6 +365,15 @@ def image(timer: Timer | None = None, track: str | None = None) -> str:
     tag = f"sm12x-standin:{key}"
     if containers.image_exists(tag):
         return tag
+    with locked(f"standin-{key}"):
+        if containers.image_exists(tag):
+            return tag
+        return _build_image(timer, track, tag, os_tag, house, sglang)
+
+
+def _build_image(
+    timer: Timer, track: str | None, tag: str, os_tag: str, house: Path, sglang: str
+) -> str:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sm12x-standin-") as tmp:
         context = Path(tmp)

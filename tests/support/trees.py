@@ -5,14 +5,21 @@ or flashinfer version is unzipped into its own folder, patched there with
 scripts/apply-patches (the same mechanism the image uses), and code runs in a
 subprocess with PYTHONPATH=<sglang tree>:<flashinfer tree>:<repo>, so several
 versions can be exercised in one session.
+
+The trees the patch tests only read (tests/patch/conftest.py) are made once
+per run, not once per worker: `shared` builds each under a lock in a folder
+every xdist worker of the run sees, renamed into place when complete.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from sm12x.mock import wheels
@@ -34,6 +41,37 @@ def patched_files(version: str) -> tuple[str, ...]:
             if line.startswith("+++ b/"):
                 files.add(line[len("+++ b/") :].split("\t")[0])
     return tuple(sorted(files))
+
+
+def run_folder(tmp_path_factory) -> Path:
+    """A folder of this run shared by its workers: xdist gives each worker a
+    base temporary folder inside the run's (one process: the run's own)."""
+    base = Path(tmp_path_factory.getbasetemp())
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "trees"
+
+
+def shared(root: Path, name: str, make: Callable[[Path], object]) -> Path:
+    """root/name made once by make(FOLDER) across the run's processes: under a
+    lock, into a temporary folder renamed into place, so a reader never sees
+    half a tree (a failed make leaves nothing, and raises in its caller)."""
+    site = root / name
+    if (site / ".complete").exists():
+        return site
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (site / ".complete").exists():
+            return site
+        building = root / f".{name}.{os.getpid()}"
+        shutil.rmtree(building, ignore_errors=True)
+        try:
+            make(building)
+        except BaseException:
+            shutil.rmtree(building, ignore_errors=True)
+            raise
+        (building / ".complete").write_text("made once for the run (tests/support/trees.py)\n")
+        building.rename(site)
+    return site
 
 
 def unpack_sglang(version: str, dest: Path, full: bool = True) -> Path:

@@ -92,6 +92,10 @@ class Install:
 
     why: str
     check: str
+    # A distribution only this command's extra names (not sm12x's own
+    # dependencies, not another documented extra): what its check imports, so
+    # the check cannot pass on what an earlier install into the same .venv brought.
+    own: str
 
 
 GPU = "needs an sm_12x GPU rig and the checkpoint"
@@ -110,6 +114,7 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
         "the host install: sm12x on PATH, with the chart's matplotlib",
         "import matplotlib, sm12x.bench.chart; import shutil, sys; "
         "sys.exit(0 if shutil.which('sm12x') else 'no sm12x on PATH')",
+        own="matplotlib",
     ),
     ". .venv/bin/activate": NotHere("changes the reader's shell only"),
     "docker buildx bake image-amd64 --load": NotHere(
@@ -216,6 +221,7 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
         "the mock server's extra: what `sm12x mock-server` imports beyond sm12x's own",
         "from sm12x.mock.command import missing_dependencies as m; import sys; "
         "import sm12x.mock.app; sys.exit(', '.join(m()) or 0)",
+        own="uvicorn",
     ),
     ".venv/bin/pip install -e '.[accuracy]'": Install(
         "verify --accuracy's lm-eval: its chat-completions model and sm12x's own GSM8K task",
@@ -223,6 +229,7 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
         "from lm_eval.tasks import TaskManager; get_model('local-chat-completions'); "
         "assert a.DEFAULT_TASK in TaskManager(include_path=[str(a.TASKS_DIR)], "
         "include_defaults=False).all_tasks",
+        own="lm-eval",
     ),
 }
 
@@ -654,14 +661,42 @@ def run_help(command: dc.Command) -> None:
         assert flag in done.stdout, f"{words[0]} --help does not list {flag}"
 
 
-def run_install(command: dc.Command, how: Install, tmp_path: Path) -> None:
+class ReaderVenv:
+    """The reader's `.venv`, made once for the module: the documented installs
+    go into it one after another in the documents' order, as a reader's do
+    (README's `[bench]`, then docs/verify.md's `[mock]` and `[accuracy]` into the
+    same .venv), instead of each into a fresh one that installs sm12x and its
+    dependencies again. Each install's own check still needs what that
+    command added: no extra's check passes on what another extra brings
+    (test_each_install_check_needs_its_own_extra)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.path: Path | None = None
+
+    def get(self) -> Path:
+        if self.path is None:
+            venv = self.folder / ".venv"
+            done = subprocess.run(
+                [PY, "-m", "venv", str(venv)],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr
+            self.path = venv
+        return self.path
+
+
+@pytest.fixture(scope="module")
+def reader_venv(tmp_path_factory) -> ReaderVenv:
+    return ReaderVenv(tmp_path_factory.mktemp("reader"))
+
+
+def run_install(command: dc.Command, how: Install, tmp_path: Path, venv: Path) -> None:
     """The documented install, from the package index (pip's own configuration
-    and cache, as the reader's), into a virtualenv made for it."""
-    venv = tmp_path / ".venv"
-    done = subprocess.run(
-        [PY, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300, check=False
-    )
-    assert done.returncode == 0, done.stderr
+    and cache, as the reader's), into the reader's virtualenv (ReaderVenv)."""
     assert command.text.startswith(".venv/bin/pip "), command.text
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env["PATH"] = f"{venv}/bin:/usr/bin:/bin"
@@ -710,7 +745,7 @@ def _param(command: dc.Command):
 
 @pytest.mark.wheels  # the stand-in serves through sglang's real serving code
 @pytest.mark.parametrize("command", [_param(c) for c in COMMANDS])
-def test_every_command_runs_or_says_why_not(command, tmp_path, bench_result, stand_in):
+def test_every_command_runs_or_says_why_not(command, tmp_path, bench_result, stand_in, reader_venv):
     words = command.words
     how = CLASSIFIED.get(command.text)
     if by_rule(command):
@@ -734,7 +769,7 @@ def test_every_command_runs_or_says_why_not(command, tmp_path, bench_result, sta
         assert len(how.why) > 10
         pytest.skip(f"not run here: {how.why}")
     if isinstance(how, Install):
-        run_install(command, how, tmp_path)
+        run_install(command, how, tmp_path, reader_venv.get())
     elif isinstance(how, Help):
         run_help(command)
     elif command.text == "python3 -m venv .venv":
@@ -856,6 +891,41 @@ def test_pip_extras_named_by_commands_exist():
     for command, names in named:
         for name in names.split(","):
             assert name in extras, f"{command.id}: pyproject.toml has no extra {name!r}"
+
+
+def _requirement_names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[\[<>=!~; ]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def test_each_install_check_needs_its_own_extra():
+    """The installs share the reader's .venv (ReaderVenv): each check must
+    import a distribution that only its own extra brings."""
+    import importlib.metadata
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    installs = [(c, h) for c in COMMANDS if isinstance(h := CLASSIFIED.get(c.text), Install)]
+    assert len(installs) >= 2
+    named = {c.text: re.findall(r"\.\[(\w+)\]", c.text) for c, _ in installs}
+    for command, how in installs:
+        (extra,) = named[command.text]
+        others = {e for t, n in named.items() if t != command.text for e in n}
+        assert how.own in _requirement_names(extras[extra]), f"[{extra}] does not name {how.own}"
+        assert how.own not in _requirement_names(project["dependencies"]), how.own
+        for other in others:
+            assert how.own not in _requirement_names(extras[other]), f"[{other}] names {how.own}"
+        modules = importlib.metadata.packages_distributions()
+        imported = {m for m, dists in modules.items() if how.own in {d.lower() for d in dists}}
+        imported.add(how.own.replace("-", "_"))  # the usual module name, where not installed here
+        words = {w.split(".")[0] for w in re.findall(r"\b(?:import|from)\s+([\w.]+)", how.check)}
+        if "missing_dependencies" in how.check:  # it looks each of these up
+            from sm12x.mock.command import NEEDS
+
+            words |= set(NEEDS)
+        assert words & imported, (
+            f"{command.id}: the check imports none of {how.own}'s modules {sorted(imported)}"
+        )
 
 
 def test_kubernetes_names_exist_in_the_manifests():
