@@ -45,10 +45,11 @@ FULL_RANK_CAUSE = (
     "is overwritten)"
 )
 FULL_RANK_FIX = (
-    "keep each DP rank's max running requests below its largest decode graph "
-    "(--max-running-requests / DP size < --cuda-graph-max-bs-decode), or run an image "
-    "whose patch series fixes compact verify's full-rank padding (docs/patch.md lists "
-    "the image's series); as a stop-gap, run the rig's baseline "
+    "serve the image's own patch series: sm12x's current-track image carries 0024, "
+    "which hands the DeepSeek-V4 compressor each request's own verify rows (no request "
+    "limit or graph cap avoids the full rank: sglang clamps its decode graphs to the "
+    "rank's request pool; docs/patch.md, docs/benchmarks.md#compact-verify-at-a-full-dp-rank); "
+    "an image without it must not run compact verify: run the rig's baseline "
     "(SM12X_CONFIGURATION=baseline: static verify)"
 )
 

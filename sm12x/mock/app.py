@@ -43,7 +43,7 @@ from sm12x.mock.fullrank import Layout, Ranks
 from sm12x.mock.metrics import Finished, Metrics
 from sm12x.mock.sps import Scheduler, SpsConfig
 from sm12x.recipe.lines import DEFAULT_LINE, LINES, serves
-from sm12x.recipe.model import DSPARK_DEFAULT_MAX_RUNNING_REQUESTS
+from sm12x.recipe.model import DEEPSEEK_V4_DEFAULT_MAX_RUNNING_REQUESTS
 from sm12x.versions import load_versions, tracks
 
 MODEL_ID = "deepseek-ai/DeepSeek-V4-Flash-0731"
@@ -181,7 +181,7 @@ def create_app(
         MODEL_ID,
         dp=sps.dp if sps is not None else 1,
         gamma=sps.gamma if sps is not None else GAMMA,
-        max_running=DSPARK_DEFAULT_MAX_RUNNING_REQUESTS,
+        max_running=DEEPSEEK_V4_DEFAULT_MAX_RUNNING_REQUESTS,
         spec="no-spec" not in F,
     )
     args = engine.ServerArgsView(

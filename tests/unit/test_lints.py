@@ -658,7 +658,13 @@ def test_every_lint_has_a_failing_example():
 @pytest.mark.parametrize(
     "code, level, mutate, base, words", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)]
 )
-def test_lint_fires_with_actionable_message(code, level, mutate, base, words):
+def test_lint_fires_with_actionable_message(code, level, mutate, base, words, monkeypatch):
+    if code == "compact-full-rank":
+        # A release without the fix (the shipped 0.5.23 series has 0024: the tests
+        # below hold the recipes to it).
+        from sm12x.recipe import lints
+
+        monkeypatch.setattr(lints.patch_series, "compact_full_rank_fix", lambda v: None)
     findings = [f for f in lint_recipe(build(mutate, base)) if f.code == code]
     assert findings, f"{code} did not fire"
     assert findings[0].level == level
@@ -936,11 +942,7 @@ def test_ragged_verify_at_the_clean_depths_passes_on_both_tracks(size):
     recipe = build(
         both(
             depth(size),
-            dspark(
-                ragged_verify="compact",
-                sps_table="tuned",
-                acknowledge_compact_full_rank="the full-rank case is judged on its own",
-            ),
+            dspark(ragged_verify="compact", sps_table="tuned"),
         )
     )
     assert [f for f in lint_recipe(recipe) if f.level == "error"] == []
@@ -989,14 +991,14 @@ def test_the_graph_limit_without_dp_attention_is_the_whole_request_limit():
 # --- compact verify at a full DP rank
 
 
-def test_compact_full_rank_passes_where_the_series_has_the_fix(monkeypatch):
-    from sm12x.recipe import lints
-
-    monkeypatch.setattr(lints.patch_series, "compact_full_rank_fix", lambda v: "00xx.patch")
-    bare = build(dspark(acknowledge_compact_full_rank=None), TP4_THROUGHPUT)
+def test_compact_full_rank_passes_where_the_series_has_the_fix():
+    # The shipped series: 0024 fixes 0.5.23, the throughput recipes' only track.
+    bare = build(lambda d: None, TP4_THROUGHPUT)
+    assert bare.dspark.acknowledge_compact_full_rank is None
     assert [f for f in lint_recipe(bare) if f.code == "compact-full-rank"] == []
-    (finding,) = [f for f in lint_recipe(build(lambda d: None, TP4_THROUGHPUT))]
-    assert (finding.code, finding.level) == ("compact-full-rank", "warning")
+    acknowledged = build(dspark(acknowledge_compact_full_rank="a reason long enough"), TP4_THROUGHPUT)
+    (finding,) = [f for f in lint_recipe(acknowledged) if f.code == "compact-full-rank"]
+    assert finding.level == "warning"
     assert "every track's sglang has the fix" in finding.message
 
 
@@ -1012,7 +1014,9 @@ def test_the_series_names_the_compact_full_rank_fix(tmp_path):
     assert series.compact_full_rank_fix("0.5.23", toml) == "0099-pad.patch"
     assert series.compact_full_rank_fix("0.5.30", toml) == "sglang 0.5.30"
     assert series.compact_full_rank_fix("0.5.17", toml) is None
-    assert series.compact_full_rank_fix("0.5.23") is None  # the shipped series: no fix yet
+    # The shipped series: 0024 on 0.5.23, nothing on the pinned track's 0.5.17.
+    assert series.compact_full_rank_fix("0.5.23") == "0024-dsv4-compact-verify-compressor-widths.patch"
+    assert series.compact_full_rank_fix("0.5.17") is None
 
 
 def test_the_largest_decode_graph_follows_the_rank_s_pool():

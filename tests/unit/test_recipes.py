@@ -153,20 +153,9 @@ def test_max_running_requests_unset_is_sglangs_deepseek_v4_default():
     )
 
 
-# Recipes another issue owns, and what they still lack.
-MAX_RUNNING_OWNED_ELSEWHERE = {
-    "rtx-pro-6000-tp8-v41": "issue 31 owns it: it runs sglang's default (256) unwritten",
-}
-
-
 @pytest.mark.parametrize("name", ALL + V41)
 def test_every_recipe_writes_its_request_limit_with_a_why(name):
     recipe = load_recipe(name)
-    if name in MAX_RUNNING_OWNED_ELSEWHERE:
-        assert not recipe.has_flag("--max-running-requests"), (
-            f"{name} now writes it: drop it from MAX_RUNNING_OWNED_ELSEWHERE"
-        )
-        return
     assert isinstance(recipe.flag_value("--max-running-requests"), int), name
     why = recipe.flags["--max-running-requests"].why
     graph = recipe.flag_value("--cuda-graph-max-bs-decode")
