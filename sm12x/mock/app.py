@@ -199,6 +199,10 @@ def create_app(
             "internal_states": [internal],
             "version": serving.version,
             "sm12x_patches": patched,
+            # Not sglang's: says this is the stand-in (bench picks the OpenAI backend),
+            # and where its tokenizer is, a folder on this machine.
+            "sm12x_mock": True,
+            "tokenizer_path": str(tokenizer_v4.folder()),
         }
         if sps is not None:
             body.update(

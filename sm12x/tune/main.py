@@ -191,7 +191,7 @@ def tuned_recipe(loaded: Loaded, err: Console) -> Recipe:
         recipe = found[0]
     problem = configuration.track_problem(recipe, loaded.settings.track_name)
     if problem:
-        raise UserError(f"{problem}: set SM12X_TRACK accordingly")
+        raise UserError(problem)  # it ends in the setting that fixes it
     return recipe
 
 
