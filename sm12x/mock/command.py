@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import signal
 import subprocess
 import sys
 import time
@@ -318,8 +319,20 @@ def serve(args, faults, version: str, patched: bool, host: str, port: int, key) 
         app, host=host, port=port, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
     )
     server = uvicorn.Server(config)
-    server.run()
-    return _stopped_status(server)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        _stopped("Ctrl-C")
+        raise
+    status = _stopped_status(server)
+    if status:
+        _stopped(signal.Signals(status - 128).name if status > 128 else "Ctrl-C")
+    return status
+
+
+def _stopped(why: str) -> None:
+    """The one line a stop by signal prints, so a Ctrl-C is seen to have landed."""
+    print(f"sm12x mock-server: stopped ({why})", file=sys.stderr, flush=True)
 
 
 def _stopped_status(server) -> int:
