@@ -273,34 +273,47 @@ def hub_problem(repo_id: str, environ=None) -> str | None:
 
 
 def default_tokenizer(
-    inside: bool, model_dir: str | None, origin: object, info: dict | None = None
+    inside: bool,
+    model_dir: str | None,
+    origin: object,
+    info: dict | None = None,
+    served: str | None = None,
 ) -> tuple[str | None, str]:
     """The tokenizer the benchmark client loads, decided before it runs (bounded:
-    never a silent wait on the Hub): SM12X_MODEL_DIR's, else the server's own
-    path when it is a folder here, else its Hugging Face id when it is cached or
-    the Hub answers; anything else is refused with the flag that fixes it."""
+    never a silent wait on the Hub). Inside the image, the server's own. Else
+    SM12X_MODEL_DIR's; else the server's tokenizer path when it is a folder here
+    (the mock's is); else what sglang's benchmark falls back to, the served
+    model id from /v1/models, when it is a Hugging Face id that is cached or the
+    Hub answers for; anything else is refused with the flag that fixes it."""
     if inside:
         return None, "the server's own (bench runs inside the image)"
     if _has_tokenizer(model_dir):
         return model_dir, f"{model_dir} (SM12X_MODEL_DIR, from {origin})"
     info = info or {}
-    reported = info.get("tokenizer_path") or info.get("model_path")
-    if not reported:
+    for key in ("tokenizer_path", "model_path"):
+        reported = info.get(key)
+        if isinstance(reported, str) and _has_tokenizer(reported):
+            return reported, f"{reported} (the server's own {key}, a folder on this machine)"
+    if not served or served.startswith("/") or served.count("/") != 1:
+        where = info.get("tokenizer_path") or info.get("model_path") or "not said"
         raise UserError(
-            f"the server does not say which tokenizer it runs (no tokenizer_path in "
-            f"/server_info): {TOKENIZER_FIX}"
+            f"the server's tokenizer (its path: {where}; its model: {served or 'not said'}) "
+            f"is not on this machine: {TOKENIZER_FIX}"
         )
-    reported = str(reported)
-    if _has_tokenizer(reported):
-        return reported, f"{reported} (the server's own, on this machine)"
-    if reported.startswith("/") or Path(reported).exists():
-        raise UserError(
-            f"the server's tokenizer {reported} is not on this machine: {TOKENIZER_FIX}"
-        )
-    problem = hub_problem(reported)
+    problem = hub_problem(served)
     if problem:
         raise UserError(f"the server's tokenizer: {problem}: {TOKENIZER_FIX}")
-    return reported, f"{reported} (the server's, from the Hugging Face Hub)"
+    return served, f"{served} (the served model's, from the Hugging Face Hub or its cache)"
+
+
+def served_id(models: object) -> str | None:
+    """The first model id /v1/models lists (what sglang's benchmark loads when no
+    tokenizer is given)."""
+    data = models.get("data") if isinstance(models, dict) else None
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        found = data[0].get("id")
+        return found if isinstance(found, str) else None
+    return None
 
 
 def given_tokenizer(value: str) -> tuple[str, str]:
@@ -696,7 +709,9 @@ def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Co
     tokenizer, tokenizer_note = (
         given_tokenizer(args.tokenizer)
         if args.tokenizer
-        else default_tokenizer(inside, loaded.settings.model_dir, loaded.origin("model_dir"), info)
+        else default_tokenizer(
+            inside, loaded.settings.model_dir, loaded.origin("model_dir"), info, served_id(models)
+        )
     )
     reads = tuple(
         str(Path(p).resolve()) for p in (tokenizer, args.dataset_path) if p and Path(p).exists()

@@ -26,6 +26,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "bench"
 FAKE_BENCH = ROOT / "tests" / "support" / "fake_bench"
 NVIDIA_SMI = ROOT / "tests" / "fixtures" / "nvidia-smi"
 MODEL = "deepseek-ai/DeepSeek-V4-Flash-0731"
+# A folder with a tokenizer file (bench checks it is one; the stand-in loads nothing).
+TOKENIZER = (FIXTURES / "tokenizer").resolve()
 
 
 def fixture(name: str) -> dict:
@@ -122,6 +124,10 @@ def bench(
         **(env or {}),
     }
     out = tmp_path / "out"
+    if "--tokenizer" not in args and "SM12X_MODEL_DIR" not in (env or {}):
+        # bench resolves the tokenizer before it runs (the server's /model is not
+        # here, and the Hub is not asked in tests): a folder that holds one.
+        args = (*args, "--tokenizer", str(TOKENIZER))
     done = subprocess.run(
         [sys.executable, "-m", "sm12x.cli", "bench", "--url", url, "--out", str(out), *args],
         cwd=tmp_path,
@@ -473,6 +479,8 @@ def test_a_host_without_sglang_runs_the_benchmark_in_the_image(tmp_path):
         f"{out}:{out}",
         "--workdir",
         str(out),
+        "--volume",
+        f"{TOKENIZER}:{TOKENIZER}:ro",
         "--entrypoint",
         "python3",
         IMAGE,
