@@ -104,6 +104,7 @@ def bench(
     stand_in: bool = True,
     path: str = "/usr/bin:/bin",
     timeout: float = 180,
+    tokenizer: bool = True,
 ):
     tmp_path.mkdir(parents=True, exist_ok=True)
     scenario_file = tmp_path / "scenario.json"
@@ -124,7 +125,7 @@ def bench(
         **(env or {}),
     }
     out = tmp_path / "out"
-    if "--tokenizer" not in args and "SM12X_MODEL_DIR" not in (env or {}):
+    if tokenizer and "--tokenizer" not in args and "SM12X_MODEL_DIR" not in (env or {}):
         # bench resolves the tokenizer before it runs (the server's /model is not
         # here, and the Hub is not asked in tests): a folder that holds one.
         args = (*args, "--tokenizer", str(TOKENIZER))
@@ -284,6 +285,55 @@ def test_all_requests_failed_line(tmp_path, server):
     assert done.returncode == 1
     assert result["runs"][0]["status"] == "failed"
     assert "no request completed" in result["runs"][0]["problems"][0]
+    assert_progress_agrees(done.stderr, "failed")
+
+
+def assert_progress_agrees(stderr: str, status: str) -> None:
+    """The progress display's last lines: the overall bar counts what the runs'
+    own bars count (issue 29: "all runs 8/8" above "concurrency 4: failed 0/8")."""
+    import re
+
+    def counts(label: str) -> tuple[int, int]:
+        lines = [line for line in stderr.splitlines() if line.lstrip().startswith(label)]
+        assert lines, (label, stderr)
+        done, total = re.search(r"(\d+)/(\d+)", lines[-1]).groups()
+        return int(done), int(total)
+
+    overall = counts("all runs")
+    run = counts(f"concurrency 16: {status}")
+    assert overall == run, (overall, run, stderr)
+
+
+def test_the_mock_server_gets_the_backend_and_tokenizer_it_serves(tmp_path):
+    """`sm12x bench --url <mock>` as docs/bench.md writes it: no --backend, no
+    --tokenizer. The mock says it is one and where its tokenizer is
+    (/server_info), so bench runs sglang's OpenAI chat backend with that folder
+    (never the Hub), and the run goes through sglang's real parser."""
+    from sm12x.mock import tokenizer_v4
+    from sm12x.mock.server import MockServer
+
+    scenario = {"default": {"line": fixture("c16.json")}}
+    with MockServer() as mock:
+        done, result, calls, _ = bench(
+            tmp_path,
+            mock.base_url,
+            "--recipe",
+            "rtx-pro-6000-tp4",
+            "--container",
+            "none",
+            "--concurrency",
+            "16",
+            scenario=scenario,
+            tokenizer=False,
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "backend: sglang-oai-chat (the server is sm12x mock-server" in done.stderr
+    (call,) = calls
+    args = bench_cli.real_parser(load_versions()["SGLANG_VERSION"]).parse_args(call["argv"])
+    assert args.backend == "sglang-oai-chat"
+    assert args.tokenizer == str(tokenizer_v4.folder())
+    assert result["workload"]["backend"] == "sglang-oai-chat"
+    assert_progress_agrees(done.stderr, "ok")
 
 
 def test_no_acceptance_reset_on_a_server_without_it(tmp_path):
