@@ -245,13 +245,13 @@ def advice(host: Host, plugin: Plugin) -> Advice:
     keep = (
         # The plugin is only a CLI plugin: the docker.io CLI finds it in
         # /usr/libexec/docker/cli-plugins, so nothing is removed for it.
-        " (keep docker.io: the plugin needs no docker-ce; only Docker's Engine, "
-        "docker-ce, replaces docker.io)"
+        "; keep docker.io, nothing is removed first: the plugin needs no docker-ce, "
+        "only Docker's Engine would replace docker.io"
         if dpkg_state(host, "docker.io") == "installed"
         else ""
     )
     return Advice(
         f"{found.label}'s archive has no {plugin.what} package{instead}: add Docker's "
-        f"apt repository ({guide}) and sudo apt-get install {plugin.docker_repo}{keep}",
+        f"apt repository ({guide}{keep}) and sudo apt-get install {plugin.docker_repo}",
         data,
     )
