@@ -260,7 +260,9 @@ def hub_problem(repo_id: str, environ=None) -> str | None:
     endpoint = environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
     url = f"{endpoint}/api/models/{repo_id}"
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=HUB_PROBE_S):
+        with urllib.request.urlopen(
+            urllib.request.Request(url, method="HEAD"), timeout=HUB_PROBE_S
+        ):
             return None
     except urllib.error.HTTPError as exc:
         return f"the Hugging Face Hub answers {exc.code} for {repo_id}"
@@ -320,7 +322,9 @@ def given_tokenizer(value: str) -> tuple[str, str]:
     """--tokenizer: a folder here, or a Hugging Face id the Hub can give (bounded)."""
     if Path(value).exists():
         if not _has_tokenizer(value):
-            raise UserError(f"--tokenizer {value}: no tokenizer.json or tokenizer_config.json there")
+            raise UserError(
+                f"--tokenizer {value}: no tokenizer.json or tokenizer_config.json there"
+            )
         return value, value
     problem = hub_problem(value)
     if problem:

@@ -95,9 +95,7 @@ def test_launch_dry_run_follows_the_recipe_s_track(recipe, tmp_path):
 
 @pytest.mark.parametrize("track", [None, *tracks()])
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
-def test_each_compose_profile_runs_an_image_that_runs_its_recipe(
-    recipe, track, env_file, tmp_path
-):
+def test_each_compose_profile_runs_an_image_that_runs_its_recipe(recipe, track, env_file, tmp_path):
     custom = env_file
     if track is not None:
         custom = tmp_path / ".env"
@@ -194,7 +192,8 @@ def test_bench_boot_refuses_a_configuration_its_track_cannot_run():
         env={"SM12X_TRACK": "pinned"},
     )
     assert_one_clear_error(
-        result, "--boot throughput: rtx-pro-6000-tp4-throughput runs only on the current track",
+        result,
+        "--boot throughput: rtx-pro-6000-tp4-throughput runs only on the current track",
         "set SM12X_TRACK=current",
     )
     assert result.stderr.count("runs only on") == 1, result.stderr

@@ -55,7 +55,9 @@ def test_exposure_check_says_what_is_true(bind, key, opt_out, which):
     other = "the router" if which == "SM12X_BIND" else "the API"
     assert f"{other} (" in line and "127.0.0.1: loopback only" in line, line
     is_open = "NO API key" in truth
-    assert line.startswith("sm12x exposure-check: ok, OPEN: " if is_open else "sm12x exposure-check: ok: ")
+    assert line.startswith(
+        "sm12x exposure-check: ok, OPEN: " if is_open else "sm12x exposure-check: ok: "
+    )
     # Never the old claim where it is false, never a key in the output.
     assert "nothing is published" not in line
     assert "sk-table" not in result.stdout + result.stderr

@@ -206,7 +206,9 @@ def test_the_glossary_names_the_recipes_that_run_dp_attention_ep_and_sps_tables(
     row = glossary_row("DP attention, EP")
     dp_part = row.split("DP attention runs in", 1)[1].split(" and EP in ", 1)
     assert named(dp_part[0]) == {
-        r.name for r in recipes if r.has_flag("--attn-dp-size") or r.has_flag("--enable-dp-attention")
+        r.name
+        for r in recipes
+        if r.has_flag("--attn-dp-size") or r.has_flag("--enable-dp-attention")
     }
     assert named(dp_part[1].split("(tests/", 1)[0]) == {
         r.name for r in recipes if r.has_flag("--ep-size")
