@@ -173,9 +173,14 @@ def resolve(
     return Resolved(
         named,
         f"SM12X_CONFIGURATION=auto: running the baseline {named.name}, not "
-        f"its throughput configuration {throughput.name}: {problem}. What that "
+        f"its throughput configuration {throughput.name}: {_reason(problem)}. What that "
         f"leaves on the table: {cost(throughput, named)}; {_fix(problem)}",
     )
+
+
+def _reason(problem: str) -> str:
+    """A track refusal without its fix, which the notice says once, last."""
+    return problem.rsplit(": set ", 1)[0] if "runs only on" in problem else problem
 
 
 def _fix(problem: str) -> str:

@@ -66,8 +66,9 @@ def launch_as(image_track: str, recipe: str, tmp_path: Path, **env: str):
 
 
 def assert_not_refused(result, recipe: str, where: str) -> None:
+    # (A baseline's notice may say its throughput sibling runs elsewhere.)
     assert result.returncode == 0, f"{where}: {result.stderr}"
-    assert "runs only on" not in result.stderr, f"{where}: {result.stderr}"
+    assert f"{recipe} runs only on" not in result.stderr, f"{where}: {result.stderr}"
     assert "unrecognized arguments" not in result.stderr, f"{where}: {result.stderr}"
     assert "sglang" in result.stdout, where
 
@@ -76,7 +77,7 @@ def assert_not_refused(result, recipe: str, where: str) -> None:
 def test_render_renders_for_the_recipe_s_own_track(recipe):
     result = run_sm12x("render", recipe.name)
     assert result.returncode == 0, result.stderr
-    assert "runs only on" not in result.stderr, result.stderr
+    assert f"{recipe.name} runs only on" not in result.stderr, result.stderr
     (track,) = re.findall(r"\(the (\w+) track, versions.env\)", result.stdout)
     assert track in recipe_tracks(recipe), track
 
@@ -90,7 +91,7 @@ def test_launch_dry_run_follows_the_recipe_s_track(recipe, tmp_path):
         env={"SM12X_RECIPE": recipe.name, "SM12X_CACHE_DIR": str(tmp_path / "cache")},
     )
     assert result.returncode == 0, result.stderr
-    assert "runs only on" not in result.stderr, result.stderr
+    assert f"{recipe.name} runs only on" not in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize("track", [None, *tracks()])
@@ -169,6 +170,8 @@ def test_render_k8s_refuses_a_track_that_cannot_run_it(recipe):
 )
 @pytest.mark.parametrize("recipe", CURRENT_ONLY, ids=lambda r: r.name)
 def test_a_track_refusal_is_said_once_first_with_its_fix(argv, recipe, tmp_path):
+    if argv[0] == "tune" and recipe.dspark.sps_table != "tuned":
+        pytest.skip("tune has nothing to profile for it (it says so, whatever the track)")
     argv = [a.replace("{recipe}", recipe.name) for a in argv]
     result = run_sm12x(*argv, env={"SM12X_TRACK": "pinned"})
     line = assert_one_clear_error(
