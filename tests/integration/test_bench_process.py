@@ -773,6 +773,8 @@ def test_compare_configurations_benchmarks_each_and_marks_comparable_figures(
                 "16,64",
                 "--container",
                 "none",
+                "--tokenizer",
+                str(TOKENIZER),
                 "--out",
                 str(out),
             ]
