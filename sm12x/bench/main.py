@@ -31,7 +31,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 from rich.console import Console
@@ -241,17 +241,17 @@ def hub_problem(repo_id: str, environ=None) -> str | None:
     """Why the tokenizer `repo_id` cannot be had from the Hugging Face Hub here,
     decided within HUB_PROBE_S: None when it is cached or the Hub answers for it."""
     environ = os.environ if environ is None else environ
+    cached: Any = None
     try:
-        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub import try_to_load_from_cache as cached
     except ImportError:
-        try_to_load_from_cache = None
-    if try_to_load_from_cache is not None:
-        for name in TOKENIZER_FILES:
-            try:
-                if isinstance(try_to_load_from_cache(repo_id, name), str):
-                    return None
-            except ValueError:  # not a repository id at all
-                return f"{repo_id} is neither a folder here nor a Hugging Face id"
+        pass
+    for name in TOKENIZER_FILES if cached is not None else ():
+        try:
+            if isinstance(cached(repo_id, name), str):
+                return None
+        except ValueError:  # not a repository id at all
+            return f"{repo_id} is neither a folder here nor a Hugging Face id"
     if environ.get("HF_HUB_OFFLINE", "").strip() not in ("", "0"):
         return f"{repo_id} is not in the Hugging Face cache and HF_HUB_OFFLINE is set"
     import urllib.error
