@@ -4,6 +4,7 @@ of the Makefile in a folder with or without .cache/venv."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,8 +20,16 @@ def planned(folder: Path, *args: str) -> list[str]:
     if make is None:
         pytest.fail("no make on PATH: scripts/test installs it (the Debian package make)")
     shutil.copy(ROOT / "Makefile", folder / "Makefile")
+    # Not the make this may run under (`make fast`): its MAKEFLAGS would leak in.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     done = subprocess.run(
-        [make, "-n", *args], cwd=folder, capture_output=True, text=True, timeout=60, check=False
+        [make, "--no-print-directory", "-n", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()

@@ -5,7 +5,7 @@ PyPI's Linux torch is the CUDA build (with GBs of nvidia-* wheels); the
 machine's wheel folder), so pip refuses rather than pulls the CUDA one. The
 pins are versions.env's, written a second time in pyproject.toml (pip cannot
 read versions.env): this test is what keeps the two equal. The install itself:
-tests/integration/test_mock_install.py."""
+tests/unit/test_doc_commands.py installs README's command in a clean virtualenv."""
 
 from __future__ import annotations
 
