@@ -2,11 +2,13 @@
 # name for a command documented in CONTRIBUTING.md; CI runs `scripts/test`
 # (README.md, "Run the tests"), which is `make full`.
 #
-# The environment is scripts/test's (.cache/venv): `make full` builds it, the
-# other targets use it as it is (run `make full` or `scripts/test --co -q` once).
+# The environment is scripts/test's (.cache/venv): `make full` builds it, and
+# in a fresh clone the other targets build it first (scripts/test --co -q: the
+# setup without Docker or the 3.12 leg, nothing run), then use it as it is.
 
 PY ?= .cache/venv/bin/python
 BIN := $(dir $(PY))
+VENV := .cache/venv/bin/python
 
 .PHONY: help fast full lint types regen check
 
@@ -17,6 +19,15 @@ help:
 	@echo "make types  mypy on sm12x and verify"
 	@echo "make regen  rewrite every generated file, then review git diff"
 	@echo "make check  lint + types + fast: what to run before a commit"
+
+# Only the default environment is built here; a PY of your own is used as given.
+$(VENV):
+	@echo "make: no $(VENV) in this clone: building it first (scripts/test --co, several minutes)"
+	SM12X_NO_DOCKER=1 SM12X_NO_PY312=1 scripts/test --co -q >/dev/null
+
+ifeq ($(PY),$(VENV))
+fast lint types regen: | $(VENV)
+endif
 
 fast:
 	SM12X_TIER=fast SM12X_CACHE=$(CURDIR)/.cache $(PY) -m pytest -m fast -n 2 --dist loadfile -q

@@ -32,8 +32,19 @@ class StrictParser(argparse.ArgumentParser):
     def parse_args(self, args=None, namespace=None):  # type: ignore[override]
         parsed, unknown = self.parse_known_args(args, namespace)
         if unknown:
-            self.error(
+            # Said by the subcommand's parser where there is one, so the line
+            # begins `sm12x <cmd>: error:` like every other error of that command.
+            owner = self.subparsers.get(getattr(parsed, "command", None) or "", self)
+            owner.error(
                 f"unrecognized arguments: {names_only(unknown)}: write the full "
                 "option name (sm12x does not expand prefixes); see --help"
             )
         return parsed
+
+    @property
+    def subparsers(self) -> dict[str, argparse.ArgumentParser]:
+        """The subcommands' parsers by name (none for a parser without them)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return dict(action.choices)
+        return {}

@@ -150,7 +150,7 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         "k8s",
-        "deploy/k8s/*.yaml: `sm12x render --k8s all` with the pinned defaults",
+        "deploy/k8s/*.yaml: `sm12x render --k8s all`: each recipe on its own track's image",
         "fast",
         _k8s,
         (("deploy/k8s", "*.yaml"),),

@@ -65,9 +65,14 @@ def default_deadline(args, chosen: set[str]) -> float:
     return max(total, args.timeout)
 
 
-def parser() -> argparse.ArgumentParser:
+# How the command is named in its messages: `sm12x verify` (every sm12x command's
+# errors begin "sm12x <cmd>: error:"), or `python -m verify` run on its own.
+PROG = "sm12x verify"
+
+
+def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p = StrictParser(
-        prog="verify",
+        prog=prog,
         description="Smoke-test a deployed sm12x "
         "(sglang, DeepSeek-V4-Flash + DSPARK) OpenAI-compatible endpoint.",
     )
@@ -433,7 +438,7 @@ class Reports:
             report.write_junit(self.args.junit, results, meta)
         except OSError as exc:
             print(
-                f"verify: cannot write the reports: {exc.strerror or exc} "
+                f"{PROG}: error: cannot write the reports: {exc.strerror or exc} "
                 f"({exc.filename or self.args.json})",
                 file=sys.stderr,
             )
@@ -600,7 +605,7 @@ def run(args, console: Console) -> int:
                 _reachable(options.compare_endpoint) if options.compare_endpoint else None
             )
             if problem:
-                say(f"verify: {problem}. Is the server running? (start it, or use --boot)")
+                say(f"{PROG}: error: {problem}. Is the server running? (start it, or use --boot)")
                 results = not_run(f"not run: {problem}")
                 results[0].verdict, results[0].problem = Verdict.FAIL, problem
                 results[0].cause = (
@@ -637,7 +642,7 @@ def run(args, console: Console) -> int:
             meta["model"] = ctx.model
             meta["interrupted"] = True
             reports.write(exc.results)
-            print("verify: interrupted", file=sys.stderr)
+            print(f"{PROG}: interrupted", file=sys.stderr)
             return 130
         finally:
             ctx.close()
@@ -652,19 +657,21 @@ def run(args, console: Console) -> int:
                 server.stop() if server.logs is not None else None
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "sm12x verify") -> int:
     """Entry point for `python -m verify` and `sm12x verify` (argv without the
-    program name); returns the exit status."""
+    program name; prog, how its messages name it); returns the exit status."""
+    global PROG
+    PROG = prog
     console = Console(stderr=False)
     try:
-        args = parser().parse_args(argv)
+        args = parser(prog).parse_args(argv)
     except SystemExit as exc:  # argparse already printed one line of usage error
         return int(exc.code or 0) if exc.code in (0, None) else 2
     try:
         return run(args, console)
     except UsageError as exc:
-        print(f"verify: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("verify: interrupted", file=sys.stderr)
+        print(f"{PROG}: interrupted", file=sys.stderr)
         return 130

@@ -38,6 +38,7 @@ from sm12x.bench.result import BenchResult
 from sm12x.errors import UserError
 from sm12x.launch.configuration import configurations
 from sm12x.recipe import Recipe, load_recipe
+from sm12x.recipe.lints import track_refusal
 from sm12x.settings import Loaded
 
 KINDS = ("baseline", "throughput")
@@ -132,6 +133,13 @@ def run_compare(
     named: Recipe,
 ) -> int:
     legs = legs_for(named, args)
+    if args.boot:
+        # Booted here, each leg runs on SM12X_TRACK's image: a configuration its
+        # track cannot run is refused now, once, not by the launcher minutes in.
+        for leg in legs:
+            problem = track_refusal(leg.recipe, loaded.settings.track_name)
+            if problem:
+                raise UserError(f"--boot {leg.kind}: {problem}")
     out = (args.out or Path("bench-results") / f"{named.rig}-configurations").resolve()
     base_default = loaded.settings.base_url()
     for leg in legs:

@@ -31,7 +31,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 from rich.console import Console
@@ -63,6 +63,8 @@ Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 DEFAULT_CONCURRENCY = (16, 32, 64)
 PROMPTS_PER_CONCURRENCY = 10
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+DEFAULT_BACKEND = "sglang"
+MOCK_BACKEND = "sglang-oai-chat"
 
 
 # --- arguments ----------------------------------------------------------------
@@ -121,8 +123,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     work.add_argument(
         "--backend",
-        default="sglang",
-        help="sglang's --backend (default sglang: the native /generate API)",
+        help="sglang's --backend (default sglang, the native /generate API; against "
+        "`sm12x mock-server`, which serves only the OpenAI API, sglang-oai-chat)",
     )
     work.add_argument(
         "--tokenizer",
@@ -221,17 +223,113 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _has_tokenizer(path: str | None) -> bool:
+    return bool(path) and any((Path(str(path)) / f).is_file() for f in TOKENIZER_FILES)
+
+
+# How long bench asks the Hugging Face Hub whether a tokenizer id exists before
+# it runs: sglang's benchmark client would otherwise wait minutes (transformers'
+# retries) and then fail with an OSError.
+HUB_PROBE_S = 5.0
+TOKENIZER_FIX = (
+    "pass --tokenizer DIR (the checkpoint folder, or any folder with tokenizer.json) "
+    "or set SM12X_MODEL_DIR"
+)
+
+
+def hub_problem(repo_id: str, environ=None) -> str | None:
+    """Why the tokenizer `repo_id` cannot be had from the Hugging Face Hub here,
+    decided within HUB_PROBE_S: None when it is cached or the Hub answers for it."""
+    environ = os.environ if environ is None else environ
+    cached: Any = None
+    try:
+        from huggingface_hub import try_to_load_from_cache as cached
+    except ImportError:
+        pass
+    for name in TOKENIZER_FILES if cached is not None else ():
+        try:
+            if isinstance(cached(repo_id, name), str):
+                return None
+        except ValueError:  # not a repository id at all
+            return f"{repo_id} is neither a folder here nor a Hugging Face id"
+    if environ.get("HF_HUB_OFFLINE", "").strip() not in ("", "0"):
+        return f"{repo_id} is not in the Hugging Face cache and HF_HUB_OFFLINE is set"
+    import urllib.error
+    import urllib.request
+
+    endpoint = environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    url = f"{endpoint}/api/models/{repo_id}"
+    try:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, method="HEAD"), timeout=HUB_PROBE_S
+        ):
+            return None
+    except urllib.error.HTTPError as exc:
+        return f"the Hugging Face Hub answers {exc.code} for {repo_id}"
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        return (
+            f"{repo_id} is not in the Hugging Face cache and the Hub ({endpoint}) did not "
+            f"answer within {HUB_PROBE_S:.0f} s ({reason})"
+        )
+
+
 def default_tokenizer(
-    inside: bool, model_dir: str | None, origin: object
+    inside: bool,
+    model_dir: str | None,
+    origin: object,
+    info: dict | None = None,
+    served: str | None = None,
 ) -> tuple[str | None, str]:
+    """The tokenizer the benchmark client loads, decided before it runs (bounded:
+    never a silent wait on the Hub). Inside the image, the server's own. Else
+    SM12X_MODEL_DIR's; else the server's tokenizer path when it is a folder here
+    (the mock's is); else what sglang's benchmark falls back to, the served
+    model id from /v1/models, when it is a Hugging Face id that is cached or the
+    Hub answers for; anything else is refused with the flag that fixes it."""
     if inside:
         return None, "the server's own (bench runs inside the image)"
-    if model_dir and any((Path(model_dir) / f).is_file() for f in TOKENIZER_FILES):
+    if _has_tokenizer(model_dir):
         return model_dir, f"{model_dir} (SM12X_MODEL_DIR, from {origin})"
-    return None, (
-        "the path the server reports (works inside the image; from another machine pass "
-        "--tokenizer PATH_OR_HF_ID)"
-    )
+    info = info or {}
+    for key in ("tokenizer_path", "model_path"):
+        reported = info.get(key)
+        if isinstance(reported, str) and _has_tokenizer(reported):
+            return reported, f"{reported} (the server's own {key}, a folder on this machine)"
+    if not served or served.startswith("/") or served.count("/") != 1:
+        where = info.get("tokenizer_path") or info.get("model_path") or "not said"
+        raise UserError(
+            f"the server's tokenizer (its path: {where}; its model: {served or 'not said'}) "
+            f"is not on this machine: {TOKENIZER_FIX}"
+        )
+    problem = hub_problem(served)
+    if problem:
+        raise UserError(f"the server's tokenizer: {problem}: {TOKENIZER_FIX}")
+    return served, f"{served} (the served model's, from the Hugging Face Hub or its cache)"
+
+
+def served_id(models: object) -> str | None:
+    """The first model id /v1/models lists (what sglang's benchmark loads when no
+    tokenizer is given)."""
+    data = models.get("data") if isinstance(models, dict) else None
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        found = data[0].get("id")
+        return found if isinstance(found, str) else None
+    return None
+
+
+def given_tokenizer(value: str) -> tuple[str, str]:
+    """--tokenizer: a folder here, or a Hugging Face id the Hub can give (bounded)."""
+    if Path(value).exists():
+        if not _has_tokenizer(value):
+            raise UserError(
+                f"--tokenizer {value}: no tokenizer.json or tokenizer_config.json there"
+            )
+        return value, value
+    problem = hub_problem(value)
+    if problem:
+        raise UserError(f"--tokenizer {value}: {problem}: pass --tokenizer DIR, a folder here")
+    return value, f"{value} (from the Hugging Face Hub)"
 
 
 def image_overrides(args: argparse.Namespace, loaded: Loaded) -> tuple[str | None, str]:
@@ -600,10 +698,24 @@ def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Co
         image, args.image_digest, list(args.gpu), args.container, image_source or "--image"
     )
     inside = provenance.in_container()
+    if args.backend is None:
+        # The mock stands in for the OpenAI API only (its /generate is the SPS
+        # profiler's): the one backend of sglang's benchmark it can serve.
+        args.backend = MOCK_BACKEND if (info or {}).get("sm12x_mock") else DEFAULT_BACKEND
+        if args.backend == MOCK_BACKEND:
+            err.print(
+                f"backend: {MOCK_BACKEND} (the server is sm12x mock-server, which serves the "
+                "OpenAI API only; --backend to choose)",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
     tokenizer, tokenizer_note = (
-        (args.tokenizer, args.tokenizer)
+        given_tokenizer(args.tokenizer)
         if args.tokenizer
-        else default_tokenizer(inside, loaded.settings.model_dir, loaded.origin("model_dir"))
+        else default_tokenizer(
+            inside, loaded.settings.model_dir, loaded.origin("model_dir"), info, served_id(models)
+        )
     )
     reads = tuple(
         str(Path(p).resolve()) for p in (tokenizer, args.dataset_path) if p and Path(p).exists()
@@ -674,8 +786,10 @@ def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Co
                 else:
                     scope = "per-run"
             task = progress.add_task(f"concurrency {concurrency}", total=num_prompts)
+            seen = [0]  # requests this run completed, as its progress said
 
-            def on_progress(n: int, total: int, task=task, base=done_before) -> None:
+            def on_progress(n: int, total: int, task=task, base=done_before, seen=seen) -> None:
+                seen[0] = n
                 progress.update(task, completed=n, total=total)
                 progress.update(overall, completed=base + n)
 
@@ -723,7 +837,9 @@ def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Co
                 log=f"logs/c{concurrency}.log",
             )
             runs.append(run)
-            done_before += num_prompts
+            # The overall bar counts what completed, so it agrees with the run's
+            # own line on a failure ("concurrency 4: failed 0/8" under "all runs 0/8").
+            done_before += num_prompts if run.status == "ok" else seen[0]
             if run.status == "ok":
                 progress.update(task, completed=num_prompts)
             progress.update(task, description=f"concurrency {concurrency}: {run.status}")

@@ -17,7 +17,7 @@ import argparse
 import sys
 
 from sm12x import settings
-from sm12x.apikey import exposure_problem
+from sm12x.apikey import OPEN_ENV, exposure_problem, is_loopback
 from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.settings import Loaded
@@ -26,17 +26,42 @@ from sm12x.settings import Loaded
 BINDS = {"bind": "the API (SM12X_BIND)", "router_bind": "the router (SM12X_ROUTER_BIND)"}
 
 
-def problems(loaded: Loaded) -> list[str]:
+def _has_key(loaded: Loaded) -> bool:
     s = loaded.settings
     # Compose passes SM12X_API_KEY_SET=1, never the key (`docker compose
     # config` would print it); run by hand, the key itself counts too.
-    has_key = s.api_key_set or s.key() is not None
+    return s.api_key_set or s.key() is not None
+
+
+def problems(loaded: Loaded) -> list[str]:
+    s = loaded.settings
+    has_key = _has_key(loaded)
     found = []
     for name, what in BINDS.items():
         problem = exposure_problem(getattr(s, name), has_key, s.insecure_no_api_key, what)
         if problem:
             found.append(problem)
     return found
+
+
+def verdicts(loaded: Loaded) -> list[str]:
+    """What is true of each listener that passed the check, in words: loopback
+    only, published with a key, or published OPEN because the opt-out says so."""
+    s = loaded.settings
+    has_key = _has_key(loaded)
+    said = []
+    for name, what in BINDS.items():
+        address = getattr(s, name)
+        if is_loopback(address):
+            said.append(f"{what} on {address}: loopback only")
+        elif has_key:
+            said.append(f"{what} on {address}: published beyond loopback, with an API key")
+        else:
+            said.append(
+                f"{what} on {address}: published beyond loopback with NO API key "
+                f"({OPEN_ENV}=1 says an open API is meant)"
+            )
+    return said
 
 
 def run(args: argparse.Namespace, environ=None) -> int:
@@ -47,10 +72,9 @@ def run(args: argparse.Namespace, environ=None) -> int:
     found = problems(loaded)
     if found:
         raise UserError("; ".join(found))
-    print(
-        "sm12x exposure-check: ok: nothing is published beyond loopback without an API key",
-        file=sys.stderr,
-    )
+    said = verdicts(loaded)
+    verdict = "ok, OPEN" if any("NO API key" in line for line in said) else "ok"
+    print(f"sm12x exposure-check: {verdict}: {'; '.join(said)}", file=sys.stderr)
     return 0
 
 

@@ -46,13 +46,14 @@ from pathlib import Path
 from typing import Annotated
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
 
 from sm12x.apikey import FILE_ENV, OPEN_ENV
 from sm12x.deploy.router import DEFAULT_METRICS_PORT, DEFAULT_PORT
 from sm12x.errors import UserError
-from sm12x.fields import AbsPath, ImageRef, K8sName, K8sNetworkName, K8sResourceName
+from sm12x.fields import AbsPath, ImageRef, K8sName, K8sNetworkName, K8sResourceName, Track
 from sm12x.recipe import Recipe, load_all, load_recipe
+from sm12x.recipe.lints import home_track, track_refusal
 from sm12x.versions import load_versions
 
 # The Kubernetes version the manifests are validated against (tests, with
@@ -154,7 +155,11 @@ class K8sOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     namespace: K8sName = "sm12x"
-    image: ImageRef = Field(default_factory=lambda: load_versions()["SM12X_IMAGE"])
+    # None: each recipe's own track's image (sm12x.recipe.lints.home_track). Given
+    # (SM12X_IMAGE or SM12X_TRACK), it is `track`'s image, and a recipe that does
+    # not run on that track is refused rather than written to crash-loop.
+    image: ImageRef | None = None
+    track: Track | None = None
     # The checkpoint on each GPU node (as SM12X_MODEL_DIR in .env.example), or
     # a PersistentVolumeClaim holding it; mounted read-only either way.
     model_host_path: ModelHostPath = "/srv/models/DeepSeek-V4-Flash-0731"
@@ -406,10 +411,27 @@ def _cache_volume(opts: K8sOptions) -> dict:
     return {"name": "cache", "emptyDir": {"sizeLimit": CACHE_SIZE_LIMIT}}
 
 
+def recipe_image(recipe: Recipe, opts: K8sOptions) -> str:
+    """The image a recipe's pods run: its own track's, or the one given, refused
+    when that image's track cannot run the recipe (the launcher would refuse it
+    in every pod)."""
+    track = opts.track or home_track(recipe)
+    problem = track_refusal(recipe, track)
+    if problem:
+        raise UserError(problem)
+    return opts.image or load_versions(track)["SM12X_IMAGE"]
+
+
+def router_image(opts: K8sOptions) -> str:
+    """The router's image: any track's carries sglang-router; the given one, else the
+    default track's."""
+    return opts.image or load_versions(opts.track)["SM12X_IMAGE"]
+
+
 def _pod_spec(recipe: Recipe, opts: K8sOptions, serves_http: bool) -> dict:
     container: dict = {
         "name": "sglang",
-        "image": opts.image,
+        "image": recipe_image(recipe, opts),
         "command": ["sm12x", "launch"],
         "env": _env(recipe, opts),
     }
@@ -561,7 +583,7 @@ def router_manifests(recipes: Sequence[Recipe], opts: K8sOptions) -> list[dict]:
     selector = " ".join(f"{k}={v}" for k, v in SERVER_LABELS.items())
     container = {
         "name": "router",
-        "image": opts.image,
+        "image": router_image(opts),
         "command": ["sm12x", "router"],
         "env": [
             {"name": "SM12X_ROUTER_BIND", "value": "0.0.0.0"},

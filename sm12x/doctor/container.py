@@ -51,8 +51,7 @@ def add_daemon(ctx: Context, version: Output, missing: bool) -> None:
         fix = (
             "install Docker Engine (https://docs.docker.com/engine/install/)"
             if missing
-            else "start the daemon (sudo systemctl start docker) and make sure you may use it "
-            "(sudo usermod -aG docker $USER, then log in again)"
+            else daemon_fix(ctx)
         )
         ctx.add("docker", "Docker", "fail", f"the daemon does not answer: {version.why()}", fix)
     elif not version.stdout.strip():
@@ -66,6 +65,33 @@ def add_daemon(ctx: Context, version: Output, missing: bool) -> None:
         )
     else:
         ctx.add("docker", "Docker", "ok", f"Docker Engine {version.stdout.strip()}")
+
+
+def daemon_fix(ctx: Context) -> str:
+    """How to get a daemon that answers, by what this machine has: no Engine at
+    all (only the CLI), or an Engine to start the way its init system starts it."""
+    host = ctx.host
+    if not (host.which("dockerd") or host.path("/usr/bin/dockerd").exists()):
+        if packages.dpkg_state(host, "docker-ce-cli") == "installed":
+            engine = "sudo apt-get install docker-ce (Docker's repository, like its docker-ce-cli)"
+        elif packages.distro(host).debian_like:
+            engine = "sudo apt-get install docker.io (the distribution's Engine)"
+        else:
+            engine = "https://docs.docker.com/engine/install/"
+        return (
+            "this machine has the docker CLI but no Docker Engine (no dockerd): install "
+            f"it ({engine}), or point DOCKER_HOST at a daemon elsewhere"
+        )
+    if host.path("/run/systemd/system").is_dir():  # systemd is PID 1 (sd_booted)
+        start = "sudo systemctl start docker"
+    elif host.path("/etc/init.d/docker").exists():
+        start = "sudo service docker start"
+    else:
+        start = "no systemd and no init script here: run sudo dockerd in the background"
+    return (
+        f"start the daemon ({start}) and make sure you may use it "
+        "(sudo usermod -aG docker $USER, then log in again)"
+    )
 
 
 def check_compose(ctx: Context) -> None:

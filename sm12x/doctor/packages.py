@@ -242,8 +242,16 @@ def advice(host: Host, plugin: Plugin) -> Advice:
                 f" (its {plugin.debian} {v1} is Compose v1, which `docker compose` does not run)"
             )
     guide = UBUNTU_DOCKER_REPO if "ubuntu" in found.family else DEBIAN_DOCKER_REPO
+    keep = (
+        # The plugin is only a CLI plugin: the docker.io CLI finds it in
+        # /usr/libexec/docker/cli-plugins, so nothing is removed for it.
+        "; keep docker.io, nothing is removed first: the plugin needs no docker-ce, "
+        "only Docker's Engine would replace docker.io"
+        if dpkg_state(host, "docker.io") == "installed"
+        else ""
+    )
     return Advice(
         f"{found.label}'s archive has no {plugin.what} package{instead}: add Docker's "
-        f"apt repository ({guide}) and sudo apt-get install {plugin.docker_repo}",
+        f"apt repository ({guide}{keep}) and sudo apt-get install {plugin.docker_repo}",
         data,
     )

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from sm12x.errors import UserError
 from sm12x.recipe import Recipe, load_all
-from sm12x.recipe.lints import recipe_tracks
+from sm12x.recipe.lints import track_refusal
 from sm12x.sps_tables import Lookup
 
 CHOICES = ("auto", "baseline", "throughput")
@@ -46,14 +46,8 @@ def reads_tuned_table(recipe: Recipe) -> bool:
 
 def track_problem(recipe: Recipe, track: str) -> str | None:
     """Why the recipe cannot run on `track`, ending in the setting that would
-    let it (the first track it lists: its image has the sglang it needs)."""
-    if track in recipe_tracks(recipe):
-        return None
-    return (
-        f"{recipe.name} runs only on the {' and '.join(recipe_tracks(recipe))} track "
-        f"(its sglang has what it needs), not on SM12X_TRACK={track}: set "
-        f"SM12X_TRACK={recipe_tracks(recipe)[0]} (its image)"
-    )
+    let it (sm12x.recipe.lints.track_refusal, the one line every command says)."""
+    return track_refusal(recipe, track)
 
 
 def cost(throughput: Recipe, baseline: Recipe | None) -> str:
@@ -116,7 +110,7 @@ def resolve(
             )
         problem = track_problem(named, track)
         if problem:
-            return refuse(problem, named)
+            raise UserError(problem)  # a track refusal is an error, in a dry run too
         if reads_tuned_table(named) and not profiling:
             lookup = find(named)
             if lookup.table is None:
@@ -175,21 +169,24 @@ def resolve(
             f"the throughput configuration of {named.rig}",
         )
     if choice == "throughput":
-        return refuse(
-            f"SM12X_CONFIGURATION=throughput: {problem}: set SM12X_TRACK "
-            "accordingly, or SM12X_CONFIGURATION=auto",
-            throughput,
-        )
+        raise UserError(f"SM12X_CONFIGURATION=throughput: {problem}, or SM12X_CONFIGURATION=auto")
     return Resolved(
         named,
         f"SM12X_CONFIGURATION=auto: running the baseline {named.name}, not "
-        f"its throughput configuration {throughput.name}: {problem}. What that "
+        f"its throughput configuration {throughput.name}: {_reason(problem)}. What that "
         f"leaves on the table: {cost(throughput, named)}; {_fix(problem)}",
     )
 
 
+def _reason(problem: str) -> str:
+    """A track refusal without its fix, which the notice says once, last."""
+    return problem.rsplit(": set ", 1)[0] if "runs only on" in problem else problem
+
+
 def _fix(problem: str) -> str:
-    return "set SM12X_TRACK to its track to use it" if "runs only on" in problem else TUNE_HINT
+    if "runs only on" in problem:
+        return f"set {problem.rsplit('set ', 1)[1]} to use it"
+    return TUNE_HINT
 
 
 def refusal(throughput: Recipe, baseline: Recipe | None, lookup: Lookup, by: str) -> str:

@@ -176,7 +176,9 @@ REFUSED_ENV = {n: s.why for n, s in SURFACE.items() if s.rule == "refused" and n
 CONFIG_DEST = "config"
 # What the judge substitutes for a placeholder the environment does not fill
 # (a dry run): a value of the right shape, never printed.
-PLACEHOLDERS = {NODE_RANK_ENV: "0", HEAD_ADDR_ENV: "127.0.0.1"}
+# SM12X_CACHE_DIR: a throughput recipe's table path lives under it; render
+# without it shows "${SM12X_CACHE_DIR}/..." (issue 29: it then failed here).
+PLACEHOLDERS = {NODE_RANK_ENV: "0", HEAD_ADDR_ENV: "127.0.0.1", "SM12X_CACHE_DIR": "/cache"}
 REPEATED = "sglang keeps the last of a repeated flag, so a second copy would silently win"
 
 

@@ -34,7 +34,7 @@ from sm12x.launch.render import (
     build_launch,
 )
 from sm12x.recipe import Recipe, load_all, load_recipe, warnings_for
-from sm12x.recipe.lines import serves
+from sm12x.recipe.lints import home_track, track_refusal
 from sm12x.settings import Loaded
 from sm12x.sglang_parser import parser_for
 from sm12x.versions import load_versions, track_of_sglang
@@ -54,6 +54,27 @@ def select_recipe(
         return load_recipe(choice), f"recipe {choice} (SM12X_RECIPE, from {origin})"
     pick = gpus.pick_recipe(gpus.query_gpus(nvidia_smi), load_all())
     return pick.recipe, f"SM12X_RECIPE=auto picked {pick.recipe.name}: {pick.reason}"
+
+
+def following(loaded: Loaded, recipe: Recipe) -> Loaded:
+    """The settings with the recipe's own track where SM12X_TRACK does not say one
+    (sm12x.recipe.lints.home_track): a recipe that runs only on the current
+    track is rendered and judged for it, as its compose profile and manifest run it."""
+    if loaded.settings.track is not None:
+        return loaded
+    home = home_track(recipe)
+    if home == loaded.settings.track_name:
+        return loaded
+    return replace(loaded, settings=loaded.settings.model_copy(update={"track": home}))
+
+
+def refuse_track(recipe: Recipe, loaded: Loaded) -> None:
+    """The track refusal, first and once: a recipe whose `tracks` exclude
+    SM12X_TRACK, before anything else is judged (its flags would only fail
+    later, in the other sglang's parser)."""
+    problem = track_refusal(recipe, loaded.settings.track_name)
+    if problem:
+        raise UserError(problem)
 
 
 def gpu_name() -> str | None:
@@ -232,7 +253,7 @@ def installed_sglang() -> str | None:
         return ""
 
 
-def check_track(loaded: Loaded, dry_run: bool) -> None:
+def check_track(loaded: Loaded, dry_run: bool, recipe: Recipe | None = None) -> None:
     """The track (SM12X_TRACK) names an sglang release; refuse to serve another.
 
     In the image the track's image is the track (the Dockerfile sets SM12X_TRACK);
@@ -257,7 +278,14 @@ def check_track(loaded: Loaded, dry_run: bool) -> None:
         return
     if have != want:
         other = track_of_sglang(have)
-        fix = f"set SM12X_TRACK={other}" if other else f"install sglang {want}"
+        if other and (recipe is None or track_refusal(recipe, other) is None):
+            fix = f"set SM12X_TRACK={other}"
+        elif other:
+            # That image's track cannot run the recipe (an SM12X_IMAGE of the
+            # pinned track under a current-only profile): the image must change.
+            fix = f"point SM12X_IMAGE at the {track} track's image (or unset it)"
+        else:
+            fix = f"install sglang {want}"
         message = (
             f"SM12X_TRACK={track} (from {loaded.origin('track')}) serves sglang {want}, "
             f"but this Python has sglang {have}: run the {track} track's image "
@@ -267,22 +295,6 @@ def check_track(loaded: Loaded, dry_run: bool) -> None:
         if not dry_run:
             raise UserError(message)
         _say(f"warning: {message}")
-
-
-def check_recipe_track(recipe: Recipe, loaded: Loaded) -> None:
-    """Refuse a recipe limited to tracks (`tracks`) that exclude SM12X_TRACK: its sglang
-    lacks what the recipe needs (a V4.1-Flash recipe on 0.5.17 has no model code)."""
-    track = loaded.settings.track_name
-    if recipe.tracks is None or track in recipe.tracks:
-        return
-    version = load_versions(track)["SGLANG_VERSION"]
-    line = recipe.model.model_line
-    need = f": {line.title} needs sglang >= {line.min_sglang}" if not serves(line, version) else ""
-    raise UserError(
-        f"{recipe.name} runs on the {', '.join(recipe.tracks)} track(s) only, and SM12X_TRACK is "
-        f"{track} (from {loaded.origin('track')}), whose sglang is {version}{need}: set "
-        f"SM12X_TRACK={recipe.tracks[0]} in .env (its image), or pick another recipe"
-    )
 
 
 def process_env(environ: Mapping[str, str], loaded: Loaded) -> dict[str, str]:
@@ -304,6 +316,8 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     choice = loaded.settings.recipe
     recipe, why = select_recipe(choice, origin=loaded.origin("recipe"))
     _say(why)
+    loaded = following(loaded, recipe)
+    refuse_track(recipe, loaded)
     if args.sps_profile and args.no_spec:
         raise UserError(
             "--sps-profile profiles speculative decoding: it does not go with --no-spec"
@@ -311,7 +325,6 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     recipe = choose_configuration(
         recipe, loaded, profiling=args.sps_profile, dry_run=dry_run, say=_say
     )
-    check_recipe_track(recipe, loaded)
     if choice != AUTO and not dry_run:
         mismatch = gpu_mismatch(recipe)
         if mismatch:
@@ -355,7 +368,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
 
     python = sys.executable
     if dry_run:
-        check_track(loaded, dry_run=True)
+        check_track(loaded, dry_run=True, recipe=recipe)
         if args.explain:
             site = [n for n, var in recipe.env.items() if var.from_host]
             sys.stdout.write(
@@ -370,7 +383,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
         sys.stdout.write(text)
         return 0
     check_model_path(plan)
-    check_track(loaded, dry_run=False)
+    check_track(loaded, dry_run=False, recipe=recipe)
     command = plan.command(python=python, environ=variables) + extra
     sys.stdout.flush()
     sys.stderr.flush()

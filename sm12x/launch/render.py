@@ -18,11 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sm12x.errors import UserError
-from sm12x.recipe.lints import recipe_tracks
+from sm12x.recipe.lints import home_track
 from sm12x.recipe.model import Recipe
 from sm12x.settings import Loaded
 from sm12x.sps_tables import relative_path
-from sm12x.versions import default_track
 
 SGLANG_MODULE = "sglang.launch_server"
 # With an API key, sglang is started through sm12x.keyed, which hands it the
@@ -256,11 +255,9 @@ PROFILING_ENV = {
 
 
 def track_for(recipe: Recipe) -> str:
-    """The track a render without SM12X_TRACK is for: the default, unless the recipe
-    runs only on others (then its first)."""
-    default = default_track()
-    own = recipe_tracks(recipe)
-    return default if default in own or not own else own[0]
+    """The track a render without SM12X_TRACK is for: the recipe's own
+    (sm12x.recipe.lints.home_track)."""
+    return home_track(recipe)
 
 
 def tuned_table_path(recipe: Recipe, ctx: LaunchContext) -> Value:

@@ -21,7 +21,14 @@ from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.fields import build_model
 from sm12x.launch.judge import judge
-from sm12x.launch.main import AUTO, choose_configuration, installed_sglang, select_recipe
+from sm12x.launch.main import (
+    AUTO,
+    choose_configuration,
+    following,
+    installed_sglang,
+    refuse_track,
+    select_recipe,
+)
 from sm12x.launch.render import LaunchContext, build_launch
 from sm12x.patches import series as patch_series
 from sm12x.recipe import warnings_for
@@ -62,8 +69,11 @@ def run_k8s(args: argparse.Namespace) -> int:
         raise UserError("--k8s needs what to render: a recipe name, `router` or `all`")
     loaded = settings.from_args(args, "render")
     fields = {n: getattr(args, n) for n in K8S_VALUES if getattr(args, n) is not None}
+    # Each recipe's own track's image unless SM12X_TRACK or SM12X_IMAGE says which
+    # (an image named alone is taken as SM12X_TRACK's, as compose and launch take it).
     if loaded.settings.image is not None or loaded.settings.track is not None:
         fields["image"] = loaded.settings.image_ref()
+        fields["track"] = loaded.settings.track_name
     fields.update({n: True for n in K8S_SWITCHES if getattr(args, n)})
     opts = build_model(k8s.K8sOptions, fields, _flag)
     if args.recipe == k8s.ALL:
@@ -93,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
     recipe, why = select_recipe(loaded.settings.recipe, origin=loaded.origin("recipe"))
     if loaded.settings.recipe == AUTO:
         print(f"sm12x render: {why}", file=sys.stderr)
+    # The recipe's own track unless SM12X_TRACK names one, and a track that
+    # cannot run it refused first (its flags would fail in the other parser).
+    loaded = following(loaded, recipe)
+    refuse_track(recipe, loaded)
     # As a dry run of the launch: a throughput configuration without its tuned
     # table is shown with a warning, not refused (the table may be made later).
     recipe = choose_configuration(

@@ -239,6 +239,10 @@ def create_app(
             "version": serving.version,
             "sm12x_patches": patched,
             **ranks.layout.server_args(),
+            # Not sglang's: says this is the stand-in (bench picks the OpenAI backend),
+            # and where its tokenizer is, a folder on this machine.
+            "sm12x_mock": True,
+            "tokenizer_path": str(tokenizer_v4.folder()),
         }
         if sps is not None:
             body.update(

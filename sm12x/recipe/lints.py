@@ -19,7 +19,7 @@ from sm12x.recipe import fit
 from sm12x.recipe.errors import RecipeError
 from sm12x.recipe.lines import V41_FLASH, serves
 from sm12x.recipe.model import Recipe
-from sm12x.versions import load_versions, tracks
+from sm12x.versions import default_track, load_versions, tracks
 
 Level = Literal["error", "warning"]
 
@@ -95,6 +95,32 @@ def recipe_tracks(recipe: Recipe) -> tuple[str, ...]:
     are the `tracks` lint's to report, and skipped here)."""
     known = tracks()
     return known if recipe.tracks is None else tuple(t for t in recipe.tracks if t in known)
+
+
+def home_track(recipe: Recipe) -> str:
+    """The track a recipe runs on where SM12X_TRACK does not say: the default
+    track, unless the recipe runs only on others (then its first). What compose's
+    profile, `sm12x render` and `render --k8s` use for it."""
+    default = default_track()
+    own = recipe_tracks(recipe)
+    return default if default in own or not own else own[0]
+
+
+def track_refusal(recipe: Recipe, track: str) -> str | None:
+    """Why the recipe cannot run on `track` (its sglang lacks what the recipe
+    needs), ending in the one setting that lets it; None when it can. Every
+    command that refuses a recipe for its track says this line, once, first."""
+    own = recipe_tracks(recipe)
+    if track in own or not own:
+        return None
+    have = load_versions(track)["SGLANG_VERSION"]
+    want = load_versions(own[0])["SGLANG_VERSION"]
+    line = recipe.model.model_line
+    need = f"; {line.title} needs sglang >= {line.min_sglang}" if not serves(line, have) else ""
+    return (
+        f"{recipe.name} runs only on the {' and '.join(own)} track (sglang {want}), not on "
+        f"SM12X_TRACK={track} (sglang {have}{need}): set SM12X_TRACK={own[0]}"
+    )
 
 
 @lint("tracks")

@@ -26,6 +26,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "bench"
 FAKE_BENCH = ROOT / "tests" / "support" / "fake_bench"
 NVIDIA_SMI = ROOT / "tests" / "fixtures" / "nvidia-smi"
 MODEL = "deepseek-ai/DeepSeek-V4-Flash-0731"
+# A folder with a tokenizer file (bench checks it is one; the stand-in loads nothing).
+TOKENIZER = (FIXTURES / "tokenizer").resolve()
 
 
 def fixture(name: str) -> dict:
@@ -102,6 +104,7 @@ def bench(
     stand_in: bool = True,
     path: str = "/usr/bin:/bin",
     timeout: float = 180,
+    tokenizer: bool = True,
 ):
     tmp_path.mkdir(parents=True, exist_ok=True)
     scenario_file = tmp_path / "scenario.json"
@@ -122,6 +125,10 @@ def bench(
         **(env or {}),
     }
     out = tmp_path / "out"
+    if tokenizer and "--tokenizer" not in args and "SM12X_MODEL_DIR" not in (env or {}):
+        # bench resolves the tokenizer before it runs (the server's /model is not
+        # here, and the Hub is not asked in tests): a folder that holds one.
+        args = (*args, "--tokenizer", str(TOKENIZER))
     done = subprocess.run(
         [sys.executable, "-m", "sm12x.cli", "bench", "--url", url, "--out", str(out), *args],
         cwd=tmp_path,
@@ -278,6 +285,55 @@ def test_all_requests_failed_line(tmp_path, server):
     assert done.returncode == 1
     assert result["runs"][0]["status"] == "failed"
     assert "no request completed" in result["runs"][0]["problems"][0]
+    assert_progress_agrees(done.stderr, "failed")
+
+
+def assert_progress_agrees(stderr: str, status: str) -> None:
+    """The progress display's last lines: the overall bar counts what the runs'
+    own bars count (issue 29: "all runs 8/8" above "concurrency 4: failed 0/8")."""
+    import re
+
+    def counts(label: str) -> tuple[int, int]:
+        lines = [line for line in stderr.splitlines() if line.lstrip().startswith(label)]
+        assert lines, (label, stderr)
+        done, total = re.search(r"(\d+)/(\d+)", lines[-1]).groups()
+        return int(done), int(total)
+
+    overall = counts("all runs")
+    run = counts(f"concurrency 16: {status}")
+    assert overall == run, (overall, run, stderr)
+
+
+def test_the_mock_server_gets_the_backend_and_tokenizer_it_serves(tmp_path):
+    """`sm12x bench --url <mock>` as docs/bench.md writes it: no --backend, no
+    --tokenizer. The mock says it is one and where its tokenizer is
+    (/server_info), so bench runs sglang's OpenAI chat backend with that folder
+    (never the Hub), and the run goes through sglang's real parser."""
+    from sm12x.mock import tokenizer_v4
+    from sm12x.mock.server import MockServer
+
+    scenario = {"default": {"line": fixture("c16.json")}}
+    with MockServer() as mock:
+        done, result, calls, _ = bench(
+            tmp_path,
+            mock.base_url,
+            "--recipe",
+            "rtx-pro-6000-tp4",
+            "--container",
+            "none",
+            "--concurrency",
+            "16",
+            scenario=scenario,
+            tokenizer=False,
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "backend: sglang-oai-chat (the server is sm12x mock-server" in done.stderr
+    (call,) = calls
+    args = bench_cli.real_parser(load_versions()["SGLANG_VERSION"]).parse_args(call["argv"])
+    assert args.backend == "sglang-oai-chat"
+    assert args.tokenizer == str(tokenizer_v4.folder())
+    assert result["workload"]["backend"] == "sglang-oai-chat"
+    assert_progress_agrees(done.stderr, "ok")
 
 
 def test_no_acceptance_reset_on_a_server_without_it(tmp_path):
@@ -473,6 +529,8 @@ def test_a_host_without_sglang_runs_the_benchmark_in_the_image(tmp_path):
         f"{out}:{out}",
         "--workdir",
         str(out),
+        "--volume",
+        f"{TOKENIZER}:{TOKENIZER}:ro",
         "--entrypoint",
         "python3",
         IMAGE,
@@ -715,6 +773,8 @@ def test_compare_configurations_benchmarks_each_and_marks_comparable_figures(
                 "16,64",
                 "--container",
                 "none",
+                "--tokenizer",
+                str(TOKENIZER),
                 "--out",
                 str(out),
             ]

@@ -17,6 +17,7 @@ import yaml
 
 from sm12x.deploy.compose import profiles as compose_profiles
 from sm12x.recipe import load_all
+from sm12x.recipe.lints import home_track, recipe_tracks
 from sm12x.settings import Settings, env_name, load, meta
 from sm12x.settings.model import DEFAULT_PORT
 from sm12x.versions import default_track, load_versions, read_versions, tracks
@@ -192,7 +193,7 @@ def test_no_sglang_flag_is_written_in_compose():
 @pytest.mark.parametrize("profile", ALL_PROFILES)
 def test_shared_settings(profile, env_file):
     service = config(profile, env_file=env_file)["services"][profile]
-    assert service["image"] == load_versions()["SM12X_IMAGE"]
+    assert service["image"] == load_versions(profile_track(profile))["SM12X_IMAGE"]
     assert service["entrypoint"] == ["sm12x", "launch"]
     assert service["ipc"] == "host"
     assert service["init"] is True
@@ -247,19 +248,45 @@ def test_api_key_from_env_reaches_every_server(env_file, tmp_path):
             assert service["environment"]["SM12X_API_KEY"] == "sk-test", name
 
 
+def profile_track(profile: str, chosen: str | None = None) -> str:
+    """The track a profile runs: a recipe limited to other tracks than the chosen
+    one (SM12X_TRACK, else the default) runs its own (home_track), whatever .env says."""
+    recipe = next((r for r in RECIPES if profile in profiles_of(r)), None)
+    track = chosen or default_track()
+    if recipe is None or track in recipe_tracks(recipe):
+        return track
+    return home_track(recipe)
+
+
 def test_the_track_picks_the_image_and_reaches_every_server(env_file, tmp_path):
     """One setting: SM12X_TRACK in .env picks the image (versions.env's name for the
-    track) and reaches the launcher, which refuses an image of another track."""
+    track) and reaches the launcher, which refuses an image of another track; a
+    profile whose recipe runs only on another track runs that track's image."""
     for track in tracks():
         custom = tmp_path / f"{track}.env"
         custom.write_text(env_file.read_text().replace("SM12X_TRACK=\n", f"SM12X_TRACK={track}\n"))
         services = config("*", env_file=custom)["services"]
         for name in ALL_PROFILES:
-            assert services[name]["image"] == load_versions(track)["SM12X_IMAGE"], name
-            assert services[name]["environment"]["SM12X_TRACK"] == track, name
-    # Unset: the default track.
+            want = profile_track(name, track)
+            assert services[name]["image"] == load_versions(want)["SM12X_IMAGE"], name
+            assert services[name]["environment"]["SM12X_TRACK"] == want, name
+    # Unset: the default track, but for the recipes that cannot run on it.
     services = config("*", env_file=env_file)["services"]
-    assert {services[n]["environment"]["SM12X_TRACK"] for n in ALL_PROFILES} == {default_track()}
+    for name in ALL_PROFILES:
+        assert services[name]["environment"]["SM12X_TRACK"] == profile_track(name), name
+
+
+def test_a_current_only_profile_is_written_as_its_recipe_says():
+    """compose.yaml repeats a recipe's track (image and SM12X_TRACK) only for the
+    recipes whose `tracks` exclude the default: exactly those, no other."""
+    pinned_to = {
+        name
+        for name, service in yaml.safe_load(COMPOSE_TEXT)["services"].items()
+        if (service.get("environment") or {}).get("SM12X_TRACK") == "current"
+    }
+    assert pinned_to == {
+        p for r in RECIPES if default_track() not in recipe_tracks(r) for p in profiles_of(r)
+    }
 
 
 def test_image_can_be_overridden(env_file, tmp_path):
@@ -359,6 +386,10 @@ def test_compose_defaults_are_the_settings_defaults():
             }[field]
         else:
             want = str(default)
+        if field == "image":
+            # The current-only profiles' image default is the current track's
+            # (test_a_current_only_profile_is_written_as_its_recipe_says).
+            defaults = defaults - {load_versions("current")["SM12X_IMAGE"]}
         assert defaults == {want}, f"compose's default for {name}: {defaults}, settings' {want}"
 
 

@@ -249,3 +249,39 @@ def test_a_request_body_over_the_cap_is_refused_before_it_is_read(healthy):
     )
     assert answer.status_code == 413, answer.text
     assert healthy.proc.poll() is None
+
+
+def _interrupt_s(proc: subprocess.Popen) -> float:
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    return time.monotonic() - started
+
+
+def test_ctrl_c_says_one_line_and_ends_within_a_second(tmp_path):
+    """Issue 29: it took 4-9 s to exit after Ctrl-C and said nothing. The bound is
+    a second past what a bare Python of this interpreter takes to end on SIGINT,
+    measured in the same run, stretched by the machine's measured slowdown."""
+    from tests.support.calibrate import slowdown
+
+    bare = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; print('up', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert bare.stdout is not None and bare.stdout.readline().strip() == b"up"
+    baseline = _interrupt_s(bare)
+    server = Running(tmp_path, key=None)
+    try:
+        # A client holding a stream open when Ctrl-C lands.
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "stream": True}
+        with httpx.stream("POST", server.url + "/v1/chat/completions", json=body) as response:
+            next(response.iter_lines())
+            before = server.text()
+            elapsed = _interrupt_s(server.proc)
+    finally:
+        server.stop()
+    assert server.proc.returncode == 130, server.text()
+    said = server.text()[len(before) :].strip().splitlines()
+    assert said == ["sm12x mock-server: stopped (Ctrl-C)"], said
+    assert elapsed <= baseline + 1.0 * slowdown(), (elapsed, baseline)

@@ -59,6 +59,9 @@ R = 1.0
 BENCH_ARGS = [
     "--request-timeout",
     f"{R:g}",
+    # A folder here: bench resolves the tokenizer before its runs (never the Hub).
+    "--tokenizer",
+    str(ROOT / "tests" / "fixtures" / "bench" / "tokenizer"),
     "--recipe",
     "rtx-pro-6000-tp4",
     "--container",

@@ -60,3 +60,29 @@ def test_verify_is_handed_its_arguments_untouched():
     assert "cannot reach" in result.stdout
     result = run_sm12x("verify", "--skip", "nonsense")
     assert result.returncode == 2 and "unknown check" in result.stderr
+
+
+def test_every_command_s_errors_begin_with_its_name():
+    """One prefix, `sm12x <cmd>: error:`, for a bad option and for bad input,
+    verify included (issue 29: its errors began "verify: error:")."""
+    bad_input = {
+        "verify": ("--base-url", "not-a-url"),
+        "exposure-check": (),
+        "render": ("no-such-recipe",),
+        "launch": ("--recipe", "no-such-recipe"),
+    }
+    env = {"SM12X_BIND": "0.0.0.0"}  # exposure-check's bad input
+    for module in cli.SUBCOMMANDS:
+        name = importlib.import_module(module).COMMAND.name
+        result = run_sm12x(name, "--no-such-option", env=env)
+        assert result.returncode == 2, (name, result.stderr)
+        assert f"sm12x {name}: error: " in result.stderr, (name, result.stderr)
+        assert "\nverify: " not in "\n" + result.stderr, result.stderr
+        if name in bad_input:
+            result = run_sm12x(name, *bad_input[name], env=env)
+            assert result.returncode != 0, (name, result.stderr)
+            errors = [line for line in result.stderr.splitlines() if ": error: " in line]
+            assert errors and all(e.startswith(f"sm12x {name}: error: ") for e in errors), (
+                name,
+                result.stderr,
+            )

@@ -217,7 +217,7 @@ def test_a_recipe_limited_to_another_track_is_refused_or_skipped(tmp_path, monke
         launch(tmp_path, monkeypatch, SM12X_TRACK="pinned", SM12X_RECIPE=tp.THROUGHPUT)
     args, _ = launch(tmp_path, monkeypatch, SM12X_TRACK="pinned")
     assert value(args, "--speculative-dspark-block-size") == "4"
-    assert "SM12X_TRACK to its track" in capsys.readouterr().err
+    assert "set SM12X_TRACK=current to use it" in capsys.readouterr().err
 
 
 def test_sps_profile_runs_the_tuned_configuration_in_profiling_mode(rig, monkeypatch):

@@ -220,7 +220,12 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
     ".venv/bin/pip install -e '.[mock]'": Install(
         "the mock server's extra: what `sm12x mock-server` imports beyond sm12x's own",
         "from sm12x.mock.command import missing_dependencies as m; import sys; "
-        "import sm12x.mock.app; sys.exit(', '.join(m()) or 0)",
+        "import sm12x.mock.app; import importlib.metadata as md; import torch, triton; "
+        # Issue 29: the CPU torch, no CUDA wheel (it pulled 3.2 GB of nvidia-* ones).
+        "cuda = [d.metadata['Name'] for d in md.distributions() "
+        "if d.metadata['Name'].lower().startswith('nvidia-')]; "
+        "assert not cuda and torch.__version__.endswith('+cpu'), (cuda, torch.__version__); "
+        "sys.exit(', '.join(m()) or 0)",
         own="uvicorn",
     ),
     ".venv/bin/pip install -e '.[accuracy]'": Install(

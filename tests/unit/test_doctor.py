@@ -154,6 +154,8 @@ def test_small_cards_for_the_recipe(tmp_path):
 
 def test_docker_daemon_down(tmp_path):
     host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    host.tools.add("dockerd")
+    (host.root / "run" / "systemd" / "system").mkdir(parents=True)
     host.answer(
         ("docker", "version"),
         failing("Cannot connect to the Docker daemon at unix:///var/run/docker.sock."),
@@ -166,6 +168,35 @@ def test_docker_daemon_down(tmp_path):
     # `docker compose version` needs no daemon: Compose is still checked.
     assert checks["compose"].verdict == "ok"
     assert checks["nvidia-runtime"].verdict == checks["image"].verdict == "skip"
+
+
+def _daemon_fix(tmp_path, *, dockerd: bool, systemd: bool = False, init_script: bool = False):
+    host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    host.answer(("docker", "version"), failing("Cannot connect to the Docker daemon"))
+    if dockerd:
+        host.tools.add("dockerd")
+    if systemd:
+        (host.root / "run" / "systemd" / "system").mkdir(parents=True)
+    if init_script:
+        (host.root / "etc" / "init.d").mkdir(parents=True)
+        (host.root / "etc" / "init.d" / "docker").write_text("#!/bin/sh\n")
+    return run(host)["checks"]["docker"].fix
+
+
+def test_the_daemon_fix_is_the_init_system_s(tmp_path):
+    """Issue 29: "sudo systemctl start docker" on a host with no systemd and no Engine."""
+    assert "sudo systemctl start docker" in _daemon_fix(tmp_path / "a", dockerd=True, systemd=True)
+    fix = _daemon_fix(tmp_path / "b", dockerd=True, init_script=True)
+    assert "sudo service docker start" in fix and "systemctl" not in fix
+    fix = _daemon_fix(tmp_path / "c", dockerd=True)
+    assert "no systemd and no init script" in fix and "sudo dockerd" in fix
+    assert "systemctl" not in fix
+
+
+def test_no_engine_is_told_to_install_one_not_to_start_it(tmp_path):
+    fix = _daemon_fix(tmp_path, dockerd=False, systemd=True)
+    assert "no Docker Engine (no dockerd)" in fix and "install it" in fix
+    assert "systemctl" not in fix
 
 
 def test_compose_missing_while_the_daemon_is_down_is_still_reported(tmp_path):

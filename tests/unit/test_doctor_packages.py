@@ -14,14 +14,21 @@ from sm12x.doctor.host import Host, Output
 from tests.support.doctor_rigs import PACKAGES, FakeHost, failing, on_distribution, rig
 from tests.support.doctor_rigs import run_doctor as run
 
+# Debian 12 records docker.io installed: the advice says it stays (issue 29: it did
+# not say whether docker.io must go before Docker's repository's plugin).
+KEEP_DOCKER_IO = (
+    "; keep docker.io, nothing is removed first: the plugin needs no docker-ce, "
+    "only Docker's Engine would replace docker.io"
+)
 # distribution -> (what the Compose fix must say, what the buildx fix must say)
 EXPECTED = {
     "debian-12": (
         "Debian GNU/Linux 12 (bookworm)'s archive has no Compose v2 package (its docker-compose 1.29.2-3 is Compose v1, which "
         "`docker compose` does not run): add Docker's apt repository "
-        f"({packages.DEBIAN_DOCKER_REPO}) and sudo apt-get install docker-compose-plugin",
+        f"({packages.DEBIAN_DOCKER_REPO}{KEEP_DOCKER_IO}) and sudo apt-get install "
+        "docker-compose-plugin",
         "Debian GNU/Linux 12 (bookworm)'s archive has no buildx package: add Docker's apt "
-        f"repository ({packages.DEBIAN_DOCKER_REPO}) and sudo apt-get install "
+        f"repository ({packages.DEBIAN_DOCKER_REPO}{KEEP_DOCKER_IO}) and sudo apt-get install "
         "docker-buildx-plugin",
     ),
     "debian-12-docker-ce": (

@@ -189,6 +189,60 @@ def test_glossary_defines_the_jargon():
     assert "[glossary](#glossary)" in README.split("## Serve it")[0]
 
 
+def glossary_row(term: str) -> str:
+    rows = [line for line in section("Glossary").splitlines() if line.startswith(f"| {term} |")]
+    assert len(rows) == 1, term
+    return rows[0]
+
+
+def named(text: str) -> set[str]:
+    return set(re.findall(r"`([a-z0-9-]+)`", text))
+
+
+def test_the_glossary_names_the_recipes_that_run_dp_attention_ep_and_sps_tables():
+    """Issue 29: the glossary said no recipe runs DP attention or EP or reads an SPS
+    table while four did. Its lists are the recipes' own flags, so they cannot go stale."""
+    recipes = load_all()
+    row = glossary_row("DP attention, EP")
+    dp_part = row.split("DP attention runs in", 1)[1].split(" and EP in ", 1)
+    assert named(dp_part[0]) == {
+        r.name
+        for r in recipes
+        if r.has_flag("--attn-dp-size") or r.has_flag("--enable-dp-attention")
+    }
+    assert named(dp_part[1].split("(tests/", 1)[0]) == {
+        r.name for r in recipes if r.has_flag("--ep-size")
+    }
+    sps = glossary_row("SPS table").split("and here", 1)[1]
+    assert named(sps.split("read one", 1)[0]) == {
+        r.name for r in recipes if r.dspark.sps_table == "tuned" or r.dspark.sps_table_path
+    }
+
+
+def test_the_test_cost_figures_are_measured_and_the_disk_is_scripts_test_s():
+    """The suite's count and time in README are one row of docs/benchmarks.md (its
+    measurement, with the command); the free disk README asks for is what
+    scripts/test refuses to start without."""
+    start = README.index("<!-- test-cost")
+    cost = " ".join(README[start : README.index("<!-- /test-cost -->")].split())
+    rows = [
+        line
+        for line in (ROOT / "docs" / "benchmarks.md").read_text().splitlines()
+        if line.startswith("| cold")
+    ]
+    count, total = re.search(
+        r"the whole suite \(([\d,]+) tests\) took (\d+ min(?: \d+ s)?)", cost
+    ).groups()
+    assert any(f"{count} tests" in row and f"| {total} |" in row for row in rows), (count, total)
+    script = (ROOT / "scripts" / "test").read_text()
+    fresh, warm = re.search(
+        r'need_gb=\$\{SM12X_MIN_FREE_GB:-\$\(\[ -d "\$cache/docker" \] && echo (\d+) \|\| echo (\d+)\)\}',
+        script,
+    ).groups()[::-1]
+    assert f"keep {fresh} GB free" in cost, fresh
+    assert f"{warm} GB" in cost, warm
+
+
 def test_support_matrix_names_every_recipe():
     """(That it is what the recipes make: tools/regen.py, tests/unit/test_generated.py.)"""
     start, end = README.index(BEGIN), README.index(END) + len(END)
