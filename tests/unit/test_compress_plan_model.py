@@ -221,12 +221,24 @@ def c2_records() -> list[dict]:
 
 
 def c2_cases():
+    """The static verifies the H200 ran (the compact ones are judged below: the model
+    of compact's parking is not held to the GPU, whose parks it does not match entry
+    for entry; compact is refused for V4.1 on what the GPU itself shows)."""
     for run in c2_records():
         tree = f"{run['sglang']}-{run['state']}"
-        for case in run["c2"]["uniform"] + run["c2"]["compact"]:
+        for case in run["c2"]["uniform"]:
             if "parks" in case:
-                kind = "static" if "verify_lens" not in case else "compact"
-                yield pytest.param(case, id=f"{tree}-{kind}-{case['rows']}")
+                yield pytest.param(case, id=f"{tree}-static-{case['rows']}")
+
+
+def test_the_h200_parks_compact_rows_in_other_requests_rings():
+    """Why the ragged-verify lint refuses compact for V4.1 on 0.5.23: in every compact
+    layout the H200 ran, rows were parked in another request's ring, and the per-row
+    request map the V4.1 paths build cannot take a compact layout at all."""
+    compact = [c for run in c2_records() for c in run["c2"]["compact"] if "parks" in c]
+    assert len(compact) == 12
+    assert all(c["parked_in_other_request"] > 0 for c in compact)
+    assert all("Invalid output_size" in c["repeat_interleave"] for c in compact)
 
 
 @pytest.mark.skipif(
