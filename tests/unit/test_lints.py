@@ -996,7 +996,9 @@ def test_compact_full_rank_passes_where_the_series_has_the_fix():
     bare = build(lambda d: None, TP4_THROUGHPUT)
     assert bare.dspark.acknowledge_compact_full_rank is None
     assert [f for f in lint_recipe(bare) if f.code == "compact-full-rank"] == []
-    acknowledged = build(dspark(acknowledge_compact_full_rank="a reason long enough"), TP4_THROUGHPUT)
+    acknowledged = build(
+        dspark(acknowledge_compact_full_rank="a reason long enough"), TP4_THROUGHPUT
+    )
     (finding,) = [f for f in lint_recipe(acknowledged) if f.code == "compact-full-rank"]
     assert finding.level == "warning"
     assert "every track's sglang has the fix" in finding.message
@@ -1015,7 +1017,9 @@ def test_the_series_names_the_compact_full_rank_fix(tmp_path):
     assert series.compact_full_rank_fix("0.5.30", toml) == "sglang 0.5.30"
     assert series.compact_full_rank_fix("0.5.17", toml) is None
     # The shipped series: 0024 on 0.5.23, nothing on the pinned track's 0.5.17.
-    assert series.compact_full_rank_fix("0.5.23") == "0024-dsv4-compact-verify-compressor-widths.patch"
+    assert (
+        series.compact_full_rank_fix("0.5.23") == "0024-dsv4-compact-verify-compressor-widths.patch"
+    )
     assert series.compact_full_rank_fix("0.5.17") is None
 
 
