@@ -103,11 +103,20 @@ MAX_TOKENS = 8192
 
 
 def series_targets(version: str) -> list[str]:
-    """Every file the version's patch series changes (apply-patches checks them all)."""
+    """Every file the version's patch series changes (apply-patches checks them all):
+    each patch's target and whatever else its diff names."""
     import tomllib
 
-    table = tomllib.loads((HERE.parent / "patches/sglang/patches.toml").read_text())
-    return [p["target"] for p in table["patch"] if version in p["sglang"]]
+    root = HERE.parent / "patches/sglang"
+    table = tomllib.loads((root / "patches.toml").read_text())
+    files = set()
+    for patch in table["patch"]:
+        if version in patch["sglang"]:
+            files.add(patch["target"])
+            for line in (root / version / patch["file"]).read_text().splitlines():
+                if line.startswith("+++ b/"):
+                    files.add(line[len("+++ b/") :].split("\t")[0])
+    return sorted(files)
 
 
 def prepare(wheel: Path, out: Path) -> None:

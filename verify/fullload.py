@@ -45,7 +45,7 @@ FULL_RANK_CAUSE = (
     "is overwritten)"
 )
 FULL_RANK_FIX = (
-    "serve the image's own patch series: sm12x's current-track image carries 0024, "
+    "serve the image's own patch series: sm12x's images (both tracks) carry 0024, "
     "which hands the DeepSeek-V4 compressor each request's own verify rows (no request "
     "limit or graph cap avoids the full rank: sglang clamps its decode graphs to the "
     "rank's request pool; docs/patch.md, docs/benchmarks.md#compact-verify-at-a-full-dp-rank); "

@@ -180,3 +180,73 @@ def test_patched_a_full_rank_is_served(modelled):
             assert c["missing_needed"] == 0, c["name"]
             assert c["overwritten_live"] == 0, c["name"]
             assert c["ghost_writes"]["other"] == 0, c["name"]
+
+
+def backend_method(tree: Path, name: str):
+    """One method of the tree's DeepSeek-V4 backend, compiled from its source."""
+    import ast
+    import functools
+    import types
+
+    import torch
+
+    path = tree / "sglang/srt/layers/attention/deepseek_v4_backend.py"
+    module = ast.parse(path.read_text())
+    (node,) = [n for n in ast.walk(module) if isinstance(n, ast.FunctionDef) and n.name == name]
+    body = [ast.ImportFrom("__future__", [ast.alias("annotations")], 0), node]
+    namespace = {
+        "torch": torch,
+        "functools": functools,
+        "Optional": object,
+        "create_paged_compressor_data": lambda compress_ratio, **kw: kw,
+        "DSV4Metadata": lambda *args, **kw: kw,
+        "types": types,
+    }
+    exec(compile(ast.fix_missing_locations(ast.Module(body, [])), str(path), "exec"), namespace)
+    return namespace[name]
+
+
+def test_the_pinned_tracks_port_hands_the_compressor_each_requests_own_rows(tmp_path):
+    """0024 on sglang 0.5.17 (same padding: its _resolve_verify_layout pads to the slots
+    with no cap, its _ragged_capture_slots is min(tier, max_bs)): the compressor is
+    handed the full rank's inflated last extend unpatched, the draft width patched.
+    The layout is the full-rank case above (64 requests, tier 512)."""
+    import types
+
+    import torch
+
+    check.prepare(trees.wheels.wheel("sglang", "0.5.17"), tmp_path)
+    widths = [3] * 63 + [2]
+    extends = widths[:-1] + [512 - sum(widths[:-1])]
+    raw = types.SimpleNamespace(
+        req_pool_indices=torch.arange(1, 65),
+        seq_lens=torch.full((64,), 4000),
+        out_cache_loc=torch.zeros(512, dtype=torch.int64),
+        extend_seq_lens=torch.tensor(extends),
+        extend_start_loc=torch.zeros(64, dtype=torch.int32),
+        verify_lens=torch.tensor(extends),
+        total_verify_tokens=512,
+        c128_compress_metadata=None,
+    )
+    backend = types.SimpleNamespace(
+        speculative_num_draft_tokens=check.DRAFT_TOKENS,
+        token_to_kv_pool=None,
+        req_to_token=None,
+        MAX_SEQ_LEN_FOR_CAPTURE=0,
+        has_c4=True,
+        has_c128=True,
+        _expand_prefill_casually_vectorized=lambda **kw: (None, None),
+        make_core_attn_metadata=lambda **kw: types.SimpleNamespace(low_ratios=()),
+        init_forward_metadata_indexer=lambda *a, **kw: None,
+    )
+    handed = {}
+    for state in ("pristine", "patched"):
+        method = backend_method(tmp_path / state, "make_forward_metadata_from_raw_verify")
+        made = method(backend, raw)
+        for ratio in (4, 128):
+            kw = made[f"c{ratio}_compress_metadata"]
+            handed[state, ratio] = (kw["extend_lens"].tolist(), kw["seq_lens"].tolist())
+    for ratio in (4, 128):
+        assert handed["pristine", ratio][0][-1] == 512 - 3 * 63
+        assert handed["patched", ratio][0] == [min(e, check.DRAFT_TOKENS) for e in extends]
+        assert handed["patched", ratio][1] == [4000 + min(e, 8) for e in extends]

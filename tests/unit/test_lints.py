@@ -992,7 +992,7 @@ def test_the_graph_limit_without_dp_attention_is_the_whole_request_limit():
 
 
 def test_compact_full_rank_passes_where_the_series_has_the_fix():
-    # The shipped series: 0024 fixes 0.5.23, the throughput recipes' only track.
+    # The shipped series: 0024 fixes both tracks' sglang.
     bare = build(lambda d: None, TP4_THROUGHPUT)
     assert bare.dspark.acknowledge_compact_full_rank is None
     assert [f for f in lint_recipe(bare) if f.code == "compact-full-rank"] == []
