@@ -1016,11 +1016,11 @@ def test_the_series_names_the_compact_full_rank_fix(tmp_path):
     assert series.compact_full_rank_fix("0.5.23", toml) == "0099-pad.patch"
     assert series.compact_full_rank_fix("0.5.30", toml) == "sglang 0.5.30"
     assert series.compact_full_rank_fix("0.5.17", toml) is None
-    # The shipped series: 0024 on 0.5.23, nothing on the pinned track's 0.5.17.
-    assert (
-        series.compact_full_rank_fix("0.5.23") == "0024-dsv4-compact-verify-compressor-widths.patch"
-    )
-    assert series.compact_full_rank_fix("0.5.17") is None
+    # The shipped series: 0024 on both tracks' sglang, none on 0.5.18 (no track's).
+    fix = "0024-dsv4-compact-verify-compressor-widths.patch"
+    assert series.compact_full_rank_fix("0.5.23") == fix
+    assert series.compact_full_rank_fix("0.5.17") == fix
+    assert series.compact_full_rank_fix("0.5.18") is None
 
 
 def test_the_largest_decode_graph_follows_the_rank_s_pool():
