@@ -265,7 +265,14 @@ def test_ctrl_c_says_one_line_and_ends_within_a_second(tmp_path):
     from tests.support.calibrate import slowdown
 
     bare = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; print('up', flush=True); time.sleep(60)"],
+        # Python's own Ctrl-C handler, even where this run inherited SIGINT ignored
+        # (a background job): the mock server installs its own, as this does.
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "print('up', flush=True); time.sleep(60)",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )

@@ -301,7 +301,7 @@ def test_a_track_refusal_is_said_once_with_the_setting_that_fixes_it(machine):
         tune_main.run(args)
     message = caught.value.message
     assert "runs only on the current track" in message and "\n" not in message
-    assert message.count("set SM12X_TRACK") == 1 and message.endswith("(its image)")
+    assert message.count("set SM12X_TRACK") == 1 and message.endswith("set SM12X_TRACK=current")
 
 
 @pytest.mark.parametrize(

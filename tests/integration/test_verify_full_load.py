@@ -47,7 +47,7 @@ def test_the_full_rank_fault_passes_the_soak_and_fails_the_full_load_check(fake,
     assert full["metrics"]["wrong"] > 0
     assert "answered wrong with 16 requests in flight (4 a DP rank)" in full["problem"]
     assert "fills its largest decode CUDA graph under compact ragged verify" in full["cause"]
-    assert "--cuda-graph-max-bs-decode" in full["fix"]
+    assert "0024" in full["fix"] and "SM12X_CONFIGURATION=baseline" in full["fix"]
     assert any("expected '" in line for line in full["evidence"])
 
 

@@ -356,11 +356,15 @@ def test_a_series_whose_last_patch_fails_leaves_the_tree_as_it_was(fresh, series
     last = folder / mine[-1]["file"]
     earlier = {f for p in mine[:-1] for f in _touched(folder / p["file"])}
     name = next(f for f in _touched(last) if f not in earlier)
+    target = site / name
+    text = target.read_text()
+    # A context line of the hunk, edited wherever the file holds it (no earlier patch
+    # touches this file), so the hunk cannot find its place.
     context = next(
         line[1:] for line in last.read_text().splitlines() if line.startswith(" ") and line.strip()
     )
-    target = site / name
-    target.write_text(target.read_text().replace(context, context + " /* edited */", 1))
+    assert context in text
+    target.write_text(text.replace(context, context + " /* edited */"))
     files = sorted({f for p in mine for f in _touched(folder / p["file"])})
     before = {f: (site / f).read_bytes() for f in files if (site / f).is_file()}
 

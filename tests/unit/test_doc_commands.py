@@ -156,6 +156,21 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
         "same script"
     ),
     "benchmarks/dsv4_compact_check.sh .devtrees out": NotHere("needs a CUDA GPU and nvcc"),
+    "benchmarks/dsv4_compact_check.sh --prepare .cache/wheels/sglang-0.5.23-*.whl .devtrees": NotHere(
+        GPU_BENCH + "; tests/patch/test_apply_patches.py patches the same wheel with the "
+        "same script"
+    ),
+    "benchmarks/dsv4_compact_check.sh --v41 .devtrees out": NotHere("needs a CUDA GPU and nvcc"),
+    "python benchmarks/dsv4_full_rank_check.py prepare .cache/wheels/sglang-0.5.23-*.whl "
+    ".devtrees/full-rank": NotHere(
+        GPU_BENCH + "; tests/patch/test_full_rank_compact.py runs the same prepare on the wheel"
+    ),
+    "python benchmarks/dsv4_full_rank_check.py run --tree .devtrees/full-rank --json "
+    "out/full-rank-h200.json --seeds 6": NotHere("needs a CUDA GPU and nvcc"),
+    "python benchmarks/dsv4_full_rank_check.py chain-cpu --tree .devtrees/full-rank --seeds 6": NotHere(
+        "needs the prepared tree; tests/patch/test_full_rank_compact.py runs it on one it "
+        "prepares (wheels tier)"
+    ),
     ".cache/venv/bin/python benchmarks/router_overhead.py --json router-overhead.json": Help(
         "a benchmark (minutes, and timing needs an idle machine)"
     ),
