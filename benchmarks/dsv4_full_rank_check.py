@@ -285,14 +285,8 @@ def chain(rv, fns, case: Case, max_bs: int, capture_bs: list[int], dev: str = "c
         out_cache_loc=torch.zeros(tier, dtype=torch.int64, device=dev),
         ragged_layout=padded,
     )
-    # The backend's own next step, with the attention-side helpers it calls stood in
-    # (their output goes to attention, not to the compressor).
-    backend.token_to_kv_pool = backend.req_to_token = None
-    backend.MAX_SEQ_LEN_FOR_CAPTURE = 0
-    backend.has_c4 = True
-    backend._expand_prefill_casually_vectorized = lambda **kw: (None, None)
-    backend.make_core_attn_metadata = lambda **kw: types.SimpleNamespace(low_ratios=())
-    backend.init_forward_metadata_indexer = lambda *a, **kw: None
+    # The backend's own next step.
+    stand_in_attention(backend)
     made = fns["make_forward_metadata_from_raw_verify"](backend, raw, graph_backed=True)
     handed = {}
     for ratio in (4, 128):
@@ -312,6 +306,18 @@ def chain(rv, fns, case: Case, max_bs: int, capture_bs: list[int], dev: str = "c
         "layout_extends": [int(x) for x in raw.extend_seq_lens.tolist()],
         **handed[4],
     }
+
+
+def stand_in_attention(backend) -> None:
+    """What make_forward_metadata_from_raw_verify reads besides the compressor's
+    inputs: the attention-side helpers it calls, stood in (their output goes to
+    attention, not to the compressor), and the pool handles it passes through."""
+    backend.token_to_kv_pool = backend.req_to_token = None
+    backend.MAX_SEQ_LEN_FOR_CAPTURE = 0
+    backend.has_c4 = backend.has_c128 = True
+    backend._expand_prefill_casually_vectorized = lambda **kw: (None, None)
+    backend.make_core_attn_metadata = lambda **kw: types.SimpleNamespace(low_ratios=())
+    backend.init_forward_metadata_indexer = lambda *a, **kw: None
 
 
 def tables(case: Case, handed: dict):

@@ -228,17 +228,8 @@ def test_the_pinned_tracks_port_hands_the_compressor_each_requests_own_rows(tmp_
         total_verify_tokens=512,
         c128_compress_metadata=None,
     )
-    backend = types.SimpleNamespace(
-        speculative_num_draft_tokens=check.DRAFT_TOKENS,
-        token_to_kv_pool=None,
-        req_to_token=None,
-        MAX_SEQ_LEN_FOR_CAPTURE=0,
-        has_c4=True,
-        has_c128=True,
-        _expand_prefill_casually_vectorized=lambda **kw: (None, None),
-        make_core_attn_metadata=lambda **kw: types.SimpleNamespace(low_ratios=()),
-        init_forward_metadata_indexer=lambda *a, **kw: None,
-    )
+    backend = types.SimpleNamespace(speculative_num_draft_tokens=check.DRAFT_TOKENS)
+    check.stand_in_attention(backend)
     handed = {}
     for state in ("pristine", "patched"):
         method = backend_method(tmp_path / state, "make_forward_metadata_from_raw_verify")
