@@ -169,6 +169,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "full (the full-rank fault, sm12x.mock.fullrank)",
     )
     sps.add_argument("--dspark-scheduler", action="store_true")
+    sps.add_argument(
+        "--sps-profile",
+        metavar="RECIPE",
+        help="the DSpark scheduler in sm12x tune's profiling mode, booted as `sm12x launch "
+        "--sps-profile` renders RECIPE (a configuration that reads a tuned table): its "
+        "layout, depth, decode CUDA graphs, request limit and the three profiling "
+        "variables, on the sglang of its track; the other flags of this group stay unset",
+    )
     sps.add_argument("--tp-size", type=option_type(Count), default=4)
     sps.add_argument("--dp-size", type=option_type(Count), default=1)
     sps.add_argument("--ep-size", type=option_type(Count), default=1)
@@ -208,6 +216,77 @@ def _version(args: argparse.Namespace) -> str:
         return resolve_version(args.line, args.sglang_version)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+
+
+# The group's flags --sps-profile replaces with the recipe's (argparse defaults).
+SPS_FLAGS = {
+    "dspark_scheduler": False,
+    "tp_size": 4,
+    "dp_size": 1,
+    "ep_size": 1,
+    "speculative_dspark_block_size": 7,
+    "cuda_graph_max_bs": 64,
+    "max_running_requests": None,
+}
+
+
+def _profiled(args: argparse.Namespace):
+    """(the SpsConfig, the sglang version, the line) of --sps-profile RECIPE: the
+    stand-in booted as `sm12x launch --sps-profile` renders the recipe, its
+    profiling variables read as sglang reads them, the layout and limits as
+    sglang resolves the recipe's flags (sm12x.recipe.lints: the DP ranks, one
+    rank's request pool, the largest decode graph a rank replays)."""
+    from sm12x.launch import configuration
+    from sm12x.launch.render import LaunchContext, build_launch
+    from sm12x.mock.sps import SpsConfig
+    from sm12x.recipe import RecipeError, load_recipe
+    from sm12x.recipe.lints import home_track, largest_decode_graph, per_rank_requests
+    from sm12x.sps_tables import layout
+    from sm12x.versions import load_versions
+
+    changed = [
+        "--" + name.replace("_", "-")
+        for name, default in SPS_FLAGS.items()
+        if getattr(args, name) != default
+    ]
+    if changed:
+        raise UserError(
+            f"--sps-profile takes the layout from the recipe: drop {', '.join(changed)}"
+        )
+    try:
+        recipe = load_recipe(args.sps_profile)
+    except RecipeError as exc:
+        raise UserError(f"--sps-profile {args.sps_profile}: {exc}") from None
+    if not configuration.reads_tuned_table(recipe):
+        raise UserError(
+            f"--sps-profile {recipe.name}: it reads no tuned SPS table, so sm12x tune "
+            "never profiles it: name a throughput configuration (a <rig>-throughput recipe)"
+        )
+    if args.line not in (LINES[0], recipe.model.line):
+        raise UserError(
+            f"--sps-profile {recipe.name} serves {recipe.model.line}, not --line {args.line}: "
+            "drop --line"
+        )
+    track = home_track(recipe)
+    version = load_versions(track)["SGLANG_VERSION"]
+    if args.sglang_version not in (None, version):
+        raise UserError(
+            f"--sps-profile {recipe.name} runs on the {track} track's sglang {version}, "
+            f"not --sglang-version {args.sglang_version}: drop --sglang-version"
+        )
+    env = build_launch(recipe, LaunchContext(sps_profile=True, track=track)).env_dict()
+    parallel = layout(recipe)
+    config = SpsConfig.from_env(
+        env,
+        gamma=recipe.dspark.block_size,
+        tp=parallel.tp,
+        dp=parallel.dp,
+        ep=parallel.ep,
+        cuda_graph_max_bs=largest_decode_graph(recipe),
+        max_running_per_dp=per_rank_requests(recipe),
+        stall_batch=args.stall_batch,
+    )
+    return config, version, recipe.model.line
 
 
 def _sps(args: argparse.Namespace):
@@ -264,7 +343,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"{name.ljust(width)}  {what}")
         return 0
     faults = _faults(args)
-    version = _version(args)
+    profiled = _profiled(args) if args.sps_profile else None
+    if profiled is not None:
+        args.line = profiled[2]
+    version = profiled[1] if profiled is not None else _version(args)
+    args.profiled_sps = profiled[0] if profiled is not None else None
     if args.die_after < 0:
         raise UserError(f"--die-after={args.die_after}: must be 0 (never) or more")
     if args.boot_log is not None and not args.boot_log.is_file():
@@ -318,10 +401,10 @@ def serve(args, faults, version: str, patched: bool, host: str, port: int, key) 
             api_key=key,
             sglang_version=version,
             patched=patched,
-            sps=_sps(args),
+            sps=getattr(args, "profiled_sps", None) or _sps(args),
             line=args.line,
             sglang_source=args.sglang_source,
-            layout=None if args.dspark_scheduler else _layout(args),
+            layout=None if args.dspark_scheduler or args.sps_profile else _layout(args),
         )
     except ModuleNotFoundError as exc:
         raise UserError(f"sglang's serving code needs {exc.name}, not installed: {INSTALL}")
@@ -334,7 +417,7 @@ def serve(args, faults, version: str, patched: bool, host: str, port: int, key) 
         f"sm12x mock-server: listening on http://{shown}:{port} "
         f"faults={','.join(sorted(faults.active)) or 'healthy'} sglang={version} "
         f"patches={args.sglang_patches} line={args.line} key={'set' if key else 'none'} "
-        f"code={site}",
+        f"code={site}" + (f" sps-profile={args.sps_profile}" if args.sps_profile else ""),
         flush=True,
     )
     config = uvicorn.Config(

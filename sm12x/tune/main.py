@@ -42,7 +42,7 @@ from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.fields import NonNegativeFloat, PositiveFloat, PositiveFraction, option_type
 from sm12x.launch import configuration, gpus
-from sm12x.launch.main import AUTO, select_recipe
+from sm12x.launch.main import AUTO, following, select_recipe
 from sm12x.recipe import Recipe
 from sm12x.settings import Loaded
 from sm12x.tune import probe
@@ -52,6 +52,7 @@ from sm12x.tune.profiler import (
     MODULE,
     NO_USABLE_ROUNDS,
     REFERENCE_FRACS,
+    WHEEL_RUNNER,
     DeadlineReached,
     Python,
     Rounds,
@@ -179,9 +180,11 @@ def _say(err: Console, text: str) -> None:
 # --- which recipe -------------------------------------------------------------------
 
 
-def tuned_recipe(loaded: Loaded, err: Console) -> Recipe:
-    """The recipe whose table is made: the named one when it reads a tuned table,
-    else the named rig's configuration that does."""
+def tuned_recipe(loaded: Loaded, err: Console) -> tuple[Recipe, Loaded]:
+    """The recipe whose table is made (the named one when it reads a tuned table,
+    else the named rig's configuration that does), and the settings with its own
+    track where SM12X_TRACK says none, as `sm12x launch` reads them (the table is
+    filed under the track the launch will look in)."""
     choice = loaded.settings.recipe
     named, why = select_recipe(choice, origin=loaded.origin("recipe"))
     if choice == AUTO:
@@ -200,10 +203,11 @@ def tuned_recipe(loaded: Loaded, err: Console) -> Recipe:
                 "(dspark.sps_table: tuned): there is nothing to tune for it"
             )
         recipe = found[0]
+    loaded = following(loaded, recipe)
     problem = configuration.track_problem(recipe, loaded.settings.track_name)
     if problem:
         raise UserError(problem)  # it ends with the one setting that fixes it
-    return recipe
+    return recipe, loaded
 
 
 # --- attach: profile a running server -----------------------------------------------
@@ -249,7 +253,15 @@ def machine_gpu(recipe: Recipe, remote: bool, err: Console) -> str | None:
     return found[0].name
 
 
-def where_to_run(args: argparse.Namespace, loaded: Loaded, reads: tuple[str, ...]) -> Python:
+def where_to_run(
+    args: argparse.Namespace,
+    loaded: Loaded,
+    reads: tuple[str, ...],
+    server: probe.ServerFacts | None = None,
+    err: Console | None = None,
+) -> Python:
+    """This Python when it has sglang, else (the server being sm12x mock-server)
+    this Python with the release's wheel standing in, else the image."""
     python = args.python or sys.executable
     missing = runner.python_has_benchmark(python, module=MODULE)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -260,6 +272,16 @@ def where_to_run(args: argparse.Namespace, loaded: Loaded, reads: tuple[str, ...
             f"{missing}: pass --python with one that has sglang, or leave it out to "
             "run the profiler in the image"
         )
+    if server is not None and server.mock:
+        # Trying tune on a CPU machine: the mock's extra carries no sglang, so the
+        # profiler is the served release's own, from its wheel (the mock's cache).
+        if err is not None:
+            _say(
+                err,
+                f"the profiler: sglang {server.sglang}'s own, from its wheel (this Python "
+                "has no sglang and the server is sm12x mock-server)",
+            )
+        return Python(python, None, env, ("-m", WHEEL_RUNNER, server.sglang))
     s = loaded.settings
     docker = shutil.which(s.docker)
     image = s.image_ref()
@@ -339,7 +361,7 @@ def attach(
         )
     if server.max_running_per_dp:
         top = min(top, server.max_running_per_dp)
-    python = where_to_run(args, loaded, ())
+    python = where_to_run(args, loaded, (), server, err)
     token_argv, reads = tokenizer_args(args, loaded, server, python.in_image is not None)
     if python.in_image is not None and reads:
         python.in_image = runner.InImage(
@@ -624,7 +646,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--url or --attach, not both")
     if args.boot_command and (args.url or args.attach):
         raise UserError("--boot-command boots a server; --url/--attach profile a running one")
-    recipe = tuned_recipe(loaded, err)
+    recipe, loaded = tuned_recipe(loaded, err)
     deadline_at = started + args.deadline
     if args.url or args.attach:
         base_url = (args.url or loaded.settings.base_url()).rstrip("/")

@@ -79,6 +79,9 @@ class ServerFacts:
     cuda_graph_max_bs: int
     max_running_per_dp: int | None
     tokenizer_path: str | None
+    # The server says it is `sm12x mock-server` (its /server_info's sm12x_mock):
+    # tune may then run the profiler from the release's wheel (sm12x.mock.profiler_python).
+    mock: bool = False
 
 
 def fetch(base_url: str, timeout: float) -> dict[str, Any]:
@@ -195,12 +198,12 @@ def facts(info: dict[str, Any], base_url: str) -> ServerFacts:
         ),
         dp_ranks=len(states),
         cuda_graph_max_bs=cuda_graph_max_bs(state) or 0,
-        max_running_per_dp=int(max_running)
-        if isinstance(max_running, int) and max_running > 0
-        else None,
+        # JSON's true is a Python int too: only a whole number is a request limit.
+        max_running_per_dp=max_running if type(max_running) is int and max_running > 0 else None,
         tokenizer_path=tokenizer
         if isinstance(tokenizer := info.get("tokenizer_path"), str)
         else None,
+        mock=info.get("sm12x_mock") is True,
     )
 
 

@@ -46,6 +46,9 @@ from sm12x.bench.runner import InImage, kill_group, pump, summarise
 from sm12x.errors import UserError
 
 MODULE = "sglang.benchmark.dspark_sps_profiler"
+# Runs MODULE from a release's wheel in a Python without sglang (named, never
+# imported: the mock is a leaf).
+WHEEL_RUNNER = "sm12x.mock.profiler_python"
 SESSION = "session.json"
 NO_USABLE_ROUNDS = "No usable rounds"
 # The profiler's own default for --input-len etc. (dspark_sps_profiler.py).
@@ -98,11 +101,14 @@ class Python:
     python: str
     in_image: InImage | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    # Words between the Python and its `-m`/`-c`: WHEEL_RUNNER's, when sglang
+    # comes from the release's wheel (a Python without sglang, the mock's).
+    prefix: tuple[str, ...] = ()
 
     def command(self, args: Sequence[str], workdir: Path, name: str) -> list[str]:
         if self.in_image is not None:
             return self.in_image.python(list(args), workdir, name)
-        return [self.python, *args]
+        return [self.python, *self.prefix, *args]
 
     def sweep(self, max_per_rank: int, workdir: Path) -> list[int]:
         """The profiler's own batch-size sweep up to max_per_rank (its function)."""

@@ -1,8 +1,9 @@
 """`sm12x tune` through sglang's real SPS profiler against the stand-in server.
 
 The profiler is the pinned track's wheel's `sglang/benchmark/dspark_sps_profiler.py`,
-run as tune runs it (`python -m ...`, its own flags) with tests/support/sps_site
-making the wheel's tree importable here. The mock server (sm12x.mock, its DSpark
+run as tune runs it for a Python without sglang against the mock (`python -m
+sm12x.mock.profiler_python VERSION -m ...`, its own flags): this test environment
+has no sglang installed, as a CPU user's `[mock]` install has none. The mock server (sm12x.mock, its DSpark
 scheduler sps.py) answers what the profiler asks (/server_info with per-rank records,
 /generate, /flush_cache, /abort_request) by sglang's rules. Time bounds are
 relative to the first tune's own wall time, measured in the same run.
@@ -12,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -25,7 +29,6 @@ from sm12x.errors import UserError
 from sm12x.launch import gpus
 from sm12x.launch import main as launch_main
 from sm12x.launch.configuration import resolve
-from sm12x.mock import serving as sglang_serving
 from sm12x.mock.server import MockServer
 from sm12x.mock.sps import SpsConfig
 from sm12x.recipe import load_recipe
@@ -34,7 +37,8 @@ from sm12x.versions import default_track, load_versions
 from tests.support import throughput as tp
 
 SGLANG = load_versions(default_track())["SGLANG_VERSION"]
-SITE_PATH = Path(__file__).resolve().parents[1] / "support" / "sps_site"
+# What runs sglang's code from the wheel here, as tune runs it.
+FROM_WHEEL = [sys.executable, "-m", "sm12x.mock.profiler_python", SGLANG]
 DP = 4
 # Quick rounds: the profiler's gates at their smallest sensible values, and two
 # verify-budget fractions of the off-diagonal sweep (the default is eight).
@@ -52,22 +56,17 @@ QUICK = [
 TIMES: dict[str, float] = {}
 
 
-@pytest.fixture(scope="module")
-def profiler_site():
-    return sglang_serving.tree(SGLANG, patched=True)
+@pytest.fixture(scope="module", autouse=True)
+def no_sglang_here():
+    """tune takes the wheel only for a Python without sglang: this one must be."""
+    assert importlib.util.find_spec("sglang") is None, "this test needs a Python without sglang"
 
 
 @pytest.fixture
-def machine(tmp_path, monkeypatch, profiler_site):
-    """This process as the rig: 4 RTX PRO 6000 (nvidia-smi), the wheel's profiler
-    importable by this Python, a cache folder."""
+def machine(tmp_path, monkeypatch):
+    """This process as the rig: 4 RTX PRO 6000 (nvidia-smi), a cache folder."""
     bin_dir = tp.fake_nvidia_smi(tmp_path / "bin")
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv(
-        "PYTHONPATH",
-        os.pathsep.join([str(SITE_PATH), *filter(None, [os.environ.get("PYTHONPATH")])]),
-    )
-    monkeypatch.setenv("SM12X_SPS_SGLANG_SITE", str(profiler_site))
     return tmp_path
 
 
@@ -101,9 +100,6 @@ def leftovers(cache: Path) -> list[Path]:
 def sglang_loads(table: Path) -> dict:
     """The table as sglang's own loader reads it (dspark_sps.load_sps_table_from_path,
     the function the planner's build_sps_cost_table calls), and what it prices."""
-    import subprocess
-    import sys
-
     code = (
         "import json, sys; from sglang.srt.speculative.dspark_components.dspark_sps import "
         "load_sps_table_from_path as load; t = load(sys.argv[1]); "
@@ -111,7 +107,7 @@ def sglang_loads(table: Path) -> dict:
         "'step_time': [t.step_time(num_reqs=b, budget=k) for b, k in ((1, 0), (8, 0), (8, 56))]}))"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code, str(table)],
+        [*FROM_WHEEL, "-c", code, str(table)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -156,6 +152,9 @@ def test_tune_makes_a_table_that_the_launch_then_runs(machine, capsys):
     assert not leftovers(cache)
     err = capsys.readouterr().err
     assert f"wrote {table}" in err and f"sglang's {store.ADDITIVE}" in err
+    # No sglang here and the server is the mock: the release's own profiler, from
+    # its wheel, said once.
+    assert err.count(f"the profiler: sglang {SGLANG}'s own, from its wheel") == 1, err
     # The launcher finds it: the same key, seen from the launch's side.
     found = store.lookup(cache, key)
     assert found.table == table
@@ -325,13 +324,10 @@ def test_a_server_not_in_profiling_mode_gets_one_clear_error(machine, changes, s
 
 def test_the_real_profiler_refuses_the_stand_in_outside_profiling_mode(machine):
     """The stand-in's answer without records is what the real profiler rejects."""
-    import subprocess
-    import sys
-
     with MockServer(sps=config(record=False)) as server:
         done = subprocess.run(
             [
-                sys.executable,
+                *FROM_WHEEL,
                 "-m",
                 "sglang.benchmark.dspark_sps_profiler",
                 "run",
@@ -411,3 +407,23 @@ def test_boot_mode_starts_a_one_off_container_of_the_rigs_service_in_profiling_m
     ]
     assert service.up[service.up.index("--profile") + 1] == tp.RIG
     assert service.down == ["docker", "rm", "--force", f"sm12x-tune-{tp.THROUGHPUT}"]
+
+
+def test_a_server_that_is_not_the_mock_gets_no_wheel_for_a_python_without_sglang(
+    machine, monkeypatch
+):
+    """The wheel stands in only against sm12x mock-server: profiling a real server
+    from a Python without sglang asks for --python or the image, in one line."""
+    from sm12x.tune import probe
+
+    real = probe.facts
+    monkeypatch.setattr(
+        probe, "facts", lambda info, url: dataclasses.replace(real(info, url), mock=False)
+    )
+    with MockServer(sps=config()) as server:
+        with pytest.raises(UserError) as caught:
+            tune(machine / "cache", server.base_url, "--docker", str(machine / "no-docker"))
+        assert server.app.state.scheduler.batches == []
+    message = caught.value.message
+    assert "\n" not in message and "pass --python with one that has sglang" in message, message
+    assert "from its wheel" not in message
