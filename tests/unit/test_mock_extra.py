@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import tomllib
 
+import pytest
+
 from packaging.requirements import Requirement
 
 from sm12x.versions import load_versions
@@ -45,3 +47,17 @@ def test_no_cuda_package_and_nothing_that_pulls_a_torch_of_its_own():
     assert not [n for n in names if n.startswith("nvidia-") or "cuda" in n]
     # torchvision and torchaudio would pull PyPI's (CUDA) torch beside the pin.
     assert not names & {"torchvision", "torchaudio", "sglang", "flashinfer-python"}
+
+
+@pytest.mark.wheels  # reads the pinned sglang wheel's own requirements
+def test_the_pins_sglang_reads_are_the_pinned_release_s_own():
+    """transformers and xgrammar at sglang 0.5.17's own pins: its code then runs on
+    this install as it is (no overlay of pins), which is what an offline start from
+    a clean install finds (tests/support/mock_starts.py starts it)."""
+    from sm12x.mock.wheels import OVERLAY_DISTS, sglang_pins
+
+    pinned = sglang_pins(load_versions()["SGLANG_VERSION"])
+    for name in ("transformers", "xgrammar"):
+        assert name in OVERLAY_DISTS
+        (req,) = on(LINUX, name)
+        assert str(req.specifier) == f"=={pinned[name]}", (name, pinned.get(name))
