@@ -36,6 +36,7 @@ bake targets, pip extras, compose profiles and Kubernetes names are real.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -45,6 +46,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -385,7 +387,21 @@ def runs_for_real(sub: str, args: list[str]) -> bool:
         )
     if sub == "bench":
         return not args
+    if sub == "tune":  # against the documented mock (StandIn.tune)
+        urls = [args[k + 1] for k, a in enumerate(args) if a == "--url"]
+        return (
+            len(urls) == 1
+            and urls[0].startswith("http://127.0.0.1:")
+            and not LOOPBACK_URL.match(urls[0])
+        )
     return False
+
+
+def suite_cache() -> dict[str, str]:
+    """The suite's wheel cache and its switches: the mock and tune's wheel profiler
+    read sglang's code from it, offline."""
+    keep = ("SM12X_CACHE", "SM12X_OFFLINE", "SM12X_FORBID_WHEELS")
+    return {k: os.environ[k] for k in keep if k in os.environ}
 
 
 def run_sm12x(
@@ -439,12 +455,11 @@ class StandIn:
         )
         wait_healthy(self.process, self.port, work / "stand-in.log")
 
-    def serve(
-        self, args: list[str], cwd: Path, env: dict[str, str]
-    ) -> subprocess.CompletedProcess[str]:
+    @contextlib.contextmanager
+    def serving(self, args: list[str], cwd: Path, env: dict[str, str]):
         """The documented `sm12x mock-server ...`, as written but on a free port,
-        in the reader's checkout: it listens, answers a chat completion, and
-        Ctrl-C stops it with 130."""
+        in the reader's checkout, yielding that port once it listens; on the way
+        out it answers a chat completion and Ctrl-C stops it with 130."""
         from sm12x.mock.server import free_port
 
         port = free_port()
@@ -454,18 +469,17 @@ class StandIn:
         else:
             args = [*args, "--port", str(port)]
         log = cwd / "mock-server.log"
-        keep = ("SM12X_CACHE", "SM12X_OFFLINE", "SM12X_FORBID_WHEELS")
-        env = {**env, **{k: os.environ[k] for k in keep if k in os.environ}}
         with log.open("w") as out:
             proc = subprocess.Popen(
                 [str(Path(PY).parent / "sm12x"), "mock-server", *args],
                 cwd=cwd,
-                env=env,
+                env={**env, **suite_cache()},
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
             try:
                 wait_healthy(proc, port, log)
+                yield port
                 body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "Hi"}]})
                 request = urllib.request.Request(
                     f"http://127.0.0.1:{port}/v1/chat/completions",
@@ -483,7 +497,43 @@ class StandIn:
         text = log.read_text()
         assert code == 130, text
         assert f"listening on http://127.0.0.1:{port}" in text, text
-        return subprocess.CompletedProcess(args, 0, text, "")
+
+    def serve(
+        self, args: list[str], cwd: Path, env: dict[str, str]
+    ) -> subprocess.CompletedProcess[str]:
+        with self.serving(args, cwd, env):
+            pass
+        return subprocess.CompletedProcess(args, 0, (cwd / "mock-server.log").read_text(), "")
+
+    def tune(
+        self, args: list[str], cwd: Path, env: dict[str, str]
+    ) -> subprocess.CompletedProcess[str]:
+        """The documented `sm12x tune --url http://127.0.0.1:PORT ...` against the
+        documented `sm12x mock-server --port PORT ...` (the docs' command with that
+        port), each as written but on a free port: tune writes a table."""
+        url = args[args.index("--url") + 1]
+        port = str(urllib.parse.urlsplit(url).port)
+        (mock,) = [
+            c
+            for c in COMMANDS
+            if c.words[:2] == ["sm12x", "mock-server"]
+            and c.words[c.words.index("--port") + 1 : c.words.index("--port") + 2] == [port]
+        ]
+        with self.serving(mock.words[2:], cwd, env) as served:
+            argv = [re.sub(rf":{port}\b", f":{served}", a) for a in args]
+            done = subprocess.run(
+                [str(Path(PY).parent / "sm12x"), "tune", *argv],
+                cwd=cwd,
+                env={**env, **suite_cache()},
+                capture_output=True,
+                text=True,
+                timeout=900,
+                check=False,
+            )
+        out = done.stdout + done.stderr
+        assert done.returncode == 0 and "Traceback" not in out, out
+        assert "sm12x tune: wrote " in done.stderr, out
+        return done
 
     def run(
         self, sub: str, args: list[str], cwd: Path, env: dict[str, str]
@@ -491,6 +541,8 @@ class StandIn:
         env = {**env, "COLUMNS": "200"}
         if sub == "mock-server":
             return self.serve(args, cwd, env)
+        if sub == "tune":
+            return self.tune(args, cwd, env)
         if sub == "verify":  # the reader's port is the stand-in's
             args = [re.sub(r":30000\b", f":{self.port}", a) for a in args]
         if sub == "bench":

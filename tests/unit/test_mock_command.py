@@ -257,3 +257,69 @@ def test_a_signal_stop_is_a_signal_status_even_where_sigint_was_ignored():
     assert _stopped_status(stopped) == 130
     stopped = SimpleNamespace(should_exit=True, _captured_signals=[signal.SIGTERM])
     assert _stopped_status(stopped) == 143
+
+
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (
+            ["--sps-profile", "rtx-pro-6000-tp4"],
+            "--sps-profile rtx-pro-6000-tp4: it reads no tuned SPS table",
+        ),
+        (["--sps-profile", "no-such-recipe"], "--sps-profile no-such-recipe: "),
+        (
+            ["--sps-profile", "rtx-pro-6000-tp4-throughput", "--dp-size", "2"],
+            "--sps-profile takes the layout from the recipe: drop --dp-size",
+        ),
+        (
+            ["--sps-profile", "rtx-pro-6000-tp4-throughput", "--dspark-scheduler"],
+            "drop --dspark-scheduler",
+        ),
+        (
+            ["--sps-profile", "rtx-pro-6000-tp4-throughput", "--sglang-version", "0.5.17"],
+            "runs on the current track's sglang 0.5.23, not --sglang-version 0.5.17",
+        ),
+        (
+            ["--sps-profile", "rtx-pro-6000-tp4-throughput", "--line", "v4.1-flash"],
+            "serves v4-flash-0731, not --line v4.1-flash",
+        ),
+    ],
+    ids=["baseline", "unknown", "layout-flag", "scheduler-flag", "other-sglang", "other-line"],
+)
+def test_sps_profile_takes_a_throughput_recipe_and_nothing_it_would_override(flags, says):
+    result = run_sm12x("mock-server", *flags)
+    assert result.returncode == 1, result.stderr
+    line = error_line(result)
+    assert line.startswith("sm12x mock-server: error: ") and says in line, line
+    assert result.stdout == ""  # refused before anything loads
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["rtx-pro-6000-tp4-throughput", "rtx-pro-6000-tp2-throughput", "rtx-5090-tp8-throughput"],
+)
+def test_sps_profile_boots_the_stand_in_as_the_launch_renders_the_recipe(name):
+    """The scheduler's layout and limits are the recipe's as sglang resolves them,
+    and its profiling variables are the ones `sm12x launch --sps-profile` writes,
+    read as sglang reads them: what tune then checks the server against."""
+    import argparse
+
+    from sm12x.launch.render import LaunchContext, build_launch
+    from sm12x.recipe import load_recipe
+    from sm12x.recipe.lints import largest_decode_graph, per_rank_requests
+    from sm12x.sps_tables import layout
+
+    parser = argparse.ArgumentParser()
+    sm12x.mock.command.add_arguments(parser)
+    config, version, line = sm12x.mock.command._profiled(parser.parse_args(["--sps-profile", name]))
+    recipe = load_recipe(name)
+    env = build_launch(recipe, LaunchContext(sps_profile=True)).env_dict()
+    assert env["SGLANG_DSPARK_ENABLE_SPS_RECORD"] == "1"
+    assert (config.record, config.simulate_acc_len) == (True, 1.0)
+    assert config.mode == env["SGLANG_RAGGED_VERIFY_MODE"] == "compact"
+    parallel = layout(recipe)
+    assert (config.tp, config.dp, config.ep) == (parallel.tp, parallel.dp, parallel.ep)
+    assert config.gamma == recipe.dspark.block_size
+    assert config.cuda_graph_max_bs == largest_decode_graph(recipe)
+    assert config.max_running_per_dp == per_rank_requests(recipe)
+    assert (version, line) == ("0.5.23", recipe.model.line)

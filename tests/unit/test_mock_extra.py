@@ -12,7 +12,6 @@ from __future__ import annotations
 import tomllib
 
 import pytest
-
 from packaging.requirements import Requirement
 
 from sm12x.versions import load_versions
