@@ -88,18 +88,20 @@ def _bare_package(name: str, folder: Path) -> types.ModuleType:
     return module
 
 
+def _defines(node: ast.stmt) -> str | None:
+    """The KEPT name a top-level statement defines, if it defines one."""
+    if isinstance(node, ast.FunctionDef):
+        return node.name if node.name in KEPT else None
+    if isinstance(node, ast.Assign):
+        names = [t.id for t in node.targets if isinstance(t, ast.Name) and t.id in KEPT]
+        return names[0] if names else None
+    return None
+
+
 def _one_batch_server(path: Path) -> types.ModuleType:
     source = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    kept = [
-        node
-        for node in source.body
-        if (isinstance(node, ast.FunctionDef) and node.name in KEPT)
-        or (
-            isinstance(node, ast.Assign)
-            and any(getattr(t, "id", None) in KEPT for t in node.targets)
-        )
-    ]
-    found = {getattr(n, "name", None) or getattr(n.targets[0], "id", None) for n in kept}
+    kept: list[ast.stmt] = [node for node in source.body if _defines(node)]
+    found = {_defines(node) for node in kept}
     if found != set(KEPT):
         raise CannotHave(f"{path} no longer defines {sorted(set(KEPT) - found)}")
     module = types.ModuleType("sglang.benchmark.one_batch_server")
