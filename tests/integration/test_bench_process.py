@@ -10,9 +10,8 @@ import shlex
 import stat
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from sm12x.bench import provenance, runner
 from sm12x.versions import load_versions
 from tests.support import bench_cli
 from tests.support.cli import ROOT
+from tests.support.local_http import LocalServer
 
 FIXTURES = ROOT / "tests" / "fixtures" / "bench"
 FAKE_BENCH = ROOT / "tests" / "support" / "fake_bench"
@@ -75,13 +75,11 @@ class Server:
                     return self._send(200, [True])
                 return self._send(404, {"detail": "Not Found"})
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.httpd = LocalServer(Handler).start()
+        self.url = self.httpd.url
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.httpd.close()
 
 
 @pytest.fixture

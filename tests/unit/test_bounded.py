@@ -8,7 +8,7 @@ import json
 import os
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 import yaml
@@ -18,6 +18,7 @@ from sm12x.apikey import read_key_file
 from sm12x.errors import UserError
 from sm12x.recipe.load import MAX_BYTES, MAX_DEPTH, load_recipe
 from tests.support.cli import raw_recipe, run_sm12x
+from tests.support.local_http import LocalServer
 from verify.cli import MAX_FIELD, capped
 
 
@@ -211,12 +212,8 @@ class _JustUnderTheTimeout(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def slow_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _JustUnderTheTimeout)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with LocalServer(_JustUnderTheTimeout) as server:
+        yield server.url
 
 
 def test_verify_deadline_ends_the_run_and_writes_the_reports(slow_server, tmp_path):
@@ -280,14 +277,7 @@ def test_bench_s_own_requests_refuse_deep_json():
         def do_GET(self) -> None:  # noqa: N802
             self._send(200, b"[" * 100_000 + b"]" * 100_000)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Deep)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        data, problem = provenance.get_json(
-            f"http://127.0.0.1:{server.server_address[1]}/v1/models", None, 10.0
-        )
-    finally:
-        server.shutdown()
-        server.server_close()
+    with LocalServer(Deep) as server:
+        data, problem = provenance.get_json(f"{server.url}/v1/models", None, 10.0)
     assert data is None
     assert "nested more than 64 levels deep" in problem

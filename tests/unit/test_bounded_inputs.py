@@ -8,9 +8,8 @@ import base64
 import json
 import os
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import quote
 
 import pytest
@@ -18,6 +17,7 @@ import pytest
 from sm12x.errors import UserError
 from sm12x.http.redact import Redactor
 from tests.support.cli import assert_one_clear_error, run_sm12x
+from tests.support.local_http import LocalServer
 
 RECIPE = "rtx-pro-6000-tp4"
 
@@ -127,21 +127,13 @@ class Hostile:
                 except OSError:
                     return
 
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-
-            def handle_error(self, request, client_address):
-                # The client hanging up on a hostile answer is the point: socketserver
-                # would print its traceback on the stderr the CLI's output is read from.
-                pass
-
-        self.httpd = Server(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        # The client hanging up on a hostile answer is the point: LocalServer
+        # prints no traceback for it on the stderr the CLI's output is read from.
+        self.httpd = LocalServer(Handler).start()
+        self.url = self.httpd.url
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.httpd.close()
 
 
 def _closed_port() -> str:

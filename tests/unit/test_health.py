@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from sm12x.launch.health import default_url
 from sm12x.settings import load
 from tests.support.cli import assert_one_clear_error, run_sm12x
+from tests.support.local_http import LocalServer
 
 
 class FakeServer:
@@ -49,13 +49,11 @@ class FakeServer:
                 default = {"choices": [{"text": " Paris"}], "usage": {"completion_tokens": 1}}
                 self._reply(completion_status, completion if completion is not None else default)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = LocalServer(Handler).start()
         self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.httpd.close()
 
 
 @pytest.fixture
