@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import threading
 import zipfile
 from contextlib import contextmanager
 from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
+
+from tests.support.local_http import LocalServer
 
 
 def _record_line(name: str, data: bytes) -> str:
@@ -150,13 +151,8 @@ def serving(root: Path):
     """Serve root on 127.0.0.1; yields the base URL."""
     handler = partial(_Quiet, directory=str(root))
     try:
-        server = ThreadingHTTPServer(("127.0.0.1", PREFERRED_PORT), handler)
+        server = LocalServer(handler, PREFERRED_PORT)
     except OSError:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+        server = LocalServer(handler)
+    with server:
+        yield server.url

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 # A handler's longest sleep in these tests is a few seconds; past this a handler
@@ -25,8 +26,8 @@ JOIN_S = 30.0
 class LocalServer(ThreadingHTTPServer):
     daemon_threads = True  # never holds the interpreter at exit; close() joins them
 
-    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
-        super().__init__(("127.0.0.1", 0), handler)
+    def __init__(self, handler: Callable[..., BaseHTTPRequestHandler], port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), handler)
         self._handlers: list[threading.Thread] = []
         self._guard = threading.Lock()
         self._serving: threading.Thread | None = None
