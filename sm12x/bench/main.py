@@ -30,6 +30,7 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -342,18 +343,50 @@ def image_overrides(args: argparse.Namespace, loaded: Loaded) -> tuple[str | Non
     )
 
 
+@dataclass(frozen=True)
+class RunsOn:
+    """Where sglang's benchmark client runs: `python [prefix] -m MODULE`, or in the image."""
+
+    python: str
+    in_image: runner.InImage | None = None
+    prefix: tuple[str, ...] = ()
+    # The client's sglang when it is not this Python's own (the wheel's release).
+    sglang: str | None = None
+
+
 def where_to_run(
-    args: argparse.Namespace, loaded: Loaded, err: Console, reads: tuple[str, ...]
-) -> tuple[str, runner.InImage | None]:
-    """This machine's Python when it has sglang's benchmark, else the image."""
+    args: argparse.Namespace,
+    loaded: Loaded,
+    err: Console,
+    reads: tuple[str, ...],
+    info: dict | None = None,
+) -> RunsOn:
+    """This machine's Python when it has sglang's benchmark; against sm12x
+    mock-server, this Python with the served release's wheel standing in; else
+    the image."""
     python = args.python or sys.executable
     missing = runner.python_has_benchmark(python)
     if missing is None:
-        return python, None
+        return RunsOn(python)
     if args.python:
         raise UserError(
             f"{missing}: pass --python with one that has sglang (pip install sglang), "
             "or leave --python out to run the benchmark in the image"
+        )
+    served = str((info or {}).get("version") or "")
+    if (info or {}).get("sm12x_mock") is True and served:
+        # Trying bench on a CPU machine: the mock's extra carries no sglang, so
+        # the client is the served release's own, from its wheel, patched as the
+        # image's is (sm12x.mock.wheel_python says why patched).
+        err.print(
+            f"the client: sglang {served}'s own benchmark, from its wheel (this Python has "
+            "no sglang and the server is sm12x mock-server)",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+        return RunsOn(
+            python, prefix=("-m", runner.WHEEL_RUNNER, served, "--patched"), sglang=served
         )
     s = loaded.settings
     image = s.image_ref()
@@ -381,7 +414,7 @@ def where_to_run(
         markup=False,
         soft_wrap=True,
     )
-    return python, runner.InImage(docker, image, f"{os.getuid()}:{os.getgid()}", reads)
+    return RunsOn(python, runner.InImage(docker, image, f"{os.getuid()}:{os.getgid()}", reads))
 
 
 def choose_recipe(choice: str, found: list[gpu_query.Gpu]) -> tuple[Recipe, str]:
@@ -720,7 +753,8 @@ def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Co
     reads = tuple(
         str(Path(p).resolve()) for p in (tokenizer, args.dataset_path) if p and Path(p).exists()
     )
-    python, in_image = where_to_run(args, loaded, err, reads)
+    client = where_to_run(args, loaded, err, reads, info)
+    python, in_image = client.python, client.in_image
     docker = shutil.which(loaded.settings.docker)
     with err.status("collecting versions, image and GPUs"):
         facts = provenance.collect(
@@ -736,6 +770,8 @@ def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Co
             # The client is the image's sglang, not this machine's (it has none).
             probe, _ = provenance.local_probe(in_image.probe_prefix(), timeout)
             facts.client_sglang = probe.get("sglang") if probe else None
+        elif client.sglang is not None:
+            facts.client_sglang = client.sglang  # the wheel's, not this Python's (none)
     recipe, how = choose_recipe(args.recipe, facts.gpus)
     warnings += facts.notes
     warnings += server_mismatches(recipe, facts.server)
@@ -808,6 +844,7 @@ def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Co
                 timeout_s=run_timeout,
                 env=env,
                 in_image=in_image,
+                prefix=client.prefix,
                 on_progress=on_progress,
                 redactor=secrets,
             )

@@ -13,8 +13,10 @@ so a renamed flag fails there. Each run:
 - keeps its full output in logs/c16.log and feeds tqdm's `n/total` counter
   to the progress display.
 
-Where: a Python of this machine that has sglang, or, when there is none,
-the sm12x image (InImage: `docker run --network host`, the output folder
+Where: a Python of this machine that has sglang; against `sm12x mock-server`
+from a Python without sglang, that Python running the served release's own
+client from its wheel (WHEEL_RUNNER, sm12x.mock.wheel_python); else the sm12x
+image (InImage: `docker run --network host`, the output folder
 mounted at the same path, the key passed by name in the environment, never
 in argv).
 """
@@ -36,6 +38,10 @@ from sm12x.bench.lines import make_tag
 from sm12x.http.redact import Redactor
 
 MODULE = "sglang.benchmark.serving"
+# Runs an sglang module from the release's wheel in a Python without sglang
+# (`python -m WHEEL_RUNNER VERSION [--patched] -m MODULE ...`): bench's client
+# and tune's profiler against the mock on a CPU machine.
+WHEEL_RUNNER = "sm12x.mock.wheel_python"
 # sglang's --ready-check-timeout-sec: bench has already checked the server.
 READY_CHECK_S = 60
 _TQDM = re.compile(r"(\d+)/(\d+) \[")
@@ -64,9 +70,10 @@ class Spec:
         # random + a path: the seed's workload (ShareGPT text cut to length).
         return "random" if self.dataset_path else "random-ids"
 
-    def argv(self, python: str, output_file: Path) -> list[str]:
+    def argv(self, python: str, output_file: Path, prefix: Sequence[str] = ()) -> list[str]:
+        """The benchmark's command; prefix: words between the Python and its -m."""
         argv = [
-            python, "-m", MODULE,
+            python, *prefix, "-m", MODULE,
             "--backend", self.backend,
             "--base-url", self.base_url,
             "--dataset-name", self.dataset_name,
@@ -182,6 +189,7 @@ def run_one(
     on_progress: Callable[[int, int], None] | None = None,
     redactor: Redactor | None = None,
     in_image: InImage | None = None,
+    prefix: Sequence[str] = (),
 ) -> Process:
     """Run one benchmark process (in the image with in_image); never raises for
     what the process does. Its log and tail go through redactor (credentials
@@ -198,7 +206,7 @@ def run_one(
     if in_image is not None:
         argv = in_image.argv(spec, output_file, workdir, name)
     else:
-        argv = spec.argv(python, output_file)
+        argv = spec.argv(python, output_file, prefix)
     started = time.monotonic()
     tail: list[str] = []
     with log_path.open("w", encoding="utf-8", errors="replace") as log:

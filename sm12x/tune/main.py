@@ -52,7 +52,6 @@ from sm12x.tune.profiler import (
     MODULE,
     NO_USABLE_ROUNDS,
     REFERENCE_FRACS,
-    WHEEL_RUNNER,
     DeadlineReached,
     Python,
     Rounds,
@@ -281,7 +280,7 @@ def where_to_run(
                 f"the profiler: sglang {server.sglang}'s own, from its wheel (this Python "
                 "has no sglang and the server is sm12x mock-server)",
             )
-        return Python(python, None, env, ("-m", WHEEL_RUNNER, server.sglang))
+        return Python(python, None, env, ("-m", runner.WHEEL_RUNNER, server.sglang))
     s = loaded.settings
     docker = shutil.which(s.docker)
     image = s.image_ref()

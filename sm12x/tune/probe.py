@@ -80,7 +80,7 @@ class ServerFacts:
     max_running_per_dp: int | None
     tokenizer_path: str | None
     # The server says it is `sm12x mock-server` (its /server_info's sm12x_mock):
-    # tune may then run the profiler from the release's wheel (sm12x.mock.profiler_python).
+    # tune may then run the profiler from the release's wheel (sm12x.mock.wheel_python).
     mock: bool = False
 
 

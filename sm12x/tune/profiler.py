@@ -48,7 +48,6 @@ from sm12x.errors import UserError
 MODULE = "sglang.benchmark.dspark_sps_profiler"
 # Runs MODULE from a release's wheel in a Python without sglang (named, never
 # imported: the mock is a leaf).
-WHEEL_RUNNER = "sm12x.mock.profiler_python"
 SESSION = "session.json"
 NO_USABLE_ROUNDS = "No usable rounds"
 # The profiler's own default for --input-len etc. (dspark_sps_profiler.py).
@@ -101,7 +100,7 @@ class Python:
     python: str
     in_image: InImage | None = None
     env: Mapping[str, str] = field(default_factory=dict)
-    # Words between the Python and its `-m`/`-c`: WHEEL_RUNNER's, when sglang
+    # Words between the Python and its `-m`/`-c`: runner.WHEEL_RUNNER's, when sglang
     # comes from the release's wheel (a Python without sglang, the mock's).
     prefix: tuple[str, ...] = ()
 

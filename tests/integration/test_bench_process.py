@@ -334,6 +334,49 @@ def test_the_mock_server_gets_the_backend_and_tokenizer_it_serves(tmp_path):
     assert_progress_agrees(done.stderr, "ok")
 
 
+def test_against_the_mock_a_python_without_sglang_runs_the_wheel_s_own_client(tmp_path):
+    """docs/bench.md's command against the mock from a Python without sglang (a
+    CPU user's, the mock extra's): no stand-in benchmark on the path, so bench runs
+    the served release's own `sglang.benchmark.serving` from its wheel, patched
+    as the image's (sm12x.mock.wheel_python), and that real client measures
+    every request the mock answers."""
+    from sm12x.mock.server import MockServer
+
+    version = load_versions()["SGLANG_VERSION"]
+    with MockServer() as mock:
+        done, result, calls, out = bench(
+            tmp_path,
+            mock.base_url,
+            "--recipe", "rtx-pro-6000-tp4", "--container", "none",
+            "--concurrency", "4", "--num-prompts", "8",
+            "--input-len", "128", "--output-len", "64",
+            stand_in=False,
+            tokenizer=False,
+            env={"SM12X_OFFLINE": "1"},
+            timeout=900,
+        )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert calls == []  # no stand-in ran
+    assert (
+        f"the client: sglang {version}'s own benchmark, from its wheel (this Python has no "
+        "sglang and the server is sm12x mock-server)"
+    ) in done.stderr, said
+    assert "concurrency 4: ok, 8/8 requests" in said
+    (run,) = result["runs"]
+    assert run["status"] == "ok" and run["completed"] == 8, run
+    line = run["sglang_line"]  # written by sglang's own client
+    assert line["completed"] == 8 and line["total_output_tokens"] == 8 * 64, line
+    assert line["backend"] == "sglang-oai-chat"
+    assert result["client"]["sglang_version"] == version
+    log = (out / run["log"]).read_text()
+    first = log.splitlines()[0]
+    assert f"-m sm12x.mock.wheel_python {version} --patched -m sglang.benchmark.serving" in first
+    # Offline from the Hub: the client asked it for the model's config.json and
+    # retried for 45 s where there is no Hub (this machine's case).
+    assert "Retrying in" not in log, log[-3000:]
+
+
 def test_no_acceptance_reset_on_a_server_without_it(tmp_path):
     server = Server(reset=False)
     try:

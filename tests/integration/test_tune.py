@@ -2,7 +2,7 @@
 
 The profiler is the pinned track's wheel's `sglang/benchmark/dspark_sps_profiler.py`,
 run as tune runs it for a Python without sglang against the mock (`python -m
-sm12x.mock.profiler_python VERSION -m ...`, its own flags): this test environment
+sm12x.mock.wheel_python VERSION -m ...`, its own flags): this test environment
 has no sglang installed, as a CPU user's `[mock]` install has none. The mock server (sm12x.mock, its DSpark
 scheduler sps.py) answers what the profiler asks (/server_info with per-rank records,
 /generate, /flush_cache, /abort_request) by sglang's rules. Time bounds are
@@ -38,7 +38,7 @@ from tests.support import throughput as tp
 
 SGLANG = load_versions(default_track())["SGLANG_VERSION"]
 # What runs sglang's code from the wheel here, as tune runs it.
-FROM_WHEEL = [sys.executable, "-m", "sm12x.mock.profiler_python", SGLANG]
+FROM_WHEEL = [sys.executable, "-m", "sm12x.mock.wheel_python", SGLANG]
 DP = 4
 # Quick rounds: the profiler's gates at their smallest sensible values, and two
 # verify-budget fractions of the off-diagonal sweep (the default is eight).

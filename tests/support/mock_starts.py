@@ -9,7 +9,11 @@ suite's settings (SM12X_CACHE, SM12X_OFFLINE=1: an offline start from the
 cache, as docs/verify.md describes), until it answers a chat completion; then
 Ctrl-C, which must end it with 130. The current track starts in tune's
 profiling mode (`--sps-profile`, docs/tune.md), the pinned one plain.
-Exit 0 when every start served, else the failing server's log.
+Then, per track, sglang's own benchmark client as `sm12x bench` runs it from
+this install against the mock (sm12x.mock.wheel_python, the patched tree the
+server just built) parses its arguments: its imports (aiohttp, datasets, the
+runtime utilities) are what the extra must carry for bench.
+Exit 0 when every start served and every client started, else the log.
 """
 
 from __future__ import annotations
@@ -76,6 +80,18 @@ def start(args: list[str], log: Path) -> str | None:
                 proc.wait(timeout=30)
 
 
+def client_starts(version: str) -> str | None:
+    """None when the wheel's benchmark client answers --help here, else its output."""
+    done = subprocess.run(
+        [sys.executable, "-m", "sm12x.mock.wheel_python", version, "--patched", "-m",
+         "sglang.benchmark.serving", "--help"],
+        capture_output=True, text=True, timeout=START_S, check=False,
+    )  # fmt: skip
+    if done.returncode == 0 and "--max-concurrency" in done.stdout:
+        return None
+    return f"exit {done.returncode}: {(done.stdout + done.stderr)[-4000:]}"
+
+
 def main() -> int:
     failed = 0
     folder = Path(tempfile.mkdtemp(prefix="mock-starts-"))
@@ -91,6 +107,9 @@ def main() -> int:
             failed += 1
             print(f"mock-server {' '.join(args)} (sglang {version}): {why}", file=sys.stderr)
             print(log.read_text()[-4000:], file=sys.stderr)
+        elif why := client_starts(version):
+            failed += 1
+            print(f"sglang {version}'s benchmark client from its wheel: {why}", file=sys.stderr)
     return 1 if failed else 0
 
 

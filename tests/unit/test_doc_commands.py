@@ -385,9 +385,9 @@ def runs_for_real(sub: str, args: list[str]) -> bool:
             and "--boot" not in args
             and not {"--compare-url", "--accuracy", "--metrics-url"} & set(args)
         )
-    if sub == "bench":
-        return not args
-    if sub == "tune":  # against the documented mock (StandIn.tune)
+    if sub == "bench" and not args:
+        return True
+    if sub in ("bench", "tune"):  # against the documented mock (StandIn.against_mock)
         urls = [args[k + 1] for k, a in enumerate(args) if a == "--url"]
         return (
             len(urls) == 1
@@ -410,7 +410,9 @@ def run_sm12x(
     env: dict[str, str],
     bench_result: Path,
     stand_in: StandIn | None = None,
+    doc: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    """doc: the file the command is from (its mock-server is that file's)."""
     words, into = without_redirection(words)
     if words[0] in ("python", "python3"):  # python -m verify ...
         words = ["sm12x", "verify", *words[3:]]
@@ -429,7 +431,7 @@ def run_sm12x(
     if not files_only:
         assert done.stdout.startswith(f"# sm12x {sub} settings"), out
         if stand_in is not None and runs_for_real(sub, args):
-            done = stand_in.run(sub, args, cwd, env)
+            done = stand_in.run(sub, args, cwd, env, doc)
     if into:
         (cwd / into).write_text(done.stdout)
     return done
@@ -505,12 +507,19 @@ class StandIn:
             pass
         return subprocess.CompletedProcess(args, 0, (cwd / "mock-server.log").read_text(), "")
 
-    def tune(
-        self, args: list[str], cwd: Path, env: dict[str, str]
+    # What each command says when it did its work against the mock.
+    DONE_AGAINST_MOCK = {
+        "tune": "sm12x tune: wrote ",  # a table
+        "bench": "concurrency 4: ok, 8/8 requests",  # sglang's own client, every request
+    }
+
+    def against_mock(
+        self, sub: str, args: list[str], cwd: Path, env: dict[str, str], doc: str | None
     ) -> subprocess.CompletedProcess[str]:
-        """The documented `sm12x tune --url http://127.0.0.1:PORT ...` against the
-        documented `sm12x mock-server --port PORT ...` (the docs' command with that
-        port), each as written but on a free port: tune writes a table."""
+        """The documented `sm12x tune|bench --url http://127.0.0.1:PORT ...` against
+        the documented `sm12x mock-server --port PORT ...` (the docs' command with
+        that port), each as written but on a free port, from this Python (no
+        sglang: tune's profiler and bench's client come from the served wheel)."""
         url = args[args.index("--url") + 1]
         port = str(urllib.parse.urlsplit(url).port)
         (mock,) = [
@@ -518,11 +527,12 @@ class StandIn:
             for c in COMMANDS
             if c.words[:2] == ["sm12x", "mock-server"]
             and c.words[c.words.index("--port") + 1 : c.words.index("--port") + 2] == [port]
+            and doc in (None, c.doc)
         ]
         with self.serving(mock.words[2:], cwd, env) as served:
             argv = [re.sub(rf":{port}\b", f":{served}", a) for a in args]
             done = subprocess.run(
-                [str(Path(PY).parent / "sm12x"), "tune", *argv],
+                [str(Path(PY).parent / "sm12x"), sub, *argv],
                 cwd=cwd,
                 env={**env, **suite_cache()},
                 capture_output=True,
@@ -532,17 +542,17 @@ class StandIn:
             )
         out = done.stdout + done.stderr
         assert done.returncode == 0 and "Traceback" not in out, out
-        assert "sm12x tune: wrote " in done.stderr, out
+        assert self.DONE_AGAINST_MOCK[sub] in out, out
         return done
 
     def run(
-        self, sub: str, args: list[str], cwd: Path, env: dict[str, str]
+        self, sub: str, args: list[str], cwd: Path, env: dict[str, str], doc: str | None = None
     ) -> subprocess.CompletedProcess[str]:
         env = {**env, "COLUMNS": "200"}
         if sub == "mock-server":
             return self.serve(args, cwd, env)
-        if sub == "tune":
-            return self.tune(args, cwd, env)
+        if sub == "tune" or (sub == "bench" and args):
+            return self.against_mock(sub, args, cwd, env, doc)
         if sub == "verify":  # the reader's port is the stand-in's
             args = [re.sub(r":30000\b", f":{self.port}", a) for a in args]
         if sub == "bench":
@@ -835,7 +845,7 @@ def test_every_command_runs_or_says_why_not(command, tmp_path, bench_result, sta
             run_compose(words, checkout(tmp_path, command), tmp_path, bench_result)
         else:
             home = checkout(tmp_path, command)
-            run_sm12x(words, home, reader_env(tmp_path), bench_result, stand_in)
+            run_sm12x(words, home, reader_env(tmp_path), bench_result, stand_in, command.doc)
         return
     assert how is not None, (
         f"{command.id}: `{command.text}` is neither run by a rule of this test nor in "

@@ -416,3 +416,11 @@ def test_the_mock_server_example_names_its_extra():
         "`sm12x mock-server: listening on http://127.0.0.1:30001 ...` as it starts to listen"
         in text
     )
+
+
+def test_the_mock_s_size_is_the_measured_one():
+    """README's size of the `mock` install is docs/benchmarks.md's measured table."""
+    bench = (ROOT / "docs" / "benchmarks.md").read_text()
+    (measured,) = re.findall(r"^\| the whole virtualenv \| ([\d.]+ GB)", bench, re.MULTILINE)
+    text = " ".join((ROOT / "README.md").read_text().split())
+    assert f"Installed, the virtualenv measured {measured}," in text, measured
