@@ -374,7 +374,7 @@ def where_to_run(
             "or leave --python out to run the benchmark in the image"
         )
     served = str((info or {}).get("version") or "")
-    if (info or {}).get("sm12x_mock") is True and served:
+    if provenance.is_mock(info) and served:
         # Trying bench on a CPU machine: the mock's extra carries no sglang, so
         # the client is the served release's own, from its wheel, patched as the
         # image's is (sm12x.mock.wheel_python says why patched).
@@ -734,7 +734,7 @@ def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Co
     if args.backend is None:
         # The mock stands in for the OpenAI API only (its /generate is the SPS
         # profiler's): the one backend of sglang's benchmark it can serve.
-        args.backend = MOCK_BACKEND if (info or {}).get("sm12x_mock") else DEFAULT_BACKEND
+        args.backend = MOCK_BACKEND if provenance.is_mock(info) else DEFAULT_BACKEND
         if args.backend == MOCK_BACKEND:
             err.print(
                 f"backend: {MOCK_BACKEND} (the server is sm12x mock-server, which serves the "

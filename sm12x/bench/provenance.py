@@ -141,6 +141,13 @@ def server_info(
     return None, "; ".join(problems)
 
 
+def is_mock(info: Mapping[str, Any] | None) -> bool:
+    """Whether /server_info says the server is `sm12x mock-server` (its sm12x_mock:
+    JSON true only). bench then picks the OpenAI backend and, from a Python without
+    sglang, the wheel's client; tune the wheel's profiler."""
+    return isinstance(info, Mapping) and info.get("sm12x_mock") is True
+
+
 def server_summary(info: Mapping[str, Any] | None) -> dict[str, Any]:
     if not info:
         return {}

@@ -203,7 +203,7 @@ def facts(info: dict[str, Any], base_url: str) -> ServerFacts:
         tokenizer_path=tokenizer
         if isinstance(tokenizer := info.get("tokenizer_path"), str)
         else None,
-        mock=info.get("sm12x_mock") is True,
+        mock=provenance.is_mock(info),
     )
 
 
