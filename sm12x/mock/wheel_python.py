@@ -151,8 +151,9 @@ def prepare(module: str) -> None:
         stub_torchvision()
         # The client asks the Hub for the served model's config.json and, when it
         # cannot have it, goes on without it: from a machine without the Hub that
-        # was 45 s of silent retries per run. The mock serves no model files and
-        # bench hands the client a tokenizer folder, so nothing is to be had there.
+        # was 55 s of silent retries per run (docs/benchmarks.md). The mock serves
+        # no model files and bench hands the client a tokenizer folder, so nothing
+        # is to be had there.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
