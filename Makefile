@@ -9,8 +9,23 @@
 PY ?= .cache/venv/bin/python
 BIN := $(dir $(PY))
 VENV := .cache/venv/bin/python
+.DEFAULT_GOAL := help
 
-.PHONY: help fast full lint types regen check
+.PHONY: help fast full lint types regen check hooks
+
+# The commit-msg hook (CONTRIBUTING.md, "Commits"): installed by whichever
+# target a contributor runs first; nothing outside a git checkout.
+HOOK := $(shell git rev-parse --git-path hooks/commit-msg 2>/dev/null)
+ifneq ($(HOOK),)
+$(HOOK): scripts/commit-msg
+	@mkdir -p $(dir $(HOOK))
+	install -m 755 scripts/commit-msg $(HOOK)
+help fast lint types regen check: | $(HOOK)
+hooks: $(HOOK)
+else
+hooks:
+	@echo "make hooks: not a git checkout, no hook to install"
+endif
 
 help:
 	@echo "make fast   the fast tier: no wheels, no Docker, no servers (under 2 minutes)"
@@ -19,6 +34,7 @@ help:
 	@echo "make types  mypy on sm12x and verify"
 	@echo "make regen  rewrite every generated file, then review git diff"
 	@echo "make check  lint + types + fast: what to run before a commit"
+	@echo "make hooks  install the commit-msg hook (every target here does it first)"
 
 # Only the default environment is built here; a PY of your own is used as given.
 $(VENV):
