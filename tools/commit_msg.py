@@ -38,12 +38,16 @@ def problems(message: str) -> list[str]:
             "shorten it and put the why in the body, after a blank line"
         )
     if len(lines) > 1 and lines[1].strip():
-        found.append("the second line is not blank: leave one blank line between the subject and the body")
+        found.append(
+            "the second line is not blank: leave one blank line between the subject and the body"
+        )
     return found
 
 
 def _git(*args: str, cwd: Path | None = None) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+    )
     if done.returncode != 0:
         raise SystemExit(f"tools.commit_msg: git {' '.join(args)} failed: {done.stderr.strip()}")
     return done.stdout
@@ -59,9 +63,13 @@ def range_problems(spec: str, cwd: Path | None = None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.commit_msg", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.commit_msg", description=__doc__.split("\n\n")[0]
+    )
     what = parser.add_mutually_exclusive_group(required=True)
-    what.add_argument("file", nargs="?", help="a commit message file (git passes .git/COMMIT_EDITMSG)")
+    what.add_argument(
+        "file", nargs="?", help="a commit message file (git passes .git/COMMIT_EDITMSG)"
+    )
     what.add_argument("--range", dest="spec", help="a revision range, e.g. origin/main..HEAD")
     args = parser.parse_args(argv)
     if args.spec:
@@ -75,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     for line in found:
         print(f"commit-msg: {line}", file=sys.stderr)
     if found and not args.spec:
-        print(f"commit-msg: your message is kept in {args.file}; fix it and commit again", file=sys.stderr)
+        print(
+            f"commit-msg: your message is kept in {args.file}; fix it and commit again",
+            file=sys.stderr,
+        )
     return 1 if found else 0
 
 

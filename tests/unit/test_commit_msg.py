@@ -62,7 +62,12 @@ def test_make_installs_the_hook_and_git_runs_it(tmp_path):
     _git(repo, "init", "-q")
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     made = subprocess.run(
-        ["make", "--no-print-directory", "hooks"], cwd=repo, env=env, capture_output=True, text=True, timeout=60
+        ["make", "--no-print-directory", "hooks"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert made.returncode == 0, made.stderr
     assert os.access(repo / ".git" / "hooks" / "commit-msg", os.X_OK)
@@ -71,7 +76,9 @@ def test_make_installs_the_hook_and_git_runs_it(tmp_path):
     refused = _git(repo, "commit", "-q", "-m", "y" * 80, check=False)
     assert refused.returncode != 0
     assert "the subject is 80 characters, over 72" in refused.stderr
-    landed = _git(repo, "commit", "-q", "-m", "Add f\n\nBecause the test needs a commit.", check=False)
+    landed = _git(
+        repo, "commit", "-q", "-m", "Add f\n\nBecause the test needs a commit.", check=False
+    )
     assert landed.returncode == 0, landed.stderr
     assert commit_msg.range_problems("HEAD", cwd=repo) == []
 
@@ -81,8 +88,13 @@ def test_every_commit_since_the_rule_keeps_it():
     if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout: no history to read")
     have = subprocess.run(
-        ["git", "cat-file", "-e", f"{commit_msg.RULE_BASE}^{{commit}}"], cwd=ROOT, capture_output=True, timeout=60
+        ["git", "cat-file", "-e", f"{commit_msg.RULE_BASE}^{{commit}}"],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
     )
     if have.returncode != 0:
-        pytest.skip(f"the rule's base {commit_msg.RULE_BASE[:12]} is not in this clone's history (shallow)")
+        pytest.skip(
+            f"the rule's base {commit_msg.RULE_BASE[:12]} is not in this clone's history (shallow)"
+        )
     assert commit_msg.range_problems(f"{commit_msg.RULE_BASE}..HEAD", cwd=ROOT) == []
