@@ -80,7 +80,7 @@ def live(
 ) -> int:
     watch = Watch(t)
     console = Console(width=min(view.WIDTH, Console().width))
-    err = Console(stderr=True, width=view.WIDTH)
+    err = Console(stderr=True, soft_wrap=True)  # one line each, whatever the width
     down = False
     with scrape.client(timeout) as http, Live(console=console, auto_refresh=False) as screen:
         while True:

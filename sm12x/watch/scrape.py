@@ -110,7 +110,11 @@ def scrape(http: httpx.Client, url: str, api_key: str | None) -> Point:
     at = time.monotonic()
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        response = http.get(f"{url}/metrics", headers=headers)
+        try:
+            response = http.get(f"{url}/metrics", headers=headers)
+        except (httpx.ReadError, httpx.RemoteProtocolError):
+            # a pooled connection the server closed (it restarted): once more, anew
+            response = http.get(f"{url}/metrics", headers=headers)
     except httpx.HTTPError as exc:
         return Point(at, up=False, error=redact.url(str(exc)) or type(exc).__name__)
     if response.status_code != 200:

@@ -148,10 +148,10 @@ def test_a_server_that_dies_mid_watch_gives_one_line_and_is_read_again(tmp_path)
         wait_until(lambda: "answers again" in err.read_text(), 30, "watch to read it again")
         assert watch.poll() is None, "watch exited"
     finally:
-        backend.stop()
         if watch is not None and watch.poll() is None:
             os.kill(watch.pid, signal.SIGINT)
             watch.wait(timeout=30)
+        backend.stop()
     lines = err.read_text().splitlines()
     assert len(lines) == 2, lines
     assert "does not answer" in lines[0] and "retrying every 0.3 s" in lines[0], lines
