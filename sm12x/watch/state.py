@@ -2,13 +2,15 @@
 trend, and by context length as far as sglang's metrics allow), the DP ranks,
 recent errors and the alerts.
 
-Acceptance by context length: sglang exports the acceptance length only as a
-per-DP-rank mean over the running batch (`sglang:spec_accept_length`, a gauge;
-no per-request or per-length series exists in 0.5.17 or 0.5.23). What it does
-export is the running batch's total sequence length
-(`sglang:decode_sum_seq_lens`), so each scrape's acceptance is bucketed by its
-batch's mean context (total length / running requests). That is exact while
-one request runs, a blend of lengths under a mixed batch, and says so.
+Acceptance by context length: sglang exports the acceptance length only per
+DP rank, its accepted tokens over its decode steps since the last report
+(`sglang:spec_accept_length`, a gauge set in
+scheduler_components/metrics_reporter.py; no per-request or per-length series
+exists in 0.5.17 or 0.5.23). The same report sets the running batch's total
+sequence length (`sglang:decode_sum_seq_lens`), so each scrape's acceptance is
+bucketed by its batch's mean context (total length / running requests). That
+is exact while one request runs, a blend of lengths under a mixed batch, and
+says so.
 """
 
 from __future__ import annotations
