@@ -41,6 +41,10 @@ class Entry:
     render: Callable[[], dict[Path, str]]
     # Folders it owns whole, with the glob of its files there: an extra file is stale.
     folders: tuple[tuple[str, str], ...] = ()
+    # Binary files drawn from what `render` owns (pictures): written with it, and
+    # checked only for being there, never byte for byte (render's text is compared).
+    drawn: Callable[[], dict[Path, bytes]] | None = None
+    drawn_paths: Callable[[], list[Path]] | None = None
 
 
 # --- the generators, each imported only when its entry runs
@@ -128,6 +132,24 @@ def _monitoring() -> dict[Path, str]:
     return {**monitoring.tree(load_all()), **dashboards.tree()}
 
 
+def _dashboard_series() -> dict[Path, str]:
+    from tools import dashboard_pictures
+
+    return {dashboard_pictures.SERIES: dashboard_pictures.series_text()}
+
+
+def _dashboard_pictures() -> dict[Path, bytes]:
+    from tools import dashboard_pictures
+
+    return dashboard_pictures.pictures()
+
+
+def _dashboard_picture_paths() -> list[Path]:
+    from tools import dashboard_pictures
+
+    return dashboard_pictures.picture_paths()
+
+
 def _metric_names() -> dict[Path, str]:
     from tests.support import metric_names
 
@@ -200,6 +222,16 @@ ENTRIES: tuple[Entry, ...] = (
         (("deploy/monitoring/rules", "*.yml"), ("deploy/monitoring/grafana/dashboards", "*.json")),
     ),
     Entry(
+        "dashboard-pictures",
+        "docs/monitoring/series.json (the recorded run, per panel query) and a PNG of each "
+        "dashboard drawn from it",
+        "fast",
+        _dashboard_series,
+        (("docs/monitoring", "*.png"),),
+        drawn=_dashboard_pictures,
+        drawn_paths=_dashboard_picture_paths,
+    ),
+    Entry(
         "metric-names",
         "deploy/monitoring/metrics.json: the metrics sglang (each track) and sglang-router export",
         "wheels",
@@ -234,9 +266,10 @@ def named(names: Iterable[str]) -> list[Entry]:
 
 def _extra_files(entry: Entry, wanted: dict[Path, str], root: Path) -> list[Path]:
     extra = []
+    made = set(wanted) | set(entry.drawn_paths() if entry.drawn_paths else [])
     for folder, pattern in entry.folders:
         for path in sorted((root / folder).glob(pattern)):
-            if ROOT / path.relative_to(root) not in wanted:
+            if ROOT / path.relative_to(root) not in made:
                 extra.append(path)
     return extra
 
@@ -253,6 +286,9 @@ def stale(entry: Entry, root: Path = ROOT) -> list[str]:
             found.append(f"{on_disk.relative_to(root)}: differs from what {entry.name} makes")
     for path in _extra_files(entry, wanted, root):
         found.append(f"{path.relative_to(root)}: no longer made by {entry.name}")
+    for path in entry.drawn_paths() if entry.drawn_paths else []:
+        if not (root / path.relative_to(ROOT)).is_file():
+            found.append(f"{path.relative_to(ROOT)}: missing")
     return found
 
 
@@ -286,6 +322,11 @@ def write(entries: Iterable[Entry]) -> list[str]:
                     before.setdefault(path, old)
                     _replace(path, text)
                     said.append(f"wrote {path.relative_to(ROOT)}")
+            for path, data in (entry.drawn() if entry.drawn else {}).items():
+                if not path.is_file() or path.read_bytes() != data:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(data)
+                    said.append(f"drew {path.relative_to(ROOT)}")
     except BaseException:
         for path, text in before.items():
             if text is None:

@@ -43,7 +43,6 @@ from sm12x.mock.fullrank import Layout, Ranks
 from sm12x.mock.metrics import Finished, Metrics
 from sm12x.mock.sps import Scheduler, SpsConfig
 from sm12x.recipe.lines import DEFAULT_LINE, LINES, serves
-from sm12x.recipe.model import DEEPSEEK_V4_DEFAULT_MAX_RUNNING_REQUESTS
 from sm12x.versions import load_versions, tracks
 
 MODEL_ID = "deepseek-ai/DeepSeek-V4-Flash-0731"
@@ -175,13 +174,14 @@ def create_app(
         if state.token_delay:
             await asyncio.sleep(state.token_delay)
 
-    # sglang's metrics (metrics.py); DSPARK's default max running requests
-    # (sm12x.recipe.model) caps the running gauge, the rest queue.
+    # sglang's metrics (metrics.py), per DP rank where the requests were placed;
+    # the layout's max running requests (DSPARK's default, 256, unless the flags
+    # say otherwise) caps the running gauge, the rest queue.
     exported = Metrics(
         MODEL_ID,
-        dp=sps.dp if sps is not None else 1,
+        dp=ranks.layout.dp,
         gamma=sps.gamma if sps is not None else GAMMA,
-        max_running=DEEPSEEK_V4_DEFAULT_MAX_RUNNING_REQUESTS,
+        max_running=ranks.layout.max_running_requests,
         spec="no-spec" not in F,
     )
     args = engine.ServerArgsView(
@@ -274,7 +274,9 @@ def create_app(
         value = 0.0
         if "no-spec" not in F and state.generated > 0:
             value = 1.1 if "low-accept" in F else state.accept_length
-        text = exported.render(in_flight=state.in_flight, accept_length=value)
+        text = exported.render(
+            in_flight=state.in_flight, accept_length=value, per_rank=list(ranks.running)
+        )
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     def plan_for(body: dict, req, seed: int, number: int) -> engine.Plan:

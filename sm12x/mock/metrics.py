@@ -143,8 +143,12 @@ class Metrics:
     def response(self, endpoint: str, method: str, status: int) -> None:
         self.responses.labels(endpoint=endpoint, status_code=str(status), method=method).inc()
 
-    def render(self, *, in_flight: int, accept_length: float) -> bytes:
-        """The exposition, with the gauges set from the server's state now."""
+    def render(
+        self, *, in_flight: int, accept_length: float, per_rank: list[int] | None = None
+    ) -> bytes:
+        """The exposition, with the gauges set from the server's state now.
+        `per_rank`: the requests in flight on each DP rank where the server placed
+        them (fullrank.Ranks); None: in_flight spread evenly."""
         now = time.monotonic()
         while self._recent and self._recent[0][0] < now - WINDOW_S:
             self._recent.popleft()
@@ -152,7 +156,11 @@ class Metrics:
         # sglang splits --max-running-requests over the DP ranks.
         cap = max(1, self.max_running // self.dp)
         for rank in range(self.dp):
-            share = in_flight // self.dp + (1 if rank < in_flight % self.dp else 0)
+            share = (
+                per_rank[rank]
+                if per_rank is not None
+                else in_flight // self.dp + (1 if rank < in_flight % self.dp else 0)
+            )
             running = min(share, cap)
             labels = self._rank_labels(rank)
             self.running.labels(**labels).set(running)

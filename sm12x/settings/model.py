@@ -37,11 +37,12 @@ COMMANDS = (
     "doctor",
     "tune",
     "mock-server",
+    "watch",
 )
 SERVERS = ("launch", "render")
 # Clients may take the key as a flag (they are run by hand); servers never do:
 # a key on a command line is readable by every user of the host (`ps`).
-CLIENTS = ("verify", "bench")
+CLIENTS = ("verify", "bench", "watch")
 # Every command that reads the API key (SM12X_API_KEY or SM12X_API_KEY_FILE).
 KEY_READERS = (*SERVERS, "router", "exposure-check", "healthcheck", *CLIENTS, "mock-server")
 DEFAULT_PORT = 30000
@@ -99,7 +100,7 @@ class Settings(BaseSettings):
         Meta(
             "the recipe: a name from recipes/ or a file; auto picks the one that fits "
             "the GPUs nvidia-smi lists",
-            commands=("launch", "render", "doctor", "bench", "verify", "tune"),
+            commands=("launch", "render", "doctor", "bench", "verify", "tune", "watch"),
             old=("RECIPE",),
             metavar="NAME",
         ),

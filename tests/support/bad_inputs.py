@@ -237,6 +237,13 @@ CASES: list[Case] = [
         ("doctor", "--min-free-gib", "-1"),
         ("must be 0 or more",),
     ),
+    Case("watch-no-url", ("watch",), ("give the server's URL",)),
+    Case("watch-not-a-url", ("watch", "127.0.0.1:30000"), ("is not a server URL", "http://")),
+    Case(
+        "watch-interval-zero",
+        ("watch", "http://127.0.0.1:30000", "--interval", "0"),
+        ("--interval",),
+    ),
     # --- recipes ---------------------------------------------------------------------
     Case("recipe-not-utf8", ("render", "{tmp}/latin1.yaml"), ("not UTF-8 text",)),
     Case(
