@@ -12,7 +12,8 @@ What each reads, in the format tests/fixtures/pcie/README.md cites:
 - /sys/bus/pci/devices/DDDD:BB:DD.F/{current,max}_link_{speed,width} ("32.0 GT/s
   PCIe", "16"); the port above it is the parent folder of its real path.
 - /proc/cmdline and /sys/kernel/iommu_groups (an IOMMU is active when that
-  folder has groups), `lspci -vvv`'s ACSCtl lines per bridge.
+  folder has groups; each group's `type` says DMA/DMA-FQ when it translates,
+  identity when it passes through), `lspci -vvv`'s ACSCtl lines per bridge.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from sm12x.doctor.core import Context
 
@@ -182,7 +184,7 @@ def link_facts(ctx: Context, bus_id: str) -> dict[str, str | None]:
 
     real = os.path.realpath(ctx.host.path(base))
     parent = os.path.dirname(real)
-    slot = {}
+    slot: dict[str, str | None] = {}
     for name in ("max_link_speed", "max_link_width"):
         try:
             with open(os.path.join(parent, name), encoding="utf-8") as handle:
@@ -298,7 +300,12 @@ def check_iommu_acs(ctx: Context) -> None:
     title = "IOMMU / ACS"
     cmdline = (ctx.host.read("/proc/cmdline") or "").strip()
     groups = ctx.host.listdir("/sys/kernel/iommu_groups")
-    translating = bool(groups) and not IOMMU_PT.search(cmdline)
+    # Each group's `type` (Linux 5.11+): identity is passthrough, DMA/DMA-FQ translate.
+    types = {(ctx.host.read(f"/sys/kernel/iommu_groups/{g}/type") or "").strip() for g in groups}
+    if types - {""}:
+        translating = bool(types & {"DMA", "DMA-FQ"})
+    else:
+        translating = bool(groups) and not IOMMU_PT.search(cmdline)
     lspci = ctx.host.run(["lspci", "-D", "-vvv"])
     redirecting = acs_redirecting(lspci.stdout) if lspci.ok else []
     unreadable = lspci.ok and "ACSCtl" not in lspci.stdout and "access denied" in lspci.stdout
@@ -313,7 +320,7 @@ def check_iommu_acs(ctx: Context) -> None:
             f"ACS redirects peer traffic on {', '.join(redirecting[:4])}"
             + (f" and {len(redirecting) - 4} more" if len(redirecting) > 4 else "")
         )
-    data = {"iommu_groups": len(groups), "acs_redirecting": redirecting}
+    data: dict[str, Any] = {"iommu_groups": len(groups), "acs_redirecting": redirecting}
     if problems:
         ctx.add(
             "iommu-acs",
@@ -333,7 +340,7 @@ def check_iommu_acs(ctx: Context) -> None:
             "iommu-acs",
             title,
             "warn",
-            f"IOMMU: {'passthrough or off'}; ACS unknown: {why}",
+            f"IOMMU passthrough or off; ACS unknown: {why}",
             "run `sudo lspci -vvv | grep ACSCtl`: ReqRedir+ or CmpltRedir+ on a bridge "
             "above the GPUs sends their P2P through the CPU",
             required=False,
@@ -357,7 +364,13 @@ def check_power(ctx: Context) -> None:
     if not gpus:
         ctx.add("power-limit", title, "skip", "nvidia-smi reports no power limit", required=False)
         return
-    capped = [g for g in gpus if g.power_default and g.power_limit < g.power_default - 0.5]
+    capped = [
+        g
+        for g in gpus
+        if g.power_limit is not None
+        and g.power_default is not None
+        and g.power_limit < g.power_default - 0.5
+    ]
     limits = sorted({f"{g.power_limit:.0f} W" for g in gpus})
     if capped:
         listing = ", ".join(

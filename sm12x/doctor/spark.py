@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from sm12x.doctor.core import GIB, Context, meminfo
 from sm12x.doctor.pair import first_interface
@@ -129,7 +130,7 @@ def check_autotune_memory(ctx: Context) -> None:
         f"{headroom:.1f} GiB beside sglang's pool; flashinfer autotune "
         + ("on" if autotune else "off (--disable-flashinfer-autotune)")
     )
-    data = {"headroom_gib": round(headroom, 1), "autotune": autotune}
+    data: dict[str, Any] = {"headroom_gib": round(headroom, 1), "autotune": autotune}
     if headroom < 0:
         ctx.add(
             "autotune-memory",

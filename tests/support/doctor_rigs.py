@@ -146,6 +146,7 @@ def pcie_rig(
     cmdline: str = "cmdline-default.txt",
     links: dict[int, tuple[str, str]] | None = None,
     iommu_groups: int = 0,
+    iommu_type: str | None = None,
 ) -> FakeHost:
     """The PCIe facts (tests/fixtures/pcie/): the P2P matrix, the bus ids and
     power limits, lspci's ACS lines, /proc/cmdline, the IOMMU groups, and each
@@ -162,6 +163,8 @@ def pcie_rig(
     groups.mkdir(parents=True, exist_ok=True)
     for group in range(iommu_groups):
         (groups / str(group)).mkdir(exist_ok=True)
+        if iommu_type is not None:  # Linux 5.11+: DMA, DMA-FQ or identity
+            (groups / str(group) / "type").write_text(iommu_type + "\n")
     bus = host.root / "sys" / "bus" / "pci" / "devices"
     bus.mkdir(parents=True, exist_ok=True)
     for gpu in pcie.parse_pci_query((PCIE / pci).read_text()):

@@ -125,6 +125,14 @@ def test_iommu_and_acs_behind_pcie_switches(tmp_path, cmdline, groups, lspci, ve
         assert "iommu=pt" in check.fix and "ECAP_ACS" in check.fix
 
 
+@pytest.mark.parametrize("kind, verdict", [("DMA-FQ", "warn"), ("identity", "ok")])
+def test_iommu_group_type_decides_over_the_command_line(tmp_path, kind, verdict):
+    """An IOMMU on by the kernel's default (no option on /proc/cmdline): each
+    group's type says whether it translates."""
+    host = pcie_rig(rig(tmp_path, "rtx-pro-6000-x4.csv"), iommu_groups=40, iommu_type=kind)
+    assert run(host)["checks"]["iommu-acs"].verdict == verdict
+
+
 def test_acs_redirecting_names_the_bridges():
     assert pcie.acs_redirecting((PCIE / "lspci-acs-off.txt").read_text()) == []
     assert pcie.acs_redirecting((PCIE / "lspci-acs-redirect.txt").read_text())[0] == (
