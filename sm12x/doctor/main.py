@@ -5,7 +5,10 @@ memory), the recipe SM12X_RECIPE=auto would pick, Docker with Compose v2 and the
 NVIDIA container runtime, the image, the model folder (config, index, every
 shard present and of the size its own header says), free disk, shared
 memory, and on a DGX Spark pair: RDMA ports, the NCCL/Gloo interfaces, the
-GID index, the peer and the same image on both nodes. Each check prints a
+GID index, the peer and the same image on both nodes; on multi-GPU rigs the
+P2P matrix, PCIe links, IOMMU/ACS and power limits; on a DGX Spark the CMA
+that kexec handover leaves, driver memory options and the memory beside
+sglang's pool. Each check prints a
 verdict and a fix. Exit status: 0 when no required check failed, 1 otherwise.
 """
 

@@ -150,8 +150,14 @@ def check_interfaces(ctx: Context) -> None:
         {n for d in ctx.rdma_devices if d.active for n in rdma.netdevs_of(ctx.host, d.name)}
     )
     hint = f" (on the active RDMA devices: {', '.join(suggested)})" if suggested else ""
-    for name in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+    names = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+    for name in names:
         check_interface(ctx, name, hint)
+    # What the other node's --peer-report compares with (interface names differ per node).
+    ctx.checks[-2].data.update(
+        interfaces=[n for n in ctx.host.listdir("/sys/class/net") if n != "lo"],
+        values={name: ctx.setting(name) for name in names},
+    )
 
 
 def first_interface(value: str) -> str:

@@ -77,6 +77,11 @@ def _line(recipe: Recipe) -> str:
     return "" if recipe.model.line == DEFAULT_LINE else f" ({recipe.model.model_line.title})"
 
 
+def p2p_cell(recipe: Recipe) -> str:
+    """Under the rig: whether its all-reduce runs GPU to GPU (hardware.gpu_p2p)."""
+    return "<br>GPU P2P: needed" if recipe.hardware.needs_p2p else ""
+
+
 def support_matrix(recipes: list[Recipe]) -> str:
     rows = [
         "| rig | configuration | recipe | status | published output tok/s, random 1024 in / "
@@ -96,14 +101,16 @@ def support_matrix(recipes: list[Recipe]) -> str:
         ),
     ):
         rows.append(
-            f"| `{recipe.rig}` | {configuration_cell(recipe)} | `{recipe.name}`{_line(recipe)} | "
+            f"| `{recipe.rig}`{p2p_cell(recipe)} | {configuration_cell(recipe)} | `{recipe.name}`{_line(recipe)} | "
             f"{status_cell(recipe)} | {figures_cell(recipe)} |"
         )
     note = (
         '\n"context": the source ran another configuration (DSPARK depth, parallelism or '
         "engine), so the figure is a neighbourhood, not a target; `sm12x bench` prints it "
         "beside yours as a ratio marked `~`. Each recipe's `references` say exactly what "
-        "the source ran. A rig's plain compose profile runs its baseline until its "
+        "the source ran. \"GPU P2P: needed\": the recipe's TP or EP spans the node's GPUs; "
+        "without P2P between them (GeForce cards) NCCL copies the all-reduce through host "
+        "memory, slower (`sm12x doctor` reads the rig's P2P matrix). A rig's plain compose profile runs its baseline until its "
         "throughput configuration's SPS table is tuned ([docs/throughput.md]"
         "(docs/throughput.md))."
     )

@@ -89,6 +89,13 @@ class Hardware(_Strict):
         "OS compete with the KV cache.",
     )
     cpu_arch: CpuArch
+    gpu_p2p: Literal["needed", "not-used"] | None = Field(
+        default=None,
+        description="needed: TP or EP spans the GPUs of one node, so every layer's "
+        "all-reduce goes GPU to GPU over PCIe; without P2P (GeForce cards) NCCL copies it "
+        "through host memory, slower. not-used: one GPU per node. Omitted: needed when "
+        "gpus_per_node > 1. `sm12x doctor` reads the rig's P2P matrix against it.",
+    )
     interconnect: str = Field(
         description="How the GPUs talk: e.g. 'PCIe 5.0, no NVLink', 'RoCE 200 GbE (ConnectX-7)'."
     )
@@ -101,6 +108,19 @@ class Hardware(_Strict):
     @property
     def total_gpus(self) -> int:
         return self.gpus_per_node * self.nodes
+
+    @property
+    def needs_p2p(self) -> bool:
+        """The all-reduce runs GPU to GPU inside a node (gpu_p2p, else gpus_per_node > 1)."""
+        if self.gpu_p2p is not None:
+            return self.gpu_p2p == "needed"
+        return self.gpus_per_node > 1
+
+    @model_validator(mode="after")
+    def _p2p_needs_gpus_to_share(self) -> Hardware:
+        if self.gpu_p2p == "needed" and self.gpus_per_node == 1:
+            raise ValueError("gpu_p2p: needed, but one GPU per node has no peer to reach")
+        return self
 
 
 class Model(_Strict):

@@ -26,6 +26,10 @@ from tests.support.cli import ROOT
 
 NVIDIA_SMI = ROOT / "tests" / "fixtures" / "nvidia-smi"
 IBV = ROOT / "tests" / "fixtures" / "ibv_devinfo"
+PCIE = ROOT / "tests" / "fixtures" / "pcie"
+SPARK = ROOT / "tests" / "fixtures" / "spark"
+# A Gen5 x16 link as sysfs reads it (Documentation/ABI/testing/sysfs-bus-pci).
+GEN5_X16 = ("32.0 GT/s PCIe", "16")
 GIB = 1024**3
 IMAGE_ID = "sha256:" + "a1" * 32
 IMAGE_DIGEST = "ghcr.io/sm12x/sm12x@sha256:" + "d4" * 32
@@ -130,6 +134,52 @@ def rig(tmp: Path, nvidia_smi: str, env: dict[str, str] | None = None) -> FakeHo
         + "\n",
     )
     host.answer(("docker", "image", "inspect"), f'{IMAGE_ID} ["{IMAGE_DIGEST}"]\n')
+    pcie_rig(host)
+    return host
+
+
+def pcie_rig(
+    host: FakeHost,
+    p2p: str = "p2p-ok-x8.txt",
+    pci: str = "pci-x8.csv",
+    lspci: str = "lspci-acs-off.txt",
+    cmdline: str = "cmdline-default.txt",
+    links: dict[int, tuple[str, str]] | None = None,
+    iommu_groups: int = 0,
+    iommu_type: str | None = None,
+) -> FakeHost:
+    """The PCIe facts (tests/fixtures/pcie/): the P2P matrix, the bus ids and
+    power limits, lspci's ACS lines, /proc/cmdline, the IOMMU groups, and each
+    GPU's link in sysfs under its port (Gen5 x16 unless `links` says otherwise)."""
+    from sm12x.doctor import pcie
+
+    host.tools.add("lspci")
+    host.answer(tuple(pcie.P2P_QUERY), (PCIE / p2p).read_text())
+    host.answer(tuple(pcie.PCI_QUERY), (PCIE / pci).read_text())
+    host.answer(("lspci",), (PCIE / lspci).read_text())
+    (host.root / "proc").mkdir(parents=True, exist_ok=True)
+    (host.root / "proc" / "cmdline").write_text((PCIE / cmdline).read_text())
+    groups = host.root / "sys" / "kernel" / "iommu_groups"
+    groups.mkdir(parents=True, exist_ok=True)
+    for group in range(iommu_groups):
+        (groups / str(group)).mkdir(exist_ok=True)
+        if iommu_type is not None:  # Linux 5.11+: DMA, DMA-FQ or identity
+            (groups / str(group) / "type").write_text(iommu_type + "\n")
+    bus = host.root / "sys" / "bus" / "pci" / "devices"
+    bus.mkdir(parents=True, exist_ok=True)
+    for gpu in pcie.parse_pci_query((PCIE / pci).read_text()):
+        port = host.root / "sys" / "devices" / "pci0000:00" / f"0000:00:0{gpu.index + 1}.1"
+        device = port / gpu.bus_id
+        device.mkdir(parents=True, exist_ok=True)
+        for folder in (port, device):
+            (folder / "max_link_speed").write_text(GEN5_X16[0] + "\n")
+            (folder / "max_link_width").write_text(GEN5_X16[1] + "\n")
+        speed, width = (links or {}).get(gpu.index, GEN5_X16)
+        (device / "current_link_speed").write_text(speed + "\n")
+        (device / "current_link_width").write_text(width + "\n")
+        link = bus / gpu.bus_id
+        if not link.is_symlink():
+            link.symlink_to(os.path.relpath(device, bus))
     return host
 
 
@@ -143,8 +193,12 @@ def spark_rig(tmp: Path, node: int = 1, ibv: str = "dgx-spark.txt") -> FakeHost:
     }
     host = rig(tmp, "dgx-spark.csv", env)
     host.tools |= {"ibv_devinfo", "ip", "ping", "ssh"}
-    (host.root / "proc" / "meminfo").write_text(
-        "MemTotal:       125513104 kB\nMemAvailable:   118000000 kB\nSwapTotal:       0 kB\n"
+    (host.root / "proc" / "meminfo").write_text((SPARK / "meminfo-kho-off.txt").read_text())
+    (host.root / "proc" / "cmdline").write_text((SPARK / "cmdline-kho-off.txt").read_text())
+    modprobe = host.root / "etc" / "modprobe.d"
+    modprobe.mkdir(parents=True, exist_ok=True)
+    (modprobe / "nvidia-graphics-drivers.conf").write_text(
+        (SPARK / "modprobe-stock.conf").read_text()
     )
     sys_root = host.root / "sys" / "class"
     for hca in SPARK_HCAS:

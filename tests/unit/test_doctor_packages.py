@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from sm12x.doctor import packages
+from sm12x.doctor import compose_file, packages
 from sm12x.doctor.host import Host, Output
 from tests.support.doctor_rigs import PACKAGES, FakeHost, failing, on_distribution, rig
 from tests.support.doctor_rigs import run_doctor as run
@@ -78,7 +78,9 @@ def test_missing_plugins_get_this_distribution_s_package(tmp_path, name):
     checks = run(host)["checks"]
     compose_fix, buildx_fix = EXPECTED[name]
     compose, buildx = checks["compose"], checks["buildx"]
-    assert compose.verdict == "fail" and compose.fix == f"install it: {compose_fix}", compose.fix
+    # Then the source that needs no apt repository (sm12x.doctor.compose_file).
+    want = f"install it: {compose_fix}; or, {compose_file.PYPI_SOURCE}"
+    assert compose.verdict == "fail" and compose.fix == want, compose.fix
     assert buildx.verdict == "warn" and not buildx.required
     assert buildx.fix == f"install it to build the image: {buildx_fix}", buildx.fix
     # The line that says what is wrong, never the usage hint printed under it.
