@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Compact verify near the context limit on a GPU, under compute-sanitizer memcheck
+# (issue 48; patch 0025). The CPU proof is tests/patch/test_context_limit.py.
+#
+# The same probe (tests/patch/context_limit_probe.py) with SM12X_PROBE_DEVICE=cuda:
+# each tree's verify metadata chain and its metadata kernels compiled by Triton, with
+# exact allocations (no guard region: memcheck is the guard, and PyTorch's caching
+# allocator is off so each tensor is its own allocation). Pristine is expected to
+# report invalid global reads past req_to_token (the pool's last row); patched none.
+#
+#   benchmarks/dsv4_context_limit_gpu.sh --prepare DEST     # here: slim trees + spec
+#   benchmarks/dsv4_context_limit_gpu.sh --run DEST OUT     # GPU machine (python3 with torch, triton, msgspec)
+#
+# --prepare needs this checkout's .cache/venv and the sglang wheels in .cache/wheels;
+# it copies to DEST only the files of each tree the probe loads (found by running it
+# once on the CPU with no case), so DEST travels small.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+py=${PYTHON:-$here/.cache/venv/bin/python}
+
+prepare() {
+  dest=$1
+  mkdir -p "$dest"
+  cp "$here/tests/patch/context_limit_probe.py" "$dest/probe.py"
+  (cd "$here" && "$py" -c "
+import json, sys
+from tests.patch.test_context_limit import cases
+print(json.dumps({'cases': cases(), 'clean': False}))") > "$dest/spec.json"
+  for v in 0.5.17 0.5.23; do
+    for state in pristine patched; do
+      full=$(mktemp -d)
+      (cd "$full" && unzip -q "$here"/.cache/wheels/sglang-$v-*.whl)
+      if [ $state = patched ]; then
+        "$py" "$here/scripts/apply-patches" --site-packages "$full" > /dev/null
+      fi
+      overlay=$(cd "$here" && "$py" -c "
+from sm12x.mock import wheels; import os; print(os.pathsep.join(wheels.pythonpath('$v')))")
+      files=$(cd "$full" && TRITON_INTERPRET=1 PYTHONWARNINGS=ignore \
+        PYTHONPATH="$overlay:$full:$here" "$py" "$here/tests/patch/context_limit_probe.py" \
+        '{"cases": [], "imports": true}')
+      out="$dest/sglang-$v-$state"
+      rm -rf "$out"
+      (cd "$full" && "$py" -c "
+import json, os, shutil, sys
+out = sys.argv[1]
+for rel in json.loads(sys.argv[2]):
+    os.makedirs(os.path.join(out, os.path.dirname(rel)), exist_ok=True)
+    shutil.copy2(rel, os.path.join(out, rel))
+" "$out" "$files")
+      cp -r "$full"/sglang-*.dist-info "$out/"
+      rm -rf "$full"
+      echo "prepared $out ($(du -sh "$out" | cut -f1))"
+    done
+  done
+}
+
+run() {
+  dest=$1 out=$2
+  mkdir -p "$out"
+  spec=$(cat "$dest/spec.json")
+  for tree in "$dest"/sglang-*-pristine "$dest"/sglang-*-patched; do
+    name=$(basename "$tree")
+    set +e
+    (cd "$tree" && SM12X_PROBE_DEVICE=cuda PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+      PYTHONPATH="$tree:$here" compute-sanitizer --tool memcheck --error-exitcode 9 \
+      --print-limit 20 python3 "$dest/probe.py" "$spec" \
+      > "$out/$name.json" 2> "$out/$name.memcheck.log")
+    rc=$?
+    set -e
+    echo "$name: exit $rc, $(grep -c 'Invalid __global__ read' "$out/$name.memcheck.log" || true) invalid global reads reported; $(grep 'ERROR SUMMARY' "$out/$name.memcheck.log" || echo 'no summary')"
+  done
+}
+
+case "${1:-}" in
+  --prepare) prepare "${2:?--prepare DEST}" ;;
+  --run) run "${2:?--run DEST OUT}" "${3:?--run DEST OUT}" ;;
+  *) echo "usage: $0 --prepare DEST | --run DEST OUT" >&2; exit 2 ;;
+esac
