@@ -9,7 +9,11 @@
 # report invalid global reads past req_to_token (the pool's last row); patched none.
 #
 #   benchmarks/dsv4_context_limit_gpu.sh --prepare DEST     # here: slim trees + spec
-#   benchmarks/dsv4_context_limit_gpu.sh --run DEST OUT     # GPU machine (python3 with torch, triton, msgspec)
+#   benchmarks/dsv4_context_limit_gpu.sh --run DEST OUT     # GPU machine: python3 with torch and triton
+#
+# The modules the probe loads import, besides torch and triton: msgspec, orjson,
+# pybase64, pyzmq, apache-tvm-ffi, starlette, pydantic (and its core), dill (what a
+# PyTorch image lacked, 2026-12-06), installed on the GPU machine from wheels.
 #
 # --prepare needs this checkout's .cache/venv and the sglang wheels in .cache/wheels;
 # it copies to DEST only the files of each tree the probe loads (found by running it
@@ -55,8 +59,8 @@ for rel in json.loads(sys.argv[2]):
 }
 
 run() {
-  dest=$1 out=$2
-  mkdir -p "$out"
+  mkdir -p "$2"
+  dest=$(cd "$1" && pwd) out=$(cd "$2" && pwd)
   spec=$(cat "$dest/spec.json")
   for tree in "$dest"/sglang-*-pristine "$dest"/sglang-*-patched; do
     name=$(basename "$tree")

@@ -236,10 +236,23 @@ class Case:
     widths: list[int]
 
 
-def chain(rv, fns, case: Case, max_bs: int, capture_bs: list[int], dev: str = "cuda") -> dict:
+def chain(
+    rv,
+    fns,
+    case: Case,
+    max_bs: int,
+    capture_bs: list[int],
+    dev: str = "cuda",
+    tier: int | None = None,
+    path: str = "graph",
+) -> dict:
     """Steps 1-2 of the module docstring: what the compress planner is handed. On
     "cpu" sglang's own torch implementations of the two kernels run instead of its
-    Triton ones (the CPU model tests/unit/test_full_rank_model.py checks)."""
+    Triton ones (the CPU model tests/unit/test_full_rank_model.py checks).
+
+    tier: a tier the SPS planner or a DP neighbour set (any of the runner's token
+    buckets that holds the batch's rows); None: the batch's own floor, rounded up. path "eager": the verify replays no graph
+    and the backend pads the layout to bs = len(seq_lens) (no padding slot)."""
     import torch
 
     runner = types.SimpleNamespace(
@@ -255,11 +268,18 @@ def chain(rv, fns, case: Case, max_bs: int, capture_bs: list[int], dev: str = "c
         verify_num_draft_tokens=DRAFT_TOKENS,
         model_runner=model_runner,
     )
-    tier = rv.round_up_grid(floor, fns["ragged_capture_num_tokens"](model_runner=model_runner))
+    own = rv.round_up_grid(floor, fns["ragged_capture_num_tokens"](model_runner=model_runner))
+    if tier is None:
+        tier = own
+    elif tier < sum(case.widths) or tier not in runner.capture_num_tokens:
+        # The DSPARK planner's own tier (verify_layout_graph_num_tokens_floor's
+        # tier_num_tokens: min(tier, requests x draft tokens)) can set any bucket that
+        # holds the batch's rows; a DP neighbour's larger batch any bucket above.
+        raise ValueError(f"tier {tier}: not a bucket holding the batch's rows")
     layout = rv.RaggedVerifyLayout.from_verify_lens_device(
         verify_lens=torch.tensor(case.widths, dtype=torch.int32, device=dev), graph_num_tokens=tier
     )
-    slots = fns["_ragged_capture_slots"](runner, tier)
+    slots = fns["_ragged_capture_slots"](runner, tier) if path == "graph" else n
     backend = types.SimpleNamespace(
         online_c128_mtp=types.SimpleNamespace(enabled=lambda: False),
         has_c128=True,
@@ -312,10 +332,19 @@ def stand_in_attention(backend) -> None:
     """What make_forward_metadata_from_raw_verify reads besides the compressor's
     inputs: the attention-side helpers it calls, stood in (their output goes to
     attention, not to the compressor), and the pool handles it passes through."""
-    backend.token_to_kv_pool = backend.req_to_token = None
+    import torch
+
+    backend.token_to_kv_pool = None
+    # Read for its width only (0025 bounds the causal lengths by it): a row as wide as
+    # the tables' (tables()).
+    backend.req_to_token = torch.zeros((1, MAX_TOKENS), dtype=torch.int32)
     backend.MAX_SEQ_LEN_FOR_CAPTURE = 0
     backend.has_c4 = backend.has_c128 = True
-    backend._expand_prefill_casually_vectorized = lambda **kw: (None, None)
+    # Attention's causal lengths (stood in: zeros, one a query row).
+    backend._expand_prefill_casually_vectorized = lambda **kw: (
+        torch.zeros(kw["num_tokens"], dtype=torch.int32),
+        None,
+    )
     backend.make_core_attn_metadata = lambda **kw: types.SimpleNamespace(low_ratios=())
     backend.init_forward_metadata_indexer = lambda *a, **kw: None
 
@@ -588,6 +617,9 @@ def chain_cpu(args) -> int:
     rv, by_state = load_chain(args.tree)
     capture_bs = capture_sizes(by_state["pristine"], args.max_bs)
     out = []
+    if args.neighbour:
+        print(json.dumps(neighbour_tiers(rv, by_state, args.max_bs, capture_bs)))
+        return 0
     with torch.inference_mode():
         for state, fns in by_state.items():
             for case in case_list(args.seeds, args.max_bs):
@@ -595,6 +627,47 @@ def chain_cpu(args) -> int:
                 out.append({"state": state, "case": vars(case), **handed})
     print(json.dumps({"max_bs": args.max_bs, "capture_bs": capture_bs, "cases": out}))
     return 0
+
+
+def neighbour_tiers(rv, by_state, max_bs: int, capture_bs: list[int]) -> dict:
+    """Every tier of the runner's token buckets, as a DP neighbour can set it, on both
+    paths: a full rank of width-1 requests, one request and 16 requests of width 1, in
+    both trees; what the layout and the compressor give the last request."""
+    import torch
+
+    fns = by_state["pristine"]
+    runner = types.SimpleNamespace(
+        max_bs=max_bs, captured_req_width=DRAFT_TOKENS, capture_bs=capture_bs
+    )
+    buckets = fns["_build_ragged_verify_token_buckets"](runner)
+    out = []
+    with torch.inference_mode():
+        for count in (max_bs, 16, 1):
+            case = Case(
+                f"n{count}", 4, False, "fresh", [3000 + 37 * i for i in range(count)], [1] * count
+            )
+            for tier in buckets:
+                for path in ("graph", "eager"):
+                    for state, state_fns in by_state.items():
+                        try:
+                            handed = chain(
+                                rv, state_fns, case, max_bs, capture_bs, "cpu", tier, path
+                            )
+                        except ValueError:  # the tier cannot hold the batch
+                            continue
+                        out.append(
+                            {
+                                "state": state,
+                                "path": path,
+                                "requests": count,
+                                "tier": tier,
+                                "slots": handed["slots"],
+                                "last_layout": handed["layout_extends"][count - 1],
+                                "last_compressor": handed["extends"][count - 1],
+                                "max_compressor": max(handed["extends"]),
+                            }
+                        )
+    return {"buckets": buckets, "capture_bs": capture_bs, "max_bs": max_bs, "cases": out}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -613,6 +686,11 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--tree", type=Path, required=True)
     c.add_argument("--seeds", type=int, default=6)
     c.add_argument("--max-bs", type=int, default=64)
+    c.add_argument(
+        "--neighbour",
+        action="store_true",
+        help="every token bucket as a DP neighbour's tier, graph and eager paths",
+    )
     args = parser.parse_args(argv)
     if hasattr(args, "tree"):
         args.tree = args.tree.resolve()  # the JIT build #includes the sources by path

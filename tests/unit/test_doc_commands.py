@@ -173,6 +173,14 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
         "needs the prepared tree; tests/patch/test_full_rank_compact.py runs it on one it "
         "prepares (wheels tier)"
     ),
+    "python benchmarks/dsv4_full_rank_check.py chain-cpu --tree .devtrees/full-rank "
+    "--neighbour": NotHere(
+        "needs the prepared tree; tests/patch/test_full_rank_compact.py runs it on one it "
+        "prepares (wheels tier)"
+    ),
+    ".cache/venv/bin/python -m pytest tests/patch/test_context_limit.py -n 0": NotHere(
+        "part of the test suite this test runs in (wheels tier)"
+    ),
     ".cache/venv/bin/python benchmarks/router_overhead.py --json router-overhead.json": Help(
         "a benchmark (minutes, and timing needs an idle machine)"
     ),
