@@ -13,7 +13,9 @@
 #
 # The modules the probe loads import, besides torch and triton: msgspec, orjson,
 # pybase64, pyzmq, apache-tvm-ffi, starlette, pydantic (and its core), dill (what a
-# PyTorch image lacked, 2026-12-06), installed on the GPU machine from wheels.
+# PyTorch image lacked, 2026-12-06): install them from wheels into a folder and name
+# it in SITE (SITE=/tmp/site benchmarks/dsv4_context_limit_gpu.sh --run ...). The four
+# trees are about 60 MB: under a 64 MiB transfer limit, carry one version per call.
 #
 # --prepare needs this checkout's .cache/venv and the sglang wheels in .cache/wheels;
 # it copies to DEST only the files of each tree the probe loads (found by running it
@@ -52,6 +54,15 @@ for rel in json.loads(sys.argv[2]):
     shutil.copy2(rel, os.path.join(out, rel))
 " "$out" "$files")
       cp -r "$full"/sglang-*.dist-info "$out/"
+      # What the traced import-only run does not load: the modules the kernels import
+      # lazily, and the JIT sources' folders (sglang.kernels.jit checks they exist).
+      (cd "$full" && find sglang/kernels sglang/srt/speculative sglang/srt/layers/attention/dsv4 \
+        -name '*.py' | while read -r f; do
+          mkdir -p "$out/$(dirname "$f")"; cp -n "$f" "$out/$f"; done)
+      cp -r "$full"/sglang/kernels/jit/include "$full"/sglang/kernels/jit/csrc "$out/sglang/kernels/jit/"
+      # sglang/__init__.py imports the frontend language (IPython among its needs): the
+      # probe needs none of it.
+      : > "$out/sglang/__init__.py"
       rm -rf "$full"
       echo "prepared $out ($(du -sh "$out" | cut -f1))"
     done
@@ -66,9 +77,9 @@ run() {
     name=$(basename "$tree")
     set +e
     (cd "$tree" && SM12X_PROBE_DEVICE=cuda PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
-      PYTHONPATH="$tree:$here" compute-sanitizer --tool memcheck --error-exitcode 9 \
-      --print-limit 20 python3 "$dest/probe.py" "$spec" \
-      > "$out/$name.json" 2> "$out/$name.memcheck.log")
+      PYTHONPATH="$tree:$here${SITE:+:$SITE}" compute-sanitizer --tool memcheck \
+      --error-exitcode 9 --print-limit 20 --log-file "$out/$name.memcheck.log" \
+      python3 "$dest/probe.py" "$spec" > "$out/$name.json" 2> "$out/$name.stderr.log")
     rc=$?
     set -e
     echo "$name: exit $rc, $(grep -c 'Invalid __global__ read' "$out/$name.memcheck.log" || true) invalid global reads reported; $(grep 'ERROR SUMMARY' "$out/$name.memcheck.log" || echo 'no summary')"
