@@ -38,7 +38,7 @@ ARG FLASHINFER_PREBUILT=1
 # The patches apply-patches must apply for SGLANG_VERSION (the image's label;
 # the build fails if it is not what was applied; empty where patches.toml's
 # rule retires every patch). scripts/image-args computes it.
-ARG SM12X_PATCHES=0001-sm120-sparse-mla-topk-dispatch.patch,0002-dsml-stream-partial-json-value.patch,0003-dsml-stream-failure-keeps-markup-out.patch,0004-dsml-stream-preamble.patch,0005-tool-stream-end-releases-held-text.patch,0006-dsml-stream-block-whitespace.patch,0007-dsml-text-after-block.patch,0008-dsml-string-values-verbatim.patch,0010-dsv4-prompt-tools-as-sent.patch,0011-dspark-swa-eviction.patch,0020-dsv4-compress-plan-verify-rows.patch,0021-dsv4-compress-plan-barrier.patch,0022-dsv4-kv-store-skip-invalid-index.patch,0024-dsv4-compact-verify-compressor-widths.patch
+ARG SM12X_PATCHES=0001-sm120-sparse-mla-topk-dispatch.patch,0002-dsml-stream-partial-json-value.patch,0003-dsml-stream-failure-keeps-markup-out.patch,0004-dsml-stream-preamble.patch,0005-tool-stream-end-releases-held-text.patch,0006-dsml-stream-block-whitespace.patch,0007-dsml-text-after-block.patch,0008-dsml-string-values-verbatim.patch,0010-dsv4-prompt-tools-as-sent.patch,0011-dspark-swa-eviction.patch,0020-dsv4-compress-plan-verify-rows.patch,0021-dsv4-compress-plan-barrier.patch,0022-dsv4-kv-store-skip-invalid-index.patch,0024-dsv4-compact-verify-compressor-widths.patch,0025-dsv4-verify-padding-rows-within-row.patch
 ARG SM12X_REVISION=unknown
 # Placeholder owner until the project's repository is known (see docs/image.md).
 ARG SM12X_SOURCE=https://github.com/sm12x/sm12x

@@ -45,7 +45,7 @@ variable "PINNED_FLASHINFER_JIT_CACHE_VERSION" { default = "0.6.15.post1" }
 variable "PINNED_FLASHINFER_JIT_CACHE_VERSION_AMD64" { default = "" }
 variable "PINNED_FLASHINFER_JIT_CACHE_VERSION_ARM64" { default = "" }
 # The patch series scripts/image-args computes for the track's sglang.
-variable "PINNED_SM12X_PATCHES" { default = "0001-sm120-sparse-mla-topk-dispatch.patch,0002-dsml-stream-partial-json-value.patch,0003-dsml-stream-failure-keeps-markup-out.patch,0004-dsml-stream-preamble.patch,0005-tool-stream-end-releases-held-text.patch,0006-dsml-stream-block-whitespace.patch,0007-dsml-text-after-block.patch,0008-dsml-string-values-verbatim.patch,0010-dsv4-prompt-tools-as-sent.patch,0011-dspark-swa-eviction.patch,0020-dsv4-compress-plan-verify-rows.patch,0021-dsv4-compress-plan-barrier.patch,0022-dsv4-kv-store-skip-invalid-index.patch,0024-dsv4-compact-verify-compressor-widths.patch" }
+variable "PINNED_SM12X_PATCHES" { default = "0001-sm120-sparse-mla-topk-dispatch.patch,0002-dsml-stream-partial-json-value.patch,0003-dsml-stream-failure-keeps-markup-out.patch,0004-dsml-stream-preamble.patch,0005-tool-stream-end-releases-held-text.patch,0006-dsml-stream-block-whitespace.patch,0007-dsml-text-after-block.patch,0008-dsml-string-values-verbatim.patch,0010-dsv4-prompt-tools-as-sent.patch,0011-dspark-swa-eviction.patch,0020-dsv4-compress-plan-verify-rows.patch,0021-dsv4-compress-plan-barrier.patch,0022-dsv4-kv-store-skip-invalid-index.patch,0024-dsv4-compact-verify-compressor-widths.patch,0025-dsv4-verify-padding-rows-within-row.patch" }
 
 # --- Track current ---
 variable "CURRENT_BASE_IMAGE" { default = "lmsysorg/sglang:v0.5.23-cu130-runtime" }
@@ -58,7 +58,7 @@ variable "CURRENT_FLASHINFER_JIT_CACHE_VERSION" { default = "0.7.2" }
 variable "CURRENT_FLASHINFER_JIT_CACHE_VERSION_AMD64" { default = "" }
 variable "CURRENT_FLASHINFER_JIT_CACHE_VERSION_ARM64" { default = "" }
 # The patch series scripts/image-args computes for the track's sglang.
-variable "CURRENT_SM12X_PATCHES" { default = "0022-dsv4-kv-store-skip-invalid-index.patch,0023-dsv4-recipe-block-newlines.patch,0024-dsv4-compact-verify-compressor-widths.patch" }
+variable "CURRENT_SM12X_PATCHES" { default = "0022-dsv4-kv-store-skip-invalid-index.patch,0023-dsv4-recipe-block-newlines.patch,0024-dsv4-compact-verify-compressor-widths.patch,0025-dsv4-verify-padding-rows-within-row.patch" }
 
 group "default" {
   targets = ["image"]

@@ -101,6 +101,17 @@ def _patch_table() -> dict[Path, str]:
     return {table.DOC: table.replace_block(table.DOC.read_text(encoding="utf-8"))}
 
 
+def _full_rank_table() -> dict[Path, str]:
+    import importlib.util
+
+    path = ROOT / "benchmarks/dsv4_full_rank_check.py"
+    spec = importlib.util.spec_from_file_location("dsv4_full_rank_check", path)
+    check = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = check  # its dataclass looks its module up
+    spec.loader.exec_module(check)
+    return {check.DOC: check.replace_doc_block(check.DOC.read_text(encoding="utf-8"))}
+
+
 def _bad_inputs() -> dict[Path, str]:
     from tests.support import bad_inputs
 
@@ -200,6 +211,13 @@ ENTRIES: tuple[Entry, ...] = (
         "docs/patch.md's table of patches, from patches/sglang/patches.toml",
         "fast",
         _patch_table,
+    ),
+    Entry(
+        "full-rank-table",
+        "docs/benchmarks.md's compact-verify-at-a-full-rank counts and table, from the "
+        "recorded run's JSON (benchmarks/dsv4_full_rank_check.py doc_block)",
+        "fast",
+        _full_rank_table,
     ),
     Entry(
         "bad-inputs",

@@ -100,3 +100,16 @@ def compact_full_rank_fix(version: str, path: Path | None = None) -> str | None:
         if patch.get("compact_full_rank"):
             return str(patch["file"])
     return None
+
+
+def compact_context_limit_fix(version: str, path: Path | None = None) -> str | None:
+    """What keeps compact verify's padding rows inside their request's req_to_token row
+    near the context limit on sglang `version` (the rows a full rank's last request, or
+    any eager batch's, carries): the series' patch with `compact_context_limit = true`,
+    the [[release]] entry that says so, else None."""
+    if releases(path).get(version, {}).get("compact_context_limit"):
+        return f"sglang {version}"
+    for patch in series(version, path):
+        if patch.get("compact_context_limit"):
+            return str(patch["file"])
+    return None

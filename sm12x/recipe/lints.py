@@ -391,6 +391,18 @@ def _compact_full_rank(recipe: Recipe) -> Iterator[Finding]:
     positive whenever a request verifies fewer than gamma + 1 rows (more than max_bs
     requests cannot replay a graph: ragged_layout_exceeds_captured_grid).
 
+    That is graph replay. The eager path (a verify that replays no graph, its tier set
+    by a DP neighbour's batch through the MLP sync) pads with bs = len(seq_lens): it
+    never has a padding slot, so pristine sglang hands the last request the leftover at
+    any batch size, one request included (docs/benchmarks.md#compact-verify-at-a-full-dp-rank).
+
+    Near --context-length the same leftover rows read past their request's
+    req_to_token row: their causal lengths are its position plus the leftover, and the
+    SWA-index kernel loads req_to_token[rid, pos - k] with no upper bound (past the
+    pool's last row: outside the allocation). A compact recipe needs both fixes on
+    its track: compact_full_rank (the compressor, 0024) and compact_context_limit
+    (the padding rows' reads, 0025; docs/benchmarks.md#compact-verify-near-the-context-limit).
+
     So the invariant would be "a rank never holds max_bs requests", i.e. the rank's
     request limit below max_bs. sglang 0.5.23 makes that unreachable from a recipe:
     max_bs is max(capture_bs), and get_batch_sizes_to_capture keeps only batches up to
@@ -428,34 +440,46 @@ def _compact_full_rank(recipe: Recipe) -> Iterator[Finding]:
     unfixed = []
     for track in recipe_tracks(recipe):
         version = load_versions(track)["SGLANG_VERSION"]
-        if patch_series.compact_full_rank_fix(version) is None:
-            unfixed.append((track, version))
+        missing = [
+            key
+            for key, fix in (
+                ("compact_full_rank", patch_series.compact_full_rank_fix),
+                ("compact_context_limit", patch_series.compact_context_limit_fix),
+            )
+            if fix(version) is None
+        ]
+        if missing:
+            unfixed.append((track, version, missing))
     if not unfixed:
         if d.acknowledge_compact_full_rank is not None:
             yield Finding(
                 "compact-full-rank",
                 "warning",
                 "dspark.acknowledge_compact_full_rank has no effect: every track's sglang "
-                "has the fix (patches.toml compact_full_rank): remove it",
+                "has the fixes (patches.toml compact_full_rank and compact_context_limit): "
+                "remove it",
             )
         return
     if d.acknowledge_compact_full_rank is not None:
         return
-    for track, version in unfixed:
+    for track, version, missing in unfixed:
         yield Finding(
             "compact-full-rank",
             "error",
             f"compact ragged verify on the {track} track's sglang {version}: a DP rank "
             f"holds up to {rank} requests ({limit}) and its largest decode graph has "
             f"{graph} slots ({written}, clamped by sglang to the rank's request pool), "
-            f"so a step with {graph} requests on a rank has no padding slot and the last "
-            "request is handed the graph tier's leftover verify rows, corrupting its "
-            "compressed KV (docs/benchmarks.md#compact-verify-at-a-full-dp-rank). "
+            f"so a step with {graph} requests on a rank has no padding slot (an eager "
+            "verify has none at any batch size) and the last request is handed the "
+            "tier's leftover verify rows, corrupting its compressed KV "
+            "(docs/benchmarks.md#compact-verify-at-a-full-dp-rank) and, near the "
+            "context limit, reading past its req_to_token row "
+            "(docs/benchmarks.md#compact-verify-near-the-context-limit). "
             "Lowering --max-running-requests or raising the graph cap cannot prevent it "
             "on this sglang (its graphs never exceed the request pool): use "
-            f"ragged_verify: static, give patches/sglang/{version}/ the fix (an entry "
-            "with compact_full_rank = true), or set dspark.acknowledge_compact_full_rank "
-            "to the reason you accept it",
+            f"ragged_verify: static, give patches/sglang/{version}/ the fixes (entries "
+            f"with {' = true and '.join(missing)} = true), or set "
+            "dspark.acknowledge_compact_full_rank to the reason you accept it",
         )
 
 

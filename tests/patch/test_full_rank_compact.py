@@ -32,12 +32,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import dsv4_full_rank_check as check  # noqa: E402
 
 
-def run_chain_cpu(tmp_path_factory) -> dict:
+def run_chain_cpu(root: Path, *extra: str) -> dict:
     """Steps 1-2 on the CPU for both trees (pristine, and patched by scripts/apply-patches
     as the image is), by sglang 0.5.23's own code, in a process of their own."""
-    wheel = trees.wheels.wheel("sglang", "0.5.23")
-    root = tmp_path_factory.mktemp("full-rank")
-    check.prepare(wheel, root)
     done = subprocess.run(
         [
             sys.executable,
@@ -45,6 +42,7 @@ def run_chain_cpu(tmp_path_factory) -> dict:
             "chain-cpu",
             "--tree",
             str(root),
+            *extra,
         ],
         capture_output=True,
         text=True,
@@ -52,6 +50,13 @@ def run_chain_cpu(tmp_path_factory) -> dict:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def full_rank_trees(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("full-rank")
+    check.prepare(trees.wheels.wheel("sglang", "0.5.23"), root)
+    return root
 
 
 def model_plan(case: check.Case, handed: dict) -> tuple[list[list[int]], dict]:
@@ -70,8 +75,8 @@ def model_plan(case: check.Case, handed: dict) -> tuple[list[list[int]], dict]:
 
 
 @pytest.fixture(scope="module")
-def cpu_chain(tmp_path_factory) -> dict:
-    return run_chain_cpu(tmp_path_factory)
+def cpu_chain(full_rank_trees) -> dict:
+    return run_chain_cpu(full_rank_trees)
 
 
 @pytest.fixture(scope="module")
@@ -241,3 +246,48 @@ def test_the_pinned_tracks_port_hands_the_compressor_each_requests_own_rows(tmp_
         assert handed["pristine", ratio][0][-1] == 512 - 3 * 63
         assert handed["patched", ratio][0] == [min(e, check.DRAFT_TOKENS) for e in extends]
         assert handed["patched", ratio][1] == [4000 + min(e, 8) for e in extends]
+
+
+def test_every_tier_a_neighbour_can_set_on_both_paths(full_rank_trees):
+    """Every tier of the runner's token buckets (from the tree's own
+    generate_decode_cuda_graph_batch_sizes and _build_ragged_verify_token_buckets for
+    max_bs 64) that holds the batch, as the SPS planner (tier_num_tokens) or a DP
+    neighbour sets it, on graph replay
+    and on the eager path (bs = len(seq_lens)): a full rank, 16 requests and one, all
+    of width 1. Graph replay below max_bs keeps a padding slot at every tier; a full
+    rank and every eager batch hand the last request the leftover pristine; patched,
+    the compressor never sees more than the draft width."""
+    found = run_chain_cpu(full_rank_trees, "--neighbour")
+    assert found["buckets"] == sorted({bs * check.DRAFT_TOKENS for bs in found["capture_bs"]})
+    assert max(found["capture_bs"]) == found["max_bs"] == 64
+    seen = set()
+    for c in found["cases"]:
+        n, tier, state, path = c["requests"], c["tier"], c["state"], c["path"]
+        seen.add((n, path, state))
+        leftover_last = tier - (n - 1)
+        # Graph replay: min(tier, max_bs) slots, a padding slot unless that is n (a
+        # full rank, or a tier of exactly n rows: no leftover). Eager: n slots.
+        slots = min(tier, found["max_bs"]) if path == "graph" else n
+        assert c["slots"] == slots, c
+        assert c["last_layout"] == (1 if slots > n else leftover_last), c
+        if state == "pristine":
+            assert c["last_compressor"] == c["last_layout"], c
+        else:
+            assert c["last_compressor"] == min(c["last_layout"], check.DRAFT_TOKENS), c
+            assert c["max_compressor"] <= check.DRAFT_TOKENS, c
+    assert len(seen) == 3 * 2 * 2
+    # A full rank meets the leftover at every tier above its rows, not only the top:
+    # 64 width-1 requests on tier 80 give the last request 17 rows.
+    mid = [c for c in found["cases"] if c["requests"] == 64 and c["tier"] == 80]
+    assert {(c["state"], c["last_layout"], c["last_compressor"]) for c in mid} == {
+        ("pristine", 17, 17),
+        ("patched", 17, check.DRAFT_TOKENS),
+    }
+    # Pristine is exposed on the eager path with one request once the tier is above 8.
+    assert any(
+        c["state"] == "pristine"
+        and c["path"] == "eager"
+        and c["requests"] == 1
+        and c["last_compressor"] > check.DRAFT_TOKENS
+        for c in found["cases"]
+    )

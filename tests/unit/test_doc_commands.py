@@ -187,6 +187,21 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
         "needs the prepared tree; tests/patch/test_full_rank_compact.py runs it on one it "
         "prepares (wheels tier)"
     ),
+    "python benchmarks/dsv4_full_rank_check.py chain-cpu --tree .devtrees/full-rank "
+    "--neighbour": NotHere(
+        "needs the prepared tree; tests/patch/test_full_rank_compact.py runs it on one it "
+        "prepares (wheels tier)"
+    ),
+    "benchmarks/dsv4_context_limit_gpu.sh --prepare .devtrees/context-limit": NotHere(
+        GPU_BENCH + "; tests/patch/test_context_limit.py runs the same probe on the same "
+        "wheels, patched by the same script"
+    ),
+    "SITE=/tmp/site benchmarks/dsv4_context_limit_gpu.sh --run .devtrees/context-limit out": NotHere(
+        "needs a CUDA GPU and compute-sanitizer"
+    ),
+    ".cache/venv/bin/python -m pytest tests/patch/test_context_limit.py -n 0": NotHere(
+        "part of the test suite this test runs in (wheels tier)"
+    ),
     ".cache/venv/bin/python benchmarks/router_overhead.py --json router-overhead.json": Help(
         "a benchmark (minutes, and timing needs an idle machine)"
     ),

@@ -1001,7 +1001,26 @@ def test_compact_full_rank_passes_where_the_series_has_the_fix():
     )
     (finding,) = [f for f in lint_recipe(acknowledged) if f.code == "compact-full-rank"]
     assert finding.level == "warning"
-    assert "every track's sglang has the fix" in finding.message
+    assert "every track's sglang has the fixes" in finding.message
+
+
+def test_compact_full_rank_asks_for_the_context_limit_fix_too(monkeypatch):
+    """A track with 0024 but not 0025: the padding rows near the context limit still
+    read past their request's row, so the lint refuses and names the missing key."""
+    from sm12x.recipe import lints
+
+    monkeypatch.setattr(lints.patch_series, "compact_context_limit_fix", lambda v: None)
+    findings = [
+        f
+        for f in lint_recipe(build(lambda d: None, TP4_THROUGHPUT))
+        if f.code == "compact-full-rank"
+    ]
+    assert findings and all(f.level == "error" for f in findings)
+    message = findings[0].message
+    assert "compact_context_limit = true" in message
+    assert "compact_full_rank = true" not in message
+    assert "docs/benchmarks.md#compact-verify-near-the-context-limit" in message
+    assert "an eager verify has none at any batch size" in message
 
 
 def test_the_series_names_the_compact_full_rank_fix(tmp_path):
@@ -1021,6 +1040,11 @@ def test_the_series_names_the_compact_full_rank_fix(tmp_path):
     assert series.compact_full_rank_fix("0.5.23") == fix
     assert series.compact_full_rank_fix("0.5.17") == fix
     assert series.compact_full_rank_fix("0.5.18") is None
+    # The context-limit fix beside it: 0025 on both tracks' sglang.
+    limit = "0025-dsv4-verify-padding-rows-within-row.patch"
+    assert series.compact_context_limit_fix("0.5.23") == limit
+    assert series.compact_context_limit_fix("0.5.17") == limit
+    assert series.compact_context_limit_fix("0.5.18") is None
 
 
 def test_the_largest_decode_graph_follows_the_rank_s_pool():
