@@ -48,7 +48,7 @@ def expected_tier(bs: int, frac: float, gamma: int, tiers: Sequence[int]) -> int
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     if not path.is_file():
         return out
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():

@@ -276,6 +276,31 @@ def test_tune_makes_a_table_that_the_launch_then_runs(machine, capsys):
     assert picked.recipe.name == tp.THROUGHPUT
 
 
+def test_a_cell_that_ran_another_tier_is_refused_by_name(machine):
+    """A server that says it loaded a table yet verifies every row (here sglang's
+    own one-sample placeholder, which its planner counts as uninitialized): the
+    profiler's own check passes the full-width step, tune's per-step proof does
+    not, and the refused cell is measured anew on the next run."""
+    placeholder = machine / "placeholder.json"
+    placeholder.write_text(
+        json.dumps(
+            {"sample_batch_tokens": [1], "sample_steps_per_sec": [1.0], "max_batch_tokens": 8}
+        )
+    )
+    cache = machine / "cache"
+    with MockServer(sps=config(str(placeholder))) as server:
+        assert server.app.state.scheduler.verifies_all
+        with pytest.raises(UserError) as caught:
+            tune(cache, server.base_url, "--batch-size", "2")
+    message = caught.value.message
+    # 2 requests + int(0.125 x 2 x 7) = 3 tokens: the 8-token tier; it ran 2 x 8.
+    assert "cell 2/rank at budget fraction 0.125 ran verify tier(s) 16 tokens, not 8" in message
+    assert "compact verify without a usable SPS table" in message and "\n" not in message
+    folder = next((cache / "sps" / tp.THROUGHPUT / ".work").iterdir())
+    assert not list(folder.glob("seg-*/table.rounds.jsonl"))  # set aside, not finished
+    assert not list((cache / "sps" / tp.THROUGHPUT).glob("*.json"))
+
+
 def test_the_deadline_stops_it_keeps_what_was_measured_and_writes_nothing(machine):
     if "full" not in TIMES:
         pytest.skip("needs the full tune's wall time (run the module)")
