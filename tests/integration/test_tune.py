@@ -438,9 +438,8 @@ def test_a_track_refusal_is_said_once_with_the_setting_that_fixes_it(machine):
     [
         ({"record": False}, "keeps no per-step DSPARK records"),
         ({"simulate_acc_len": None}, "needs exactly SGLANG_SIMULATE_ACC_LEN=1.0"),
-        ({"mode": "speculative"}, "verifies in 'speculative' mode"),
     ],
-    ids=["no-records", "no-simulated-acceptance", "unknown-mode"],
+    ids=["no-records", "no-simulated-acceptance"],
 )
 def test_a_server_not_in_profiling_mode_gets_one_clear_error(machine, changes, says):
     with MockServer(sps=config(**changes)) as server:
