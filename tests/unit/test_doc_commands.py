@@ -530,18 +530,7 @@ class StandIn:
             sub == "tune" and "--sps-profile" in mock.words and "--sps-table" not in mock.words
         )
         if sub == "tune" and "--sps-table" in mock.words:
-            (first,) = [
-                c
-                for c in COMMANDS
-                if c.words[:2] == ["sm12x", "tune"]
-                and c.doc == mock.doc
-                and "--url" in c.words
-                and "--sps-table"
-                not in self.documented_mock(
-                    str(urllib.parse.urlsplit(c.words[c.words.index("--url") + 1]).port), doc
-                ).words
-            ]
-            self.against_mock("tune", first.words[2:], cwd, env, doc)
+            self.phase_one_first(cwd, env, mock.doc)
         with self.serving(mock.words[2:], cwd, env) as served:
             argv = [re.sub(rf":{port}\b", f":{served}", a) for a in args]
             done = subprocess.run(
@@ -560,20 +549,40 @@ class StandIn:
         return done
 
     def documented_mock(self, port: str, doc: str | None):
-        (mock,) = [
+        (mock,) = self.mocks_on(port, doc)
+        return mock
+
+    @staticmethod
+    def mocks_on(port: str, doc: str | None) -> list:
+        return [
             c
             for c in COMMANDS
             if c.words[:2] == ["sm12x", "mock-server"]
             and c.words[c.words.index("--port") + 1 : c.words.index("--port") + 2] == [port]
             and doc in (None, c.doc)
         ]
-        return mock
+
+    def phase_one_first(self, cwd: Path, env: dict[str, str], doc: str | None) -> None:
+        """The doc's tune against its mock without --sps-table (phase 1), in cwd:
+        it writes the table the doc's phase-2 mock loads."""
+        firsts = []
+        for c in COMMANDS:
+            if c.words[:2] != ["sm12x", "tune"] or c.doc != doc or "--url" not in c.words:
+                continue
+            port = str(urllib.parse.urlsplit(c.words[c.words.index("--url") + 1]).port)
+            mocks = self.mocks_on(port, doc)
+            if len(mocks) == 1 and "--sps-table" not in mocks[0].words:
+                firsts.append(c)
+        (first,) = firsts
+        self.against_mock("tune", first.words[2:], cwd, env, doc)
 
     def run(
         self, sub: str, args: list[str], cwd: Path, env: dict[str, str], doc: str | None = None
     ) -> subprocess.CompletedProcess[str]:
         env = {**env, "COLUMNS": "200"}
         if sub == "mock-server":
+            if "--sps-table" in args:  # tune's phase 2: phase 1 writes its table first
+                self.phase_one_first(cwd, env, doc)
             return self.serve(args, cwd, env)
         if sub == "tune" or (sub == "bench" and args):
             return self.against_mock(sub, args, cwd, env, doc)
