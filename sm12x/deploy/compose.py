@@ -72,13 +72,18 @@ def service(
 
 
 def profiling_service(
-    recipe: Recipe, loaded: Loaded, compose_file: str | None = None, name: str | None = None
+    recipe: Recipe,
+    loaded: Loaded,
+    compose_file: str | None = None,
+    name: str | None = None,
+    sps_table: str | None = None,
 ) -> ComposeService:
     """A one-off container of the rig's compose service running `recipe` in the
     mode sglang's SPS profiler needs (`sm12x launch --sps-profile`, for `sm12x
     tune`): `compose run`, so the rig's own service, its .env and volumes (the
     cache volume the table goes to) are used without changing compose.yaml,
-    and the container is removed afterwards (it must never serve)."""
+    and the container is removed afterwards (it must never serve). `sps_table`:
+    tune's phase 2, the diagonal's 1-D table (a path in the container)."""
     rig = load_recipe(recipe.rig) if recipe.rig != recipe.name else recipe
     service_name = profiles(rig)[0]
     container = name or f"sm12x-tune-{recipe.name}"
@@ -106,6 +111,7 @@ def profiling_service(
             "--sps-profile",
             "--recipe",
             recipe.name,
+            *(["--sps-table", sps_table] if sps_table else []),
         ],
         logs=[docker, "logs", "-f", container],
         down=[docker, "rm", "--force", container],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
+import json
 import os
 import sys
 from collections.abc import Mapping
@@ -120,7 +121,33 @@ def choose_configuration(
         say(f"warning: {resolved.warning}")
     if resolved.notice:
         say(resolved.notice)
+    if not profiling and configuration.reads_tuned_table(resolved.recipe):
+        found = table_finder(loaded)(resolved.recipe)
+        problem = found.table and profiled_without_table(found.table)
+        if problem:
+            say(f"warning: {problem}")
     return resolved.recipe
+
+
+def profiled_without_table(table: Path) -> str | None:
+    """Why the tuned table may be flat, from its sidecar's record of the table the
+    profiling server ran with (sm12x tune's `profiled_with`): on compact verify
+    without one sglang verifies every row, so every budget the profiler pinned timed
+    the same full-width step (docs/tune.md)."""
+    try:
+        record = json.loads(store.meta_path(table).read_text(encoding="utf-8")).get("profiled_with")
+    except (OSError, ValueError, AttributeError):
+        record = None
+    if not isinstance(record, dict):
+        said = "does not record which table the profiling server ran with"
+    elif record.get("kind") == "none":
+        said = "was profiled on a server without an SPS table"
+    else:
+        return None
+    return (
+        f"the tuned SPS table {table} {said}: sglang then ignores the pinned budgets and "
+        "the table may be flat; run `sm12x tune --fresh` to measure it anew"
+    )
 
 
 def gpu_mismatch(recipe: Recipe) -> str | None:
@@ -336,8 +363,10 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     if args.no_spec:
         ctx = replace(ctx, speculative=False)
         _say("--no-spec: speculative decoding off (the reference for verify --compare-url)")
+    if args.sps_table and not args.sps_profile:
+        raise UserError("--sps-table names tune's phase-2 table: it goes with --sps-profile")
     if args.sps_profile:
-        ctx = replace(ctx, sps_profile=True)
+        ctx = replace(ctx, sps_profile=True, sps_table=args.sps_table)
     plan = build_launch(recipe, ctx)
     extra = list(args.extra)
     if extra and extra[0] == "--":
@@ -409,6 +438,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the rig's configuration that reads a tuned SPS table, in the mode sglang's SPS "
         "profiler needs (static verify, per-step records, speculation accepting nothing): "
         "what `sm12x tune` boots; never for serving",
+    )
+    parser.add_argument(
+        "--sps-table",
+        metavar="PATH",
+        help="with --sps-profile: the 1-D table of tune's phase 1 (its diagonal sweep), "
+        "which compact verify needs to honour the budgets phase 2 pins",
     )
     settings.add_arguments(
         parser,

@@ -90,8 +90,11 @@ class LaunchContext:
     # The track (SM12X_TRACK): a tuned SPS table is stored per track's image.
     track: str | None = None
     # True renders the mode sglang's SPS profiler needs (`sm12x tune`; see
-    # PROFILING_ENV): compact verify, per-step records, no table.
+    # PROFILING_ENV): per-step records; static verify without a table (phase 1,
+    # the diagonal), compact verify with sps_table (phase 2: the diagonal's 1-D
+    # table, without which sglang verifies every row and ignores the pins).
     sps_profile: bool = False
+    sps_table: str | None = None
 
     @classmethod
     def from_settings(cls, loaded: Loaded) -> LaunchContext:
@@ -245,11 +248,24 @@ PROFILING_ENV = {
         "sm12x tune: every step commits exactly the bonus token, so the profiled "
         "batches are deterministic (the profiler refuses any other value)",
     ),
-    RAGGED_VERIFY_ENV: (
+}
+# The ragged verify mode of each phase of `sm12x tune` (docs/tune.md): the
+# profiler's diagonal sweep (no --fracs) accepts only static verify; its
+# off-diagonal sweep only ragged verify, and compact verify honours the budget
+# each round pins only with an SPS table loaded (without one sglang's planner
+# verifies every row: dspark_planner `_is_verify_all`), so phase 2 loads the
+# diagonal's 1-D table.
+PROFILING_MODES = {
+    False: (
+        "static",
+        "sm12x tune, phase 1: the profiler's diagonal sweep (the 1-D table phase 2 "
+        "loads) needs static verify",
+    ),
+    True: (
         "compact",
-        "sm12x tune: the profiler's off-diagonal sweep (--fracs) pins a verify budget per "
-        "round, which only compact verify schedules; it fits the additive table compact "
-        "verify prices with",
+        "sm12x tune, phase 2: the off-diagonal sweep (--fracs) pins a verify budget per "
+        "round, which compact verify honours only with a table loaded; it fits the "
+        "additive table compact verify prices with",
     ),
 }
 
@@ -271,7 +287,8 @@ def tuned_table_path(recipe: Recipe, ctx: LaunchContext) -> Value:
 
 def speculative_args(recipe: Recipe, ctx: LaunchContext | None = None) -> list[RenderedArg]:
     """Every flag the recipe's dspark section renders; `--no-spec` drops them all.
-    Profiling (`sm12x tune`) renders no table: the profiler measures without one."""
+    Profiling (`sm12x tune`) renders only the table tune's phase 2 names
+    (ctx.sps_table): phase 1 measures without one."""
     ctx = ctx or LaunchContext()
     args = [
         RenderedArg(
@@ -284,6 +301,15 @@ def speculative_args(recipe: Recipe, ctx: LaunchContext | None = None) -> list[R
         ),
     ]
     if ctx.sps_profile:
+        if ctx.sps_table:
+            args.append(
+                RenderedArg(
+                    "--speculative-dspark-sps-table-path",
+                    ctx.sps_table,
+                    "sm12x tune's phase 2: the diagonal's 1-D table, so compact verify "
+                    "honours the pinned budgets (without a table sglang verifies every row)",
+                )
+            )
         return args
     if recipe.dspark.sps_table_path:
         args.append(
@@ -311,7 +337,11 @@ def speculative_env(recipe: Recipe, ctx: LaunchContext) -> list[RenderedEnv]:
     if not ctx.speculative:
         return []
     if ctx.sps_profile:
-        return [RenderedEnv(n, v, why, fixed=True) for n, (v, why) in PROFILING_ENV.items()]
+        mode, why = PROFILING_MODES[bool(ctx.sps_table)]
+        return [
+            *(RenderedEnv(n, v, w, fixed=True) for n, (v, w) in PROFILING_ENV.items()),
+            RenderedEnv(RAGGED_VERIFY_ENV, mode, why, fixed=True),
+        ]
     mode = recipe.dspark.ragged_verify
     if mode == "static":
         return []

@@ -41,7 +41,7 @@ from sm12x.mock import serving as sglang_serving
 from sm12x.mock.faults import Faults
 from sm12x.mock.fullrank import Layout, Ranks
 from sm12x.mock.metrics import Finished, Metrics
-from sm12x.mock.sps import Scheduler, SpsConfig
+from sm12x.mock.sps import Scheduler, SpsConfig, verify_all
 from sm12x.recipe.lines import DEFAULT_LINE, LINES, serves
 from sm12x.versions import load_versions, tracks
 
@@ -164,7 +164,10 @@ def create_app(
     F = state.faults
     known = LINES[line]
     version = resolve_version(line, sglang_version)
-    serving = sglang_serving.load(sglang_serving.locate(version, patched, sglang_source))
+    site = sglang_serving.locate(version, patched, sglang_source)
+    serving = sglang_serving.load(site)
+    if sps is not None:
+        scheduler.verifies_all = verify_all(site, sps)
     P = serving.protocol
     tokenizer = tokenizer_v4.load() if line == DEFAULT_LINE else tokenizer_v41.load()
     eos = tokenizer.eos_token_id

@@ -177,6 +177,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "layout, depth, decode CUDA graphs, request limit and the three profiling "
         "variables, on the sglang of its track; the other flags of this group stay unset",
     )
+    sps.add_argument(
+        "--sps-table",
+        metavar="PATH",
+        help="with --sps-profile: as `sm12x launch --sps-profile --sps-table` renders it "
+        "(--speculative-dspark-sps-table-path; tune's phase 2)",
+    )
     sps.add_argument("--tp-size", type=option_type(Count), default=4)
     sps.add_argument("--dp-size", type=option_type(Count), default=1)
     sps.add_argument("--ep-size", type=option_type(Count), default=1)
@@ -274,7 +280,13 @@ def _profiled(args: argparse.Namespace):
             f"--sps-profile {recipe.name} runs on the {track} track's sglang {version}, "
             f"not --sglang-version {args.sglang_version}: drop --sglang-version"
         )
-    env = build_launch(recipe, LaunchContext(sps_profile=True, track=track)).env_dict()
+    plan = build_launch(
+        recipe, LaunchContext(sps_profile=True, track=track, sps_table=args.sps_table)
+    )
+    env = plan.env_dict()
+    argv = plan.argv()
+    flag = "--speculative-dspark-sps-table-path"
+    table = argv[argv.index(flag) + 1] if flag in argv else None
     parallel = layout(recipe)
     config = SpsConfig.from_env(
         env,
@@ -285,6 +297,7 @@ def _profiled(args: argparse.Namespace):
         cuda_graph_max_bs=largest_decode_graph(recipe),
         max_running_per_dp=per_rank_requests(recipe),
         stall_batch=args.stall_batch,
+        sps_table_path=table,
     )
     return config, version, recipe.model.line
 
@@ -343,6 +356,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"{name.ljust(width)}  {what}")
         return 0
     faults = _faults(args)
+    if args.sps_table and not args.sps_profile:
+        raise UserError("--sps-table goes with --sps-profile (tune's phase 2)")
     profiled = _profiled(args) if args.sps_profile else None
     if profiled is not None:
         args.line = profiled[2]

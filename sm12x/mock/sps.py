@@ -33,8 +33,26 @@ this enforces:
   schedules a budget: in compact (and cap-accept) mode a step's record then
   carries the replayed graph tier in tokens, the smallest captured token
   bucket (bs x (gamma + 1) for each captured bs) >= bs + budget
-  (decode_cuda_graph_runner's buckets, round_up_grid); with no pin, compact
-  without a table verifies all rows. Static verify ignores the pin.
+  (decode_cuda_graph_runner's buckets, round_up_grid). Static verify ignores
+  the pin.
+- Verify-all (dspark_planner.DSparkVerifyPlanner.__init__, 0.5.23 148-154,
+  0.5.17 151-158): in compact mode with an uninitialized SPS table the planner
+  returns the full-width uniform layout before any budget is read, so the pin
+  is ignored there: every step replays the batch's full tier. The table is the
+  planner's build_sps_cost_table's: the file at
+  --speculative-dspark-sps-table-path, else the one-sample placeholder, which
+  counts as uninitialized. `verify_all` decides it with the served wheel's own
+  code: build_sps_cost_table and the planner's `_is_verify_all` expression,
+  compiled from dspark_planner.py as shipped, over that release's dspark_sps
+  (loaded by path as the profiler loads it: it imports only msgspec). What
+  stands in, and why: the planner's module itself is not imported (it pulls
+  the runtime: ScheduleBatch, torch.distributed's DP tier gather, the
+  DFlash draft input; 35-140 s on a CPU machine per start), so its
+  get_spec()/get_schedule()/server_args are the server's arguments and
+  RaggedVerifyMode is the enum's three values under sglang's names. The step
+  is then priced from the tier verify-all replays (the full width) or the pin's
+  tier, never the pin alone; the planner's per-request layout (the confidence
+  top-k of _schedule_verify_lens) is not run.
 
 The step time is a model (a fixed cost, a cost per running request and one per
 verify token), the real time between steps a small sleep, so a profile runs in
@@ -43,11 +61,16 @@ seconds.
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import importlib.util
 import os
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Union
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -70,6 +93,8 @@ class SpsConfig:
     # A /generate of exactly this many requests never makes progress (a wedged round).
     stall_batch: int | None = None
     token_capacity: int = 800_000
+    # --speculative-dspark-sps-table-path (None: the launch names no table).
+    sps_table_path: str | None = None
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **launch: Any) -> SpsConfig:
@@ -111,6 +136,104 @@ class SpsConfig:
         return round(12.0 + 0.04 * verify_tokens + 0.05 * running, 4)
 
 
+SPS_MODULE = "sglang/srt/speculative/dspark_components/dspark_sps.py"
+PLANNER_MODULE = "sglang/srt/speculative/dspark_components/dspark_planner.py"
+
+
+class RaggedVerifyMode(str, Enum):
+    """sglang's (speculative/ragged_verify.py): the names the planner's code uses."""
+
+    STATIC = "static"
+    CAP_ACCEPT = "cap-accept"
+    COMPACT = "compact"
+
+
+def _planner_code(path: Path) -> tuple[ast.FunctionDef, ast.expr]:
+    """build_sps_cost_table and the value DSparkVerifyPlanner.__init__ gives
+    `_is_verify_all` in a ragged mode, from the planner's source as shipped."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    build = next(
+        (
+            n
+            for n in tree.body
+            if isinstance(n, ast.FunctionDef) and n.name == "build_sps_cost_table"
+        ),
+        None,
+    )
+    planner = next(
+        (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "DSparkVerifyPlanner"),
+        None,
+    )
+    init = next(
+        (
+            n
+            for n in (planner.body if planner else [])
+            if isinstance(n, ast.FunctionDef) and n.name == "__init__"
+        ),
+        None,
+    )
+    rules = [
+        node.value
+        for branch in (init.body if init else [])
+        if isinstance(branch, ast.If)
+        for node in ast.walk(branch)
+        if isinstance(node, ast.Assign)
+        and any(ast.unparse(t) == "self._is_verify_all" for t in node.targets)
+    ]
+    if build is None or len(rules) != 1:
+        raise RuntimeError(
+            f"{path} no longer has build_sps_cost_table and one ragged-mode "
+            "`self._is_verify_all = ...` in DSparkVerifyPlanner.__init__: the mock "
+            "cannot read its verify-all rule"
+        )
+    return build, rules[0]
+
+
+def verify_all(site: Path, config: SpsConfig) -> bool:
+    """Whether the planner of the sglang at `site` verifies every row (the
+    docstring's verify-all): its own `_is_verify_all` expression, over the table
+    its own build_sps_cost_table builds (both compiled from the shipped source,
+    with the server's arguments for get_spec()/get_schedule()/server_args), with
+    that release's dspark_sps functions."""
+    if config.mode == "static":
+        return False
+    spec = importlib.util.spec_from_file_location("sm12x_mock_dspark_sps", site / SPS_MODULE)
+    assert spec is not None and spec.loader is not None
+    sps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sps)
+    build, rule = _planner_code(site / PLANNER_MODULE)
+    args = SimpleNamespace(
+        speculative_dspark_sps_table_path=config.sps_table_path,
+        max_running_requests=config.max_running_per_dp * config.dp,
+    )
+    scope: dict[str, Any] = {
+        "Union": Union,
+        "SpsCostTable": sps.SpsCostTable,
+        "SpsAdditiveCostTable": sps.SpsAdditiveCostTable,
+        "ServerArgs": object,
+        "load_sps_table_from_path": sps.load_sps_table_from_path,
+        "build_uninitialized_sps_table": sps.build_uninitialized_sps_table,
+        "is_uninitialized_sps_table": sps.is_uninitialized_sps_table,
+        "get_spec": lambda: args,
+        "get_schedule": lambda: args,
+        "RaggedVerifyMode": RaggedVerifyMode,
+    }
+    exec(
+        compile(ast.Module(body=[build], type_ignores=[]), str(site / PLANNER_MODULE), "exec"),
+        scope,
+    )
+    kwargs: dict[str, Any] = {"verify_num_draft_tokens": config.gamma + 1}
+    if any(a.arg == "server_args" for a in build.args.kwonlyargs):
+        kwargs["server_args"] = args  # 0.5.17's signature
+    table = scope["build_sps_cost_table"](**kwargs)
+    planner = SimpleNamespace(_ragged_verify_mode=RaggedVerifyMode(config.mode))
+    value = eval(
+        compile(ast.Expression(rule), str(site / PLANNER_MODULE), "eval"),
+        {**scope, "self": planner, "sps_table": table},
+    )
+    return bool(value)
+
+
 @dataclass
 class _Req:
     rank: int
@@ -131,6 +254,8 @@ class Scheduler:
     stalled: list[_Req] = field(default_factory=list)
     task: asyncio.Task | None = None
     forced_frac: float | None = None  # dspark_force_budget_frac (the off-diagonal pin)
+    # Compact verify with an uninitialized table: every row verified (verify_all()).
+    verifies_all: bool = False
 
     def __post_init__(self) -> None:
         ranks = self.config.dp
@@ -191,7 +316,7 @@ class Scheduler:
     def verify_tokens(self, batch: int) -> int:
         """The graph tier a step of `batch` requests replays, in tokens."""
         full = self.tier(batch) * (self.config.gamma + 1)
-        if self.config.mode == "static" or self.forced_frac is None:
+        if self.config.mode == "static" or self.forced_frac is None or self.verifies_all:
             return full
         budget = max(0, int(self.forced_frac * batch * self.config.gamma))
         total = batch + budget
@@ -246,6 +371,7 @@ class Scheduler:
             "speculative_dspark_block_size": self.config.gamma,
             "disable_cuda_graph": False,
             "cuda_graph_max_bs": self.config.cuda_graph_max_bs,
+            "speculative_dspark_sps_table_path": self.config.sps_table_path,
         }
 
     # --- routes -------------------------------------------------------------------

@@ -13,12 +13,16 @@ sglang's own profiler (sm12x.tune.profiler) and stored keyed by what it was
 measured for (sm12x.sps_tables), where `sm12x launch` looks for it.
 
 Boot mode starts a one-off container of the rig's compose service with
-`sm12x launch --sps-profile` (static verify, per-step records, speculation
-accepting nothing: never a server for clients), runs this command inside it
+`sm12x launch --sps-profile` (per-step records, speculation accepting
+nothing: never a server for clients), runs this command inside it
 (`--attach`, where the cache volume and sglang are), then removes it.
 `--boot-command` starts any command instead (its output is the log) and
-profiles from here. Exit status: 0 the table was written; 1 it was not (bad
-input, the server not in profiling mode, the profiler failed, the deadline).
+profiles from here. Two phases (docs/tune.md): the diagonal on a static server
+(its 1-D table), then the off-diagonal sweep on a compact server loading that
+table; boot mode relaunches between them. Exit status: 0 the table was
+written; 3 phase 1 is done (relaunch the server with its table, run again); 1
+no table (bad input, the server not in profiling mode or compact without a
+table, a cell that did not run its budget, the profiler failed, the deadline).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -45,7 +50,7 @@ from sm12x.launch import configuration, gpus
 from sm12x.launch.main import AUTO, following, select_recipe
 from sm12x.recipe import Recipe
 from sm12x.settings import Loaded
-from sm12x.tune import probe
+from sm12x.tune import probe, proof
 from sm12x.tune.profiler import (
     DEFAULTS,
     FIT_TIMEOUT_S,
@@ -64,6 +69,9 @@ from sm12x.tune.profiler import (
 from sm12x.versions import load_versions
 
 REQUEST_TIMEOUT_S = 30.0
+# Phase 1 (the diagonal's 1-D table) is done: relaunch the server with it and resume.
+PHASE_TWO = 3
+DIAGONAL = "diagonal.json"
 DEFAULT_DEADLINE_S = 3600.0
 WORK = ".work"
 
@@ -379,25 +387,61 @@ def attach(
         args.fresh,
         lambda text: _say(err, text),
     )
+    log_path = work.folder / "profiler.log"
+    extra = [*rounds.argv(), *token_argv]
+    diagonal = work.folder / DIAGONAL
+    relaunch = relaunch_command(args, recipe, server, diagonal)
+    if server.mode == "static":
+        code = PHASE_TWO
+        if not diagonal.is_file():
+            code = phase_one(
+                args, python, work, sweep, base_url, extra, log_path, deadline_at, relaunch, err
+            )
+        else:
+            _say(err, f"phase 1 of 2 was done: relaunch the profiling server ({relaunch})")
+        if args.attach:
+            print(diagonal, flush=True)  # for the outer tune that relaunches (boot mode)
+        return code
+    if server.mode == "compact" and not server.sps_table:
+        raise UserError(
+            f"{base_url} runs compact verify without an SPS table, where sglang verifies "
+            "every row and ignores the budgets the off-diagonal sweep pins (each cell "
+            "would time one full-width step): "
+            + (
+                f"relaunch it with phase 1's table ({relaunch})"
+                if diagonal.is_file()
+                else "start it for phase 1 (static verify) with `sm12x launch --sps-profile` "
+                "without --sps-table"
+            )
+            + ", then run `sm12x tune` again"
+        )
     _say(
         err,
         f"profiling {key.describe()} at {base_url}: {len(sweep) * len(fracs)} round(s), "
         f"running requests per DP rank {', '.join(map(str, sweep))} x verify-budget "
-        f"fractions {' '.join(f'{f:g}' for f in fracs)} (the off-diagonal sweep)",
+        f"fractions {' '.join(f'{f:g}' for f in fracs)} (the off-diagonal sweep, "
+        f"on the server's table {server.sps_table or 'none'})",
     )
-    log_path = work.folder / "profiler.log"
+    tiers = server.token_tiers()
+
+    def prove(segment: Path, frac: float) -> None:
+        proof.check_segment(segment, frac, server.gamma, tiers, relaunch)
+
     measured = measure(
         python,
         work,
         sweep,
         fracs,
         base_url,
-        [*rounds.argv(), *token_argv],
+        extra,
         log_path,
         deadline_at,
         args.deadline,
         err,
+        prove,
     )
+    measured = {cell: item for cell, item in measured.items() if cell[1] is not None}
+    proof.check_flat(measured, server.gamma, tiers)
     remaining = deadline_at - time.monotonic()
     if remaining <= 1:
         raise DeadlineReached(deadline_message(args.deadline, work, sweep, fracs))
@@ -427,21 +471,119 @@ def attach(
                 "dp_ranks": server.dp_ranks,
                 "cuda_graph_max_bs": server.cuda_graph_max_bs,
             },
+            # Which table the profiling server ran with: `sm12x launch` warns on none.
+            "profiled_with": proof.profiled_with(server.sps_table, diagonal),
         },
     )
     shutil.rmtree(work.folder, ignore_errors=True)
     _say(
         err,
         f"wrote {path} and {store.meta_path(path).name}: sglang's {kind} (the 2-D "
-        f"additive table compact verify prices with; {len(measured)} round(s)"
+        f"additive table compact verify prices with; {len(measured)} round(s), each "
+        "at the verify tier its pinned budget calls for"
         + (f"; skipped by the profiler's capacity guards: {work.skipped}" if work.skipped else "")
         + ")",
     )
-    _say(err, f"`sm12x launch` now runs {recipe.name} (SM12X_CONFIGURATION=auto or throughput)")
+    _say(err, launch_line(args, recipe))
     return 0
 
 
-def deadline_message(deadline: float, work: Work, sweep: list[int], fracs: list[float]) -> str:
+def phase_one(
+    args: argparse.Namespace,
+    python: Python,
+    work: Work,
+    sweep: list[int],
+    base_url: str,
+    extra: list[str],
+    log_path: Path,
+    deadline_at: float,
+    relaunch: str,
+    err: Console,
+) -> int:
+    """The diagonal sweep on the static profiling server, fit as the 1-D table the
+    profiling server loads for phase 2 (compact verify honours pinned budgets only
+    with a table). Exit PHASE_TWO: relaunch, then resume."""
+    _say(
+        err,
+        f"phase 1 of 2 at {base_url} (static verify): measuring the diagonal "
+        f"({len(sweep)} round(s), running requests per DP rank {', '.join(map(str, sweep))}) "
+        "for the 1-D table phase 2 runs with",
+    )
+    measured = measure(
+        python, work, sweep, [None], base_url, extra, log_path, deadline_at, args.deadline, err
+    )
+    measured = {cell: item for cell, item in measured.items() if cell[1] is None}
+    remaining = deadline_at - time.monotonic()
+    if remaining <= 1:
+        raise DeadlineReached(deadline_message(args.deadline, work, sweep, [None]))
+    text = fit(python, work, measured, log_path, min(FIT_TIMEOUT_S, remaining))
+    if store.kind_of(text) != store.STATIC:
+        raise UserError(
+            f"sglang's SPS profiler fit a {store.kind_of(text)} from the diagonal, not its "
+            f"1-D {store.STATIC} (log: {log_path})"
+        )
+    temporary = work.folder / f".{DIAGONAL}.tmp"
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(work.folder / DIAGONAL)
+    _say(
+        err,
+        f"phase 1 of 2 done: {len(measured)} round(s) fit as the 1-D table "
+        f"{work.folder / DIAGONAL}; relaunch the profiling server with it ({relaunch}) and "
+        "run `sm12x tune` again: it resumes at phase 2",
+    )
+    return PHASE_TWO
+
+
+def relaunch_command(
+    args: argparse.Namespace, recipe: Recipe, server: probe.ServerFacts, table: Path
+) -> str:
+    """How to start the profiling server with phase 1's table."""
+    if server.mock:
+        return f"sm12x mock-server --sps-profile {recipe.name} --sps-table {table}"
+    if args.boot_command:
+        return f"add --sps-table {table} to the `sm12x launch --sps-profile` of --boot-command"
+    return f"sm12x launch --sps-profile --recipe {recipe.name} --sps-table {table}"
+
+
+def launch_line(args: argparse.Namespace, tuned: Recipe) -> str:
+    """What `sm12x launch` runs with the user's own settings (recipe, configuration,
+    track: read again, before tune followed the tuned recipe), now the table is there."""
+    from sm12x.launch.main import gpu_name
+
+    def table_finder(user: Loaded):
+        def find(recipe: Recipe) -> store.Lookup:
+            track = user.settings.track_name
+            sglang = load_versions(track)["SGLANG_VERSION"]  # the track's image
+            key = store.key_for(
+                recipe, track=track, sglang=sglang, sm12x=__version__, gpu=gpu_name()
+            )
+            return store.lookup(user.settings.cache_dir, key)
+
+        return find
+
+    try:
+        user = settings.from_args(args, "tune")
+        named, _ = select_recipe(user.settings.recipe, origin=user.origin("recipe"))
+        user = following(user, named)
+        s = user.settings
+        resolved = configuration.resolve(
+            named, s.configuration, s.track_name, table_finder(user), dry_run=True
+        )
+    except UserError as exc:
+        return f"`sm12x launch` with your settings refuses: {exc.message}"
+    said = f"SM12X_RECIPE={named.name}, SM12X_CONFIGURATION={s.configuration}"
+    if resolved.recipe.name == tuned.name and not resolved.warning:
+        return f"`sm12x launch` with your settings ({said}) now runs {tuned.name} on this table"
+    why = resolved.warning or resolved.notice or ""
+    return (
+        f"`sm12x launch` with your settings ({said}) runs {resolved.recipe.name}, not "
+        f"{tuned.name}" + (f": {why}" if why else "")
+    )
+
+
+def deadline_message(
+    deadline: float, work: Work, sweep: list[int], fracs: Sequence[float | None]
+) -> str:
     cells = len(work.finished())
     done = work.complete(fracs)
     return (
@@ -456,17 +598,19 @@ def measure(
     python: Python,
     work: Work,
     sweep: list[int],
-    fracs: list[float],
+    fracs: Sequence[float | None],
     base_url: str,
     extra: list[str],
     log_path: Path,
     deadline_at: float,
     deadline: float,
     err: Console,
+    prove: Callable[[Path, float], None] | None = None,
 ) -> dict:
     """Run the profiler until every cell of the sweep is measured or skipped: one
-    segment per set of batch sizes missing the same fractions (a batch size cut
-    off part-way gets only its missing ones)."""
+    segment per fraction (None: the diagonal) over the batch sizes missing it (a
+    batch size cut off part-way gets only its missing ones); `prove` holds each
+    finished off-diagonal segment to the tiers its pins call for."""
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -496,9 +640,10 @@ def measure(
                 break
             if time.monotonic() >= deadline_at:
                 raise DeadlineReached(deadline_message(deadline, work, sweep, fracs))
-            # The batch sizes missing the most fractions first: those missing all.
-            wanted = max((tuple(f) for f in missing.values()), key=len)
-            sizes = [bs for bs, left in missing.items() if tuple(left) == wanted]
+            # One segment per fraction (the records of a segment then name their cell
+            # by batch size alone: sm12x.tune.proof), every batch size still missing it.
+            frac = next(f for f in fracs if any(f in left for left in missing.values()))
+            sizes = [bs for bs, left in missing.items() if frac in left]
             segment = work.new_segment()
             argv = [
                 "-m",
@@ -510,8 +655,7 @@ def measure(
                 str(segment / "table.json"),
                 "--batch-size",
                 *map(str, sizes),
-                "--fracs",
-                *(f"{f:g}" for f in wanted),
+                *(["--fracs", f"{frac:g}"] if frac is not None else []),
                 *extra,
             ]
             # The fit needs a little time too: the profiler stops a bit before.
@@ -522,8 +666,10 @@ def measure(
             if outcome.killed:
                 abort_all(base_url)
                 raise DeadlineReached(deadline_message(deadline, work, sweep, fracs))
+            if outcome.exit_code == 0 and frac is not None and prove is not None:
+                prove(segment, frac)
             after = work.missing(sweep, fracs)
-            left = [bs for bs in sizes if bs in after]
+            left = [bs for bs in sizes if frac in after.get(bs, [])]
             if outcome.exit_code == 0 or NO_USABLE_ROUNDS in "\n".join(outcome.tail):
                 # Batch sizes the profiler skipped on its capacity guards: not retried.
                 work.session["skipped"] = sorted(set(work.skipped) | set(left))
@@ -567,40 +713,52 @@ def boot_and_tune(
             "server there; stop that one (docker compose down), or profile it with "
             "--url if it runs in profiling mode (sm12x launch --sps-profile)"
         )
-    if args.boot_command:
-        server = Server.command(args.boot_command)
-    else:
+
+    def start(table: str | None):
+        if args.boot_command:
+            return Server.command(args.boot_command)
         from sm12x.deploy import compose
 
-        service = compose.profiling_service(recipe, loaded, args.compose_file)
+        service = compose.profiling_service(recipe, loaded, args.compose_file, sps_table=table)
         for note in service.notes:
             _say(err, note)
-        server = Server.launched_by(service)
-    try:
-        limit = min(args.boot_timeout, deadline_at - time.monotonic())
+        return Server.launched_by(service)
+
+    table: str | None = None
+    while True:
+        server = start(table)
         try:
-            for line in boot(server, base_url, limit, err):
-                _say(err, f"boot: {line}")
-        except BootFailure as exc:
-            tail = "; ".join(exc.log_tail[-3:])
-            raise UserError(
-                f"the profiling server did not boot: {exc.problem} ({exc.cause}); "
-                f"{exc.fix}" + (f"; log tail: {tail}" if tail else "")
-            ) from None
-        if args.boot_command:
-            return attach(args, loaded, recipe, base_url, deadline_at, err)
-        return tune_inside(args, server, recipe, deadline_at, loaded)
-    finally:
-        # A profiling server accepts no draft token: it must never be left serving.
-        server.teardown()
-        _say(err, "the profiling server is stopped; start serving with `docker compose up -d`")
+            limit = min(args.boot_timeout, deadline_at - time.monotonic())
+            try:
+                for line in boot(server, base_url, limit, err):
+                    _say(err, f"boot: {line}")
+            except BootFailure as exc:
+                tail = "; ".join(exc.log_tail[-3:])
+                raise UserError(
+                    f"the profiling server did not boot: {exc.problem} ({exc.cause}); "
+                    f"{exc.fix}" + (f"; log tail: {tail}" if tail else "")
+                ) from None
+            if args.boot_command:
+                return attach(args, loaded, recipe, base_url, deadline_at, err)
+            code, said = tune_inside(args, server, recipe, deadline_at, loaded)
+        finally:
+            # A profiling server accepts no draft token: it must never be left serving.
+            server.teardown()
+            _say(err, "the profiling server is stopped; start serving with `docker compose up -d`")
+        if code != PHASE_TWO or table is not None or not said:
+            return code
+        # Phase 2: the same service again, loading phase 1's table (its path in the
+        # container, which the inner run printed).
+        table = said
+        _say(err, f"phase 2: relaunching the profiling server with {table}")
 
 
 def tune_inside(
     args: argparse.Namespace, server, recipe: Recipe, deadline_at: float, loaded: Loaded
-) -> int:
+) -> tuple[int, str | None]:
     """This command again, in the profiling container (sglang and the cache volume are
-    there), its output here."""
+    there), its output here; with its exit status, what it printed on stdout (after
+    phase 1: the 1-D table's path in the container)."""
     container = server.down[-1]
     remaining = max(1, int(deadline_at - time.monotonic()))
     inner = [
@@ -626,7 +784,11 @@ def tune_inside(
         elif value not in (None, False) and value != DEFAULTS.get(name):
             inner += [flag, str(value)]
     try:
-        return subprocess.run(inner, timeout=remaining + 120, check=False).returncode
+        done = subprocess.run(
+            inner, timeout=remaining + 120, check=False, stdout=subprocess.PIPE, text=True
+        )
+        lines = (done.stdout or "").strip().splitlines()
+        return done.returncode, lines[-1] if lines else None
     except subprocess.TimeoutExpired:
         raise DeadlineReached(
             f"--deadline {args.deadline:g} s reached inside the container; "

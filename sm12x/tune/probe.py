@@ -33,8 +33,10 @@ RECORD_KEY = "dspark_info_record"
 REQUIRED_COMPONENTS = ("core", "step_cpu_time")
 REQUIRED_SIMULATE_ACC_LEN = 1.0
 # The modes the profiler's off-diagonal sweep accepts (fetch_server_context's
-# allowed_modes when --fracs is given).
+# allowed_modes when --fracs is given); its diagonal sweep (no --fracs, tune's
+# phase 1) accepts only static.
 OFFDIAG_MODES = ("compact", "cap-accept")
+KNOWN_MODES = ("static", *OFFDIAG_MODES)
 HOW_TO_BOOT = (
     "boot it with `sm12x tune` (without --url), or start it with `sm12x launch --sps-profile`"
 )
@@ -82,6 +84,16 @@ class ServerFacts:
     # The server says it is `sm12x mock-server` (its /server_info's sm12x_mock):
     # tune may then run the profiler from the release's wheel (sm12x.mock.wheel_python).
     mock: bool = False
+    # The ragged verify mode of the per-step records, the table the server loaded
+    # (server_args' speculative_dspark_sps_table_path; None: none), and the decode
+    # batch sizes captured in CUDA graphs (compact verify's token tiers are
+    # these x (gamma + 1): decode_cuda_graph_runner._build_ragged_verify_token_buckets).
+    mode: str = "compact"
+    sps_table: str | None = None
+    captured: tuple[int, ...] = ()
+
+    def token_tiers(self) -> list[int]:
+        return sorted({bs * (self.gamma + 1) for bs in self.captured})
 
 
 def fetch(base_url: str, timeout: float) -> dict[str, Any]:
@@ -144,11 +156,10 @@ def profiling_problem(info: dict[str, Any]) -> str | None:
                 f"DP rank {rank} records no {', '.join(missing)} (needs "
                 "SGLANG_DSPARK_ENABLE_SPS_RECORD=1)"
             )
-        if record.get("mode") not in OFFDIAG_MODES:
+        if record.get("mode") not in KNOWN_MODES:
             return (
                 f"DP rank {rank} verifies in {record.get('mode')!r} mode: the profiler's "
-                "off-diagonal sweep (--fracs, the additive table compact verify prices "
-                "with) needs ragged verify (SGLANG_RAGGED_VERIFY_MODE=compact)"
+                "diagonal needs static verify, its off-diagonal sweep compact"
             )
         if record.get("simulate_acc_len") != REQUIRED_SIMULATE_ACC_LEN:
             return (
@@ -204,6 +215,22 @@ def facts(info: dict[str, Any], base_url: str) -> ServerFacts:
         if isinstance(tokenizer := info.get("tokenizer_path"), str)
         else None,
         mock=provenance.is_mock(info),
+        mode=str(record.get("mode")),
+        sps_table=table
+        if isinstance(table := info.get("speculative_dspark_sps_table_path"), str) and table
+        else None,
+        captured=captured_sizes(state),
+    )
+
+
+def captured_sizes(state: dict[str, Any]) -> tuple[int, ...]:
+    """cuda_graph_config.decode.bs, the batch sizes captured (empty when not said)."""
+    decode = (state.get("cuda_graph_config") or {}).get("decode")
+    sizes = decode.get("bs") if isinstance(decode, dict) else None
+    if not isinstance(sizes, list):
+        return ()
+    return tuple(
+        sorted(whole(bs, f"cuda_graph_config.decode.bs[{i}]") for i, bs in enumerate(sizes))
     )
 
 

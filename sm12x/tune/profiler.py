@@ -185,23 +185,25 @@ class Work:
                 rounds.setdefault(cell, item)
         return rounds
 
-    def missing(self, sweep: Sequence[int], fracs: Sequence[float]) -> dict[int, list[float]]:
-        """The fractions still to measure, per batch size not skipped."""
+    def missing(
+        self, sweep: Sequence[int], fracs: Sequence[float | None]
+    ) -> dict[int, list[float | None]]:
+        """The fractions still to measure (None: the diagonal), per batch size not skipped."""
         done = self.finished()
         out = {}
         for bs in sweep:
             if bs in self.skipped:
                 continue
-            left = [f for f in fracs if (bs, float(f)) not in done]
+            left = [f for f in fracs if (bs, _frac(f)) not in done]
             if left:
                 out[bs] = left
         return out
 
-    def complete(self, fracs: Sequence[float]) -> list[int]:
+    def complete(self, fracs: Sequence[float | None]) -> list[int]:
         """The batch sizes every fraction of which is measured."""
         done = self.finished()
         sizes = {bs for bs, _ in done}
-        return sorted(b for b in sizes if all((b, float(f)) in done for f in fracs))
+        return sorted(b for b in sizes if all((b, _frac(f)) in done for f in fracs))
 
     @property
     def skipped(self) -> list[int]:
@@ -216,6 +218,10 @@ class Work:
 
 
 Cell = tuple[int, float | None]
+
+
+def _frac(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 @dataclass

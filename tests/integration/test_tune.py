@@ -41,8 +41,9 @@ SGLANG = load_versions(default_track())["SGLANG_VERSION"]
 FROM_WHEEL = [sys.executable, "-m", "sm12x.mock.wheel_python", SGLANG]
 DP = 4
 # Quick rounds: the profiler's gates at their smallest sensible values, and two
-# verify-budget fractions of the off-diagonal sweep (the default is eight).
-FRACS = (0.5, 1.0)
+# verify-budget fractions of the off-diagonal sweep (the default is eight): at
+# 2, 4 and 8 per rank their pins call for different verify tiers.
+FRACS = (0.125, 1.0)
 QUICK = [
     "--min-steady-steps",
     "4",
@@ -70,15 +71,24 @@ def machine(tmp_path, monkeypatch):
     return tmp_path
 
 
-def config(**changes) -> SpsConfig:
-    """The stand-in booted as `sm12x launch --sps-profile` renders the fixture:
-    its profiling variables read as sglang reads them."""
+def config(table: str | None = None, **changes) -> SpsConfig:
+    """The stand-in booted as `sm12x launch --sps-profile [--sps-table TABLE]`
+    renders the fixture: its profiling variables read as sglang reads them
+    (static verify for phase 1; compact with the table for phase 2)."""
     recipe = load_recipe(tp.FIXTURE)
     from sm12x.launch.render import LaunchContext, build_launch
 
-    env = build_launch(recipe, LaunchContext(sps_profile=True)).env_dict()
+    plan = build_launch(recipe, LaunchContext(sps_profile=True, sps_table=table))
+    argv = plan.argv()
+    flag = "--speculative-dspark-sps-table-path"
     booted = SpsConfig.from_env(
-        env, gamma=recipe.dspark.block_size, tp=4, dp=DP, ep=4, cuda_graph_max_bs=16
+        plan.env_dict(),
+        gamma=recipe.dspark.block_size,
+        tp=4,
+        dp=DP,
+        ep=4,
+        cuda_graph_max_bs=16,
+        sps_table_path=argv[argv.index(flag) + 1] if flag in argv else None,
     )
     return dataclasses.replace(booted, **changes)
 
@@ -117,31 +127,124 @@ def sglang_loads(table: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_tune_makes_a_table_that_the_launch_then_runs(machine, capsys):
-    cache = machine / "cache"
+def the_key():
+    return store.key_for(
+        load_recipe(tp.FIXTURE),
+        track=default_track(),
+        sglang=SGLANG,
+        sm12x=__version__,
+        gpu=tp.gpu_name(),
+    )
+
+
+def diagonal(cache: Path) -> Path:
+    return cache / "sps" / tp.THROUGHPUT / ".work" / the_key().slug / tune_main.DIAGONAL
+
+
+def sglang_prices(table: Path, cells: list[tuple[int, int]]) -> dict[str, float]:
+    """sglang's own step_time(num_reqs, budget) of the table at each cell."""
+    code = (
+        "import json, sys; from sglang.srt.speculative.dspark_components.dspark_sps import "
+        "load_sps_table_from_path as load; t = load(sys.argv[1]); cells = json.loads(sys.argv[2]); "
+        "print(json.dumps({f'{b},{k}': t.step_time(num_reqs=b, budget=k) for b, k in cells}))"
+    )
+    done = subprocess.run(
+        [*FROM_WHEEL, "-c", code, str(table), json.dumps(cells)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ.copy(),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_phase_one_then_the_one_line_refusal_on_a_table_less_compact_server(machine, capsys):
+    """Phase 1: the static profiling server (`sm12x launch --sps-profile` without a
+    table), the profiler's diagonal, sglang's 1-D table, and how to relaunch.
+    Then the server tune's profiling mode was before (compact verify, no table,
+    no second phase): sglang's planner verifies every row there, ignoring the
+    pins (the mock decides so with the wheel's own planner code), and tune
+    refuses with one line, measuring nothing."""
+    cache = machine.parent / "phased-cache"  # the next test resumes it (phase 2)
     with MockServer(sps=config()) as server:
+        scheduler = server.app.state.scheduler
+        assert scheduler.config.mode == "static"
+        assert tune(cache, server.base_url, "--max-batch-size", "8") == tune_main.PHASE_TWO
+        # The diagonal: the warmup and one round per batch size, no pin.
+        assert len(scheduler.batches) == 1 + 4 and scheduler.forced_frac is None
+    table = diagonal(cache)
+    assert store.kind_of(table.read_text()) == store.STATIC
+    err = capsys.readouterr().err
+    relaunch = f"sm12x mock-server --sps-profile {tp.THROUGHPUT} --sps-table {table}"
+    assert "phase 1 of 2 done" in err and relaunch in err, err
+    with MockServer(sps=config(mode="compact")) as server:
+        assert server.app.state.scheduler.verifies_all
+        with pytest.raises(UserError) as caught:
+            tune(cache, server.base_url, "--max-batch-size", "8")
+        assert server.app.state.scheduler.batches == []  # nothing was measured
+    message = caught.value.message
+    assert "\n" not in message and "runs compact verify without an SPS table" in message
+    assert relaunch in message
+    kept = machine.parent / "diagonal-kept.json"
+    kept.write_text(table.read_text())
+    TIMES["diagonal"] = str(kept)  # type: ignore[assignment]
+    TIMES["phase1-cache"] = str(cache)  # type: ignore[assignment]
+
+
+def with_table() -> SpsConfig:
+    if "diagonal" not in TIMES:
+        pytest.skip("needs phase 1's table (run the module)")
+    return config(str(TIMES["diagonal"]))
+
+
+def test_tune_makes_a_table_that_the_launch_then_runs(machine, capsys):
+    if "phase1-cache" not in TIMES:
+        pytest.skip("resumes phase 1 (run the module)")
+    cache = Path(TIMES["phase1-cache"])  # type: ignore[arg-type]
+    sps = config(str(diagonal(cache)))
+    with MockServer(sps=sps) as server:
+        scheduler = server.app.state.scheduler
+        assert not scheduler.verifies_all
         started = time.monotonic()
         assert tune(cache, server.base_url, "--max-batch-size", "8") == 0
         TIMES["full"] = time.monotonic() - started
-        batches = list(server.app.state.scheduler.batches)
-        pinned = server.app.state.scheduler.forced_frac
-    # The profiler's own sweep up to 8 per rank, each cell (batch size, fraction)
-    # one /generate of bs x DP requests, after its warmup round; each cell pinned
-    # its verify budget on the server (the last one stays pinned).
+        batches = list(scheduler.batches)
+        pinned = scheduler.forced_frac
+        priced = {
+            (bs, f): dataclasses.replace(scheduler, forced_frac=f).verify_tokens(bs)
+            for bs in (1, 2, 4, 8)
+            for f in FRACS
+        }
+    # The profiler's own sweep up to 8 per rank, one segment per fraction (its
+    # warmup round, then one /generate of bs x DP requests per batch size), each
+    # cell's budget pinned on the server (the last one stays pinned).
     assert sorted(set(batches)) == [DP * b for b in (1, 2, 4, 8)]
-    assert len(batches) == 1 + 4 * len(FRACS) and pinned == max(FRACS)
+    assert len(batches) == len(FRACS) * (1 + 4) and pinned == max(FRACS)
+    # The pins call for different tiers (the mock's cost is priced from them).
+    assert priced[(8, 0.125)] == 16 and priced[(8, 1.0)] == 64
     recipe = load_recipe(tp.FIXTURE)
-    key = store.key_for(
-        recipe, track=default_track(), sglang=SGLANG, sm12x=__version__, gpu=tp.gpu_name()
-    )
+    key = the_key()
     table = store.table_path(cache, key)
     meta = json.loads(store.meta_path(table).read_text())
     assert meta["key"] == key.__dict__ and key.kind == store.ADDITIVE
     assert meta["kind"] == store.ADDITIVE
     assert meta["profiler"]["measured"] == [1, 2, 4, 8]
     assert meta["profiler"]["fracs"] == list(FRACS) and meta["profiler"]["cells"] == 8
+    # The sidecar names the table the profiling server ran with: phase 1's.
+    ran_with = meta["profiled_with"]
+    assert ran_with["kind"] == store.STATIC and ran_with["path"] == str(diagonal(cache))
+    assert len(ran_with["sha256"]) == 64
     fitted = json.loads(table.read_text())
     assert fitted["bs_probes"] == [1, 2, 4, 8] and fitted["bias_seconds"] > 0
+    # The table follows the mock's layout-priced cost: at every cell sglang's own
+    # reading of it is within 10% of the step the mock timed for that cell's tier
+    # (SpsConfig.step_ms; the fit is the profiler's least squares over 8 cells).
+    read = sglang_prices(table, [(bs, int(f * bs * 7)) for bs, f in priced])
+    for (bs, f), tokens in priced.items():
+        want = SpsConfig().step_ms(tokens, bs) / 1000
+        got = read[f"{bs},{int(f * bs * 7)}"]
+        assert abs(got - want) <= 0.10 * want, ((bs, f), got, want)
     # sglang's loader reads it as the additive kind; its price grows with the
     # running requests and with the verify budget, as the stand-in's steps do.
     read = sglang_loads(table)
@@ -173,6 +276,31 @@ def test_tune_makes_a_table_that_the_launch_then_runs(machine, capsys):
     assert picked.recipe.name == tp.THROUGHPUT
 
 
+def test_a_cell_that_ran_another_tier_is_refused_by_name(machine):
+    """A server that says it loaded a table yet verifies every row (here sglang's
+    own one-sample placeholder, which its planner counts as uninitialized): the
+    profiler's own check passes the full-width step, tune's per-step proof does
+    not, and the refused cell is measured anew on the next run."""
+    placeholder = machine / "placeholder.json"
+    placeholder.write_text(
+        json.dumps(
+            {"sample_batch_tokens": [1], "sample_steps_per_sec": [1.0], "max_batch_tokens": 8}
+        )
+    )
+    cache = machine / "cache"
+    with MockServer(sps=config(str(placeholder))) as server:
+        assert server.app.state.scheduler.verifies_all
+        with pytest.raises(UserError) as caught:
+            tune(cache, server.base_url, "--batch-size", "2")
+    message = caught.value.message
+    # 2 requests + int(0.125 x 2 x 7) = 3 tokens: the 8-token tier; it ran 2 x 8.
+    assert "cell 2/rank at budget fraction 0.125 ran verify tier(s) 16 tokens, not 8" in message
+    assert "compact verify without a usable SPS table" in message and "\n" not in message
+    folder = next((cache / "sps" / tp.THROUGHPUT / ".work").iterdir())
+    assert not list(folder.glob("seg-*/table.rounds.jsonl"))  # set aside, not finished
+    assert not list((cache / "sps" / tp.THROUGHPUT).glob("*.json"))
+
+
 def test_the_deadline_stops_it_keeps_what_was_measured_and_writes_nothing(machine):
     if "full" not in TIMES:
         pytest.skip("needs the full tune's wall time (run the module)")
@@ -180,7 +308,7 @@ def test_the_deadline_stops_it_keeps_what_was_measured_and_writes_nothing(machin
     # The last round wedges (a /generate of 16 per rank is never scheduled): the
     # rounds before it finish within the full tune's time, then the deadline.
     deadline = TIMES["full"] + 15
-    with MockServer(sps=config(stall_batch=16 * DP)) as server:
+    with MockServer(sps=dataclasses.replace(with_table(), stall_batch=16 * DP)) as server:
         started = time.monotonic()
         with pytest.raises(UserError) as caught:
             tune(
@@ -220,13 +348,14 @@ def test_a_resumed_tune_does_not_measure_finished_rounds_again(machine, capsys):
     ]
     finished = {r["batch_size_per_rank"] for r in rounds}
     assert finished and 16 not in finished
-    assert {r["frac"] for r in rounds} == set(FRACS)
-    with MockServer(sps=config()) as server:
+    assert {r["frac"] for r in rounds} <= set(FRACS)
+    with MockServer(sps=with_table()) as server:
         assert tune(cache, server.base_url, "--batch-size", "1", "2", "4", "16") == 0
         batches = server.app.state.scheduler.batches
-    # The warmup round (min(8, 16) per rank) and the one round left; nothing finished.
-    assert not {DP * b for b in finished} & set(batches)
-    assert DP * 16 in batches
+    # One segment per fraction still missing a cell, each its warmup round and the
+    # cells left: no finished cell is measured again.
+    left = 4 * len(FRACS) - len(rounds)
+    assert len(batches) == len(FRACS) + left and batches.count(DP * 16) == len(FRACS)
     assert "resuming: " in capsys.readouterr().err
     meta = json.loads(next((cache / "sps" / tp.THROUGHPUT).glob("*.meta.json")).read_text())
     assert meta["profiler"]["measured"] == [1, 2, 4, 16]
@@ -242,7 +371,7 @@ def test_tune_with_a_url_and_a_recipe_does_not_need_nvidia_smi(machine, monkeypa
     with pytest.raises(gpus.GpuQueryError):
         gpus.query_gpus()  # no nvidia-smi here
     cache = machine / "cache"
-    with MockServer(sps=config()) as server:
+    with MockServer(sps=with_table()) as server:
         assert tune(cache, server.base_url, "--batch-size", "1", "2") == 0
     err = capsys.readouterr().err
     said = [line for line in err.splitlines() if "nvidia-smi" in line]
@@ -265,10 +394,11 @@ def test_tune_with_a_url_and_a_recipe_does_not_need_nvidia_smi(machine, monkeypa
 def test_the_stand_in_pins_a_verify_budget_as_sglang_does(machine):
     """/set_internal_state's dspark_force_budget_frac (internal_state.py): in (0, 1]
     or null, one `updated` per DP rank, any other key refused; a compact step then
-    replays the smallest token bucket holding bs + int(frac x bs x gamma)."""
+    replays the smallest token bucket holding bs + int(frac x bs x gamma) (with a
+    table loaded: without one compact verify verifies every row)."""
     import httpx
 
-    with MockServer(sps=config()) as server:
+    with MockServer(sps=with_table()) as server:
         url = f"{server.base_url}/set_internal_state"
         scheduler = server.app.state.scheduler
 
@@ -308,9 +438,8 @@ def test_a_track_refusal_is_said_once_with_the_setting_that_fixes_it(machine):
     [
         ({"record": False}, "keeps no per-step DSPARK records"),
         ({"simulate_acc_len": None}, "needs exactly SGLANG_SIMULATE_ACC_LEN=1.0"),
-        ({"mode": "static"}, "verifies in 'static' mode"),
     ],
-    ids=["no-records", "no-simulated-acceptance", "static"],
+    ids=["no-records", "no-simulated-acceptance"],
 )
 def test_a_server_not_in_profiling_mode_gets_one_clear_error(machine, changes, says):
     with MockServer(sps=config(**changes)) as server:

@@ -221,12 +221,37 @@ def test_a_recipe_limited_to_another_track_is_refused_or_skipped(tmp_path, monke
 
 
 def test_sps_profile_runs_the_tuned_configuration_in_profiling_mode(rig, monkeypatch):
+    """Phase 1 of tune: static verify, no table (the profiler's diagonal accepts only
+    static); phase 2: compact verify loading phase 1's table (without one sglang's
+    planner verifies every row and ignores the pinned budgets)."""
     args, env = launch(rig, monkeypatch, "--sps-profile")
     assert value(args, "--speculative-dspark-block-size") == "7"
     assert "--speculative-dspark-sps-table-path" not in args
     assert env["SGLANG_DSPARK_ENABLE_SPS_RECORD"] == "1"
     assert env["SGLANG_SIMULATE_ACC_LEN"] == "1.0"
+    assert env["SGLANG_RAGGED_VERIFY_MODE"] == "static"
+    args, env = launch(rig, monkeypatch, "--sps-profile", "--sps-table", "/cache/d.json")
+    assert value(args, "--speculative-dspark-sps-table-path") == "/cache/d.json"
     assert env["SGLANG_RAGGED_VERIFY_MODE"] == "compact"
+    with pytest.raises(UserError, match="--sps-table .* goes with --sps-profile"):
+        launch(rig, monkeypatch, "--sps-table", "/cache/d.json")
+
+
+@pytest.mark.parametrize("record", [None, {"kind": "none"}, {"kind": "SpsCostTable"}])
+def test_a_launch_warns_on_a_table_not_profiled_with_one(rig, monkeypatch, capsys, record):
+    """The sidecar's record of the table the profiling server ran with: none, or
+    no record (a table made before tune recorded it), is a warning."""
+    path = table_for(rig)
+    meta = store.meta_path(path)
+    if record is not None:
+        meta.write_text(json.dumps({**json.loads(meta.read_text()), "profiled_with": record}))
+    args, _ = launch(rig, monkeypatch)
+    assert value(args, "--speculative-dspark-sps-table-path") == str(path)
+    warned = [line for line in capsys.readouterr().err.splitlines() if "may be flat" in line]
+    if record is not None and record["kind"] != "none":
+        assert warned == []
+    else:
+        assert len(warned) == 1 and str(path) in warned[0] and "sm12x tune --fresh" in warned[0]
 
 
 def test_no_spec_drops_ragged_verify_and_the_table():

@@ -548,16 +548,18 @@ class StandIn:
         """The documented `sm12x tune|bench --url http://127.0.0.1:PORT ...` against
         the documented `sm12x mock-server --port PORT ...` (the docs' command with
         that port), each as written but on a free port, from this Python (no
-        sglang: tune's profiler and bench's client come from the served wheel)."""
+        sglang: tune's profiler and bench's client come from the served wheel).
+        tune's phase 2 (a mock with --sps-table) first runs the doc's phase 1 (the
+        same tune against the doc's mock without it) in the same folder, which
+        writes that table; phase 1 alone ends with exit 3, saying so."""
         url = args[args.index("--url") + 1]
         port = str(urllib.parse.urlsplit(url).port)
-        (mock,) = [
-            c
-            for c in COMMANDS
-            if c.words[:2] == ["sm12x", "mock-server"]
-            and c.words[c.words.index("--port") + 1 : c.words.index("--port") + 2] == [port]
-            and doc in (None, c.doc)
-        ]
+        mock = self.documented_mock(port, doc)
+        phase_one = (
+            sub == "tune" and "--sps-profile" in mock.words and "--sps-table" not in mock.words
+        )
+        if sub == "tune" and "--sps-table" in mock.words:
+            self.phase_one_first(cwd, env, mock.doc)
         with self.serving(mock.words[2:], cwd, env) as served:
             argv = [re.sub(rf":{port}\b", f":{served}", a) for a in args]
             done = subprocess.run(
@@ -570,16 +572,46 @@ class StandIn:
                 check=False,
             )
         out = done.stdout + done.stderr
-        assert done.returncode == 0 and "Traceback" not in out, out
-        stream, said = self.DONE_AGAINST_MOCK[sub]
+        assert done.returncode == (3 if phase_one else 0) and "Traceback" not in out, out
+        stream, said = ("stderr", "phase 1 of 2 done") if phase_one else self.DONE_AGAINST_MOCK[sub]
         assert said in getattr(done, stream), out
         return done
+
+    def documented_mock(self, port: str, doc: str | None):
+        (mock,) = self.mocks_on(port, doc)
+        return mock
+
+    @staticmethod
+    def mocks_on(port: str, doc: str | None) -> list:
+        return [
+            c
+            for c in COMMANDS
+            if c.words[:2] == ["sm12x", "mock-server"]
+            and c.words[c.words.index("--port") + 1 : c.words.index("--port") + 2] == [port]
+            and doc in (None, c.doc)
+        ]
+
+    def phase_one_first(self, cwd: Path, env: dict[str, str], doc: str | None) -> None:
+        """The doc's tune against its mock without --sps-table (phase 1), in cwd:
+        it writes the table the doc's phase-2 mock loads."""
+        firsts = []
+        for c in COMMANDS:
+            if c.words[:2] != ["sm12x", "tune"] or c.doc != doc or "--url" not in c.words:
+                continue
+            port = str(urllib.parse.urlsplit(c.words[c.words.index("--url") + 1]).port)
+            mocks = self.mocks_on(port, doc)
+            if len(mocks) == 1 and "--sps-table" not in mocks[0].words:
+                firsts.append(c)
+        (first,) = firsts
+        self.against_mock("tune", first.words[2:], cwd, env, doc)
 
     def run(
         self, sub: str, args: list[str], cwd: Path, env: dict[str, str], doc: str | None = None
     ) -> subprocess.CompletedProcess[str]:
         env = {**env, "COLUMNS": "200"}
         if sub == "mock-server":
+            if "--sps-table" in args:  # tune's phase 2: phase 1 writes its table first
+                self.phase_one_first(cwd, env, doc)
             return self.serve(args, cwd, env)
         if sub == "tune" or (sub == "bench" and args):
             return self.against_mock(sub, args, cwd, env, doc)

@@ -316,7 +316,13 @@ def test_sps_profile_boots_the_stand_in_as_the_launch_renders_the_recipe(name):
     env = build_launch(recipe, LaunchContext(sps_profile=True)).env_dict()
     assert env["SGLANG_DSPARK_ENABLE_SPS_RECORD"] == "1"
     assert (config.record, config.simulate_acc_len) == (True, 1.0)
-    assert config.mode == env["SGLANG_RAGGED_VERIFY_MODE"] == "compact"
+    assert config.mode == env["SGLANG_RAGGED_VERIFY_MODE"] == "static"  # tune's phase 1
+    assert config.sps_table_path is None
+    # Phase 2: compact verify, loading the table as the launch renders it.
+    phased = sm12x.mock.command._profiled(
+        parser.parse_args(["--sps-profile", name, "--sps-table", "/cache/d.json"])
+    )[0]
+    assert (phased.mode, phased.sps_table_path) == ("compact", "/cache/d.json")
     parallel = layout(recipe)
     assert (config.tp, config.dp, config.ep) == (parallel.tp, parallel.dp, parallel.ep)
     assert config.gamma == recipe.dspark.block_size
