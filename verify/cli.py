@@ -634,7 +634,9 @@ def run(args, console: Console) -> int:
             ep,
             options,
             model=args.model,
-            waiting=lambda line: console.print(f"  {line}", highlight=False, markup=False),
+            waiting=lambda line: console.print(
+                f"  {line}", highlight=False, markup=False, soft_wrap=True
+            ),
         )
         try:
 
