@@ -167,6 +167,12 @@ def _metric_names() -> dict[Path, str]:
     return metric_names.render()
 
 
+def _test_count() -> dict[Path, str]:
+    from tests.support import collected
+
+    return _readme_block(collected.replace_block)
+
+
 ENTRIES: tuple[Entry, ...] = (
     Entry(
         "recipe-schema",
@@ -260,6 +266,12 @@ ENTRIES: tuple[Entry, ...] = (
         "sm12x/sglang_parsers/*.json: each track's real sglang parser, from its wheel",
         "wheels",
         _parser_descriptions,
+    ),
+    Entry(
+        "test-count",
+        "README.md's count of the suite's tests, from `pytest --collect-only`",
+        "wheels",
+        _test_count,
     ),
     Entry(
         "listeners",

@@ -630,7 +630,14 @@ def run(args, console: Console) -> int:
                 else None
             ),
         )
-        ctx = Context(ep, options, model=args.model)
+        ctx = Context(
+            ep,
+            options,
+            model=args.model,
+            waiting=lambda line: console.print(
+                f"  {line}", highlight=False, markup=False, soft_wrap=True
+            ),
+        )
         try:
 
             def progress(result) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -78,8 +79,9 @@ class Endpoint:
     def httpx_timeout(self) -> httpx.Timeout:
         return self.limits.httpx_timeout()
 
-    def transport(self) -> BoundedTransport:
-        return BoundedTransport(self.limits)
+    def transport(self, waiting: Callable[[str], None] | None = None) -> BoundedTransport:
+        """waiting: called with a line every 10 s a request gets no byte."""
+        return BoundedTransport(self.limits, waiting=waiting)
 
     def http(self, transport: BoundedTransport | None = None) -> httpx.Client:
         return httpx.Client(

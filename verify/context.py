@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from verify.client import Endpoint
@@ -40,11 +41,13 @@ class Context:
     options: Options = field(default_factory=Options)
     model: str | None = None
     requests_sent: int = 0
+    # Told a line while a request waits on a silent server (the terminal's progress).
+    waiting: Callable[[str], None] | None = None
 
     def __post_init__(self) -> None:
         # One bounded transport for both clients: one connection pool, and one
         # fail-fast count over every request of the run.
-        self.transport = self.endpoint.transport()
+        self.transport = self.endpoint.transport(self.waiting)
         self.http = self.endpoint.http(self.transport)
         self.client = self.endpoint.openai(self.transport)
 

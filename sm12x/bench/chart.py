@@ -38,6 +38,17 @@ def write_chart(result: BenchResult, recipe: Recipe, path: Path) -> str | None:
     missing = matplotlib_missing()
     if missing:
         return missing
+    import matplotlib.pyplot as plt
+
+    fig = draw(result, recipe)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return None
+
+
+def draw(result: BenchResult, recipe: Recipe):
+    """The chart as a matplotlib Figure (matplotlib must be installed)."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -148,15 +159,56 @@ def write_chart(result: BenchResult, recipe: Recipe, path: Path) -> str | None:
                 ha="center",
                 fontsize=8,
             )
-    ax_tps.legend(fontsize=7, loc="upper left")
-    ax_lat.legend(fontsize=7, loc="upper left")
     note = "hollow markers: published figures of another configuration (context, not comparable)"
     fig.text(0.5, 0.01, note, ha="center", fontsize=8, color="0.35")
     fig.tight_layout(rect=(0, 0.04, 1, 0.95))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    plt.close(fig)
-    return None
+    for ax in (ax_tps, ax_lat):
+        place_legend(ax, measured_points(ax))
+    return fig
+
+
+# Inside corners and edges first; outside, right of the axes, when every one covers a point.
+LOCATIONS = ("upper left", "upper right", "lower right", "lower left", "center left",
+             "center right", "upper center", "lower center")  # fmt: skip
+MARGIN_PX = 8.0  # a marker's radius and a little: a point at the legend's edge is hidden too
+
+
+def measured_points(ax) -> list[tuple[float, float]]:
+    """The measured points of an axes, in display pixels (every line drawn with a
+    marker; the references are scatter collections and may sit under the legend)."""
+    points = []
+    for line in ax.get_lines():
+        if line.get_marker() in (None, "None", "", " ") or line.get_transform() != ax.transData:
+            continue
+        xy = list(zip(line.get_xdata(), line.get_ydata()))
+        points += [tuple(p) for p in ax.transData.transform(xy)] if xy else []
+    return points
+
+
+def covered(box, points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points inside a display-pixel box grown by MARGIN_PX."""
+    return [
+        (x, y)
+        for x, y in points
+        if box.x0 - MARGIN_PX <= x <= box.x1 + MARGIN_PX
+        and box.y0 - MARGIN_PX <= y <= box.y1 + MARGIN_PX
+    ]
+
+
+def place_legend(ax, points: list[tuple[float, float]]):
+    """The legend where it covers no measured point."""
+    renderer = ax.figure.canvas.get_renderer()
+    for _headroom in range(4):
+        for loc in LOCATIONS:
+            legend = ax.legend(fontsize=7, loc=loc)
+            if not covered(legend.get_window_extent(renderer), points):
+                return legend
+        # No free place: raise the top of the y axis, so the points sit lower.
+        bottom, top = ax.get_ylim()
+        log = ax.get_yscale() == "log"
+        ax.set_ylim(bottom, top * (top / bottom) ** 0.5 if log else bottom + (top - bottom) * 1.5)
+        points = measured_points(ax)
+    return ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
 def _short(source: str, width: int = 38) -> str:

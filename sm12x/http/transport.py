@@ -31,10 +31,11 @@ wait_for can swallow the outer cancellation and a read loop never ends).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
 import httpx
@@ -152,17 +153,49 @@ def _what(request: httpx.Request) -> str:
 # --- the async transport -----------------------------------------------------------------
 
 
+# How often a request that gets no byte says it is still waiting (`waiting`).
+NOTE_EVERY_S = 10.0
+
+
+@contextlib.asynccontextmanager
+async def _noting(waiting: Callable[[str], None] | None, what: str, limits: Limits):
+    """While the block waits for the server, call `waiting` every NOTE_EVERY_S
+    seconds with one line saying how long and what limit ends it."""
+    if waiting is None:
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+
+    async def note() -> None:
+        while True:
+            await asyncio.sleep(NOTE_EVERY_S)
+            waiting(
+                f"{what}: still waiting, no byte for {loop.time() - started:.0f} s "
+                f"(it gives up at the {limits.stall:g} s stall limit)"
+            )
+
+    task = asyncio.create_task(note())
+    try:
+        yield
+    finally:
+        task.cancel()
+
+
 class BoundedAsyncTransport(httpx.AsyncBaseTransport):
     def __init__(
         self,
         bounds: Limits,
         fail_fast: FailFast | None = None,
         inner: httpx.AsyncBaseTransport | None = None,
+        waiting: Callable[[str], None] | None = None,
         **transport_options,
     ) -> None:
         self.limits = bounds
         self.fail_fast = fail_fast if fail_fast is not None else FailFast(bounds.fail_fast_after)
         self._inner = inner or httpx.AsyncHTTPTransport(**transport_options)
+        # Called with a line while a request waits for its server (see _noting).
+        self.waiting = waiting
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         # The body is ours (small JSON): read it so it can be sent from any loop.
@@ -188,7 +221,10 @@ class BoundedAsyncTransport(httpx.AsyncBaseTransport):
                 )
             deadline = min(deadline, run_end)
         try:
-            async with asyncio.timeout_at(deadline):
+            async with (
+                asyncio.timeout_at(deadline),
+                _noting(self.waiting, _what(request), self.limits),
+            ):
                 response = await self._inner.handle_async_request(request)
         except TimeoutError:
             if run_end is not None and deadline == run_end:
@@ -247,7 +283,7 @@ class _BoundedBody(httpx.AsyncByteStream):
         while True:
             until = min(self.deadline, loop.time() + limits.stall)
             try:
-                async with asyncio.timeout_at(until):
+                async with asyncio.timeout_at(until), _noting(self.t.waiting, what, limits):
                     chunk = await chunks.__anext__()
             except StopAsyncIteration:
                 self.t.fail_fast.finished(self.kind)
@@ -361,11 +397,15 @@ class BoundedTransport(httpx.BaseTransport):
     """The bounded transport for sync clients (httpx.Client, the openai SDK)."""
 
     def __init__(
-        self, bounds: Limits, fail_fast: FailFast | None = None, **transport_options
+        self,
+        bounds: Limits,
+        fail_fast: FailFast | None = None,
+        waiting: Callable[[str], None] | None = None,
+        **transport_options,
     ) -> None:
         self.limits = bounds
         self._loop = _Loop()
-        self._async = BoundedAsyncTransport(bounds, fail_fast, **transport_options)
+        self._async = BoundedAsyncTransport(bounds, fail_fast, waiting=waiting, **transport_options)
         self.fail_fast = self._async.fail_fast
         self._closed = False
 

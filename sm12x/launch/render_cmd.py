@@ -107,13 +107,14 @@ def run(args: argparse.Namespace) -> int:
     # cannot run it refused first (its flags would fail in the other parser).
     loaded = following(loaded, recipe)
     refuse_track(recipe, loaded)
-    # As a dry run of the launch: a throughput configuration without its tuned
-    # table is shown with a warning, not refused (the table may be made later).
+    # As the launch decides: a throughput configuration without its tuned table
+    # is refused here too (one line, non-zero), not printed as a command that
+    # would run slow; `sm12x launch --dry-run` shows that command with the refusal.
     recipe = choose_configuration(
         recipe,
         loaded,
         profiling=False,
-        dry_run=True,
+        dry_run=False,
         say=lambda text: print(f"sm12x render: {text}", file=sys.stderr),
     )
     for finding in warnings_for(recipe):

@@ -20,8 +20,10 @@ sglang's wheel, downloaded into the cache on first use unless SM12X_OFFLINE=1
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import importlib.util
+import logging
 import signal
 import subprocess
 import sys
@@ -439,6 +441,7 @@ def serve(args, faults, version: str, patched: bool, host: str, port: int, key) 
         app, host=host, port=port, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
     )
     server = uvicorn.Server(config)
+    logging.getLogger("uvicorn.error").addFilter(_QuietStop(server))
     try:
         server.run()
     except KeyboardInterrupt:
@@ -448,6 +451,26 @@ def serve(args, faults, version: str, patched: bool, host: str, port: int, key) 
     if status:
         _stopped(status)
     return status
+
+
+class _QuietStop(logging.Filter):
+    """Once a stop is asked for, uvicorn cancels the handlers still running (a
+    request `--fault hang` holds, whose client may have long gone) and logs each
+    as an ASGI error with its CancelledError traceback, after a line saying it
+    cancels them: both dropped, so a Ctrl-C says its one line. Any other record
+    passes."""
+
+    def __init__(self, server) -> None:
+        super().__init__()
+        self.server = server
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.server.should_exit:
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, asyncio.CancelledError):
+            return False
+        return not record.getMessage().startswith("Cancel ")
 
 
 def _stopped(status: int) -> None:

@@ -324,6 +324,18 @@ class TokenizerManagerStandIn:
                 )
                 first = False
             finished = plan.finish if number == last_delivery else None
+            first_at = first_at or time.monotonic()
+            if finished and self.on_finished is not None:
+                # Counted before the last yield: a non-streamed request's consumer
+                # takes the finished delivery and never resumes this generator.
+                now = time.monotonic()
+                self.on_finished(
+                    prompt_tokens=len(prompt_ids),
+                    completion_tokens=done,
+                    streaming=bool(obj.stream),
+                    ttft_s=first_at - started,
+                    e2e_s=now - started,
+                )
             if obj.stream or finished:
                 yield {
                     "text": text,
@@ -338,18 +350,8 @@ class TokenizerManagerStandIn:
                         "weight_version": "default",
                     },
                 }
-            first_at = first_at or time.monotonic()
             if self.on_delivery is not None and number != last_delivery:
                 await self.on_delivery()
-        if self.on_finished is not None:
-            now = time.monotonic()
-            self.on_finished(
-                prompt_tokens=len(prompt_ids),
-                completion_tokens=done,
-                streaming=bool(obj.stream),
-                ttft_s=(first_at or now) - started,
-                e2e_s=now - started,
-            )
 
 
 def serving_chat(serving, tokenizer, script: Script, **kw):

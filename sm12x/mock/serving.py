@@ -342,6 +342,12 @@ def load(site: Path, replace: bool = False) -> Serving:
     warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")
     # sglang reads the deprecated max_tokens itself, for every request
     warnings.filterwarnings("ignore", message="max_tokens is deprecated")
+    # Its AWQ and GGUF modules warn at import on a machine without a GPU backend
+    # ("Only CUDA, HIP and XPU support AWQ currently.", "Only CUDA, MUSA and NPU
+    # support GGUF quantization currently."): true on every CPU, nothing to do.
+    warnings.filterwarnings(
+        "ignore", message=r"Only CUDA\b.* support (AWQ|GGUF)\b", category=UserWarning
+    )
     stubbed = []
     if "sglang" not in sys.modules:
         package = _module("sglang", __path__=[str(package_dir)], __sm12x_tree__=str(site))

@@ -5,11 +5,13 @@ verify`, and with a fault on; Ctrl-C ends it with 130."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -85,6 +87,20 @@ def test_it_says_where_it_listens_and_with_which_faults(healthy):
         ["ps", "-o", "args=", "-p", str(healthy.proc.pid)], capture_output=True, text=True
     )
     assert KEY not in ps.stdout  # the key never reaches argv
+
+
+def test_it_starts_on_the_current_track_without_sglang_s_cpu_warnings(tmp_path):
+    """Issue 43: sglang 0.5.23's AWQ and GGUF modules warn at import that only
+    CUDA (and friends) support them, true on every CPU: not shown at start."""
+    server = Running(tmp_path, "--sglang-version", "0.5.23", key=None)
+    try:
+        text = server.text()
+    finally:
+        server.stop()
+    assert "sglang=0.5.23" in text, text
+    assert "Warning" not in text and "Only CUDA" not in text, text
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert all(line.startswith("sm12x mock-server: ") for line in lines), lines
 
 
 def test_the_openai_client_chats(healthy):
@@ -292,3 +308,48 @@ def test_ctrl_c_says_one_line_and_ends_within_a_second(tmp_path):
     said = server.text()[len(before) :].strip().splitlines()
     assert said == ["sm12x mock-server: stopped (Ctrl-C)"], said
     assert elapsed <= baseline + 1.0 * slowdown(), (elapsed, baseline)
+
+
+def test_ctrl_c_under_the_hang_fault_says_one_line_not_a_traceback(tmp_path):
+    """Issue 43: a handler hung by `--fault hang` outlived the client that gave up
+    on it (verify's timeout), and Ctrl-C then printed uvicorn's 40-line
+    CancelledError traceback. Now: the one line, whether the client left or not."""
+    port = free_port()
+    log = tmp_path / "hang.log"
+    env = {**os.environ, "SM12X_ENV_FILE": os.devnull}
+    env.pop("SM12X_API_KEY", None)
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [str(SM12X), "mock-server", "--port", str(port), "--fault", "hang"],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while "listening on" not in log.read_text():  # /health hangs too: the log says when
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "not listening after 240 s: " + log.read_text()
+            time.sleep(0.2)
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]}
+        # One client gives up (as verify does at its timeout), one is still waiting.
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(url + "/v1/chat/completions", json=body, timeout=1)
+
+        def wait_on_it() -> None:
+            with contextlib.suppress(httpx.HTTPError):
+                httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
+
+        waiting = threading.Thread(target=wait_on_it, daemon=True)
+        waiting.start()
+        time.sleep(0.5)  # its request reaches the server's hung handler
+    finally:
+        before = log.read_text()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=60)
+    said = log.read_text()[len(before) :].strip().splitlines()
+    assert proc.returncode == 130, log.read_text()
+    assert said == ["sm12x mock-server: stopped (Ctrl-C)"], said

@@ -21,6 +21,7 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -28,6 +29,7 @@ import pytest
 import yaml
 
 from sm12x.deploy import dashboards, monitoring
+from sm12x.mock.app import MODEL_ID
 from sm12x.mock.server import free_port
 from sm12x.recipe import load_all
 from sm12x.versions import read_versions
@@ -378,6 +380,102 @@ def test_a_real_prometheus_scraping_the_mock_answers_every_panel(processes, tmp_
     assert healthy_value > RECIPES[0].verify.min_accept_length
 
 
+def _scraped_after(prom: Prometheus, job_target: str, moment: float) -> bool:
+    """Prometheus has scraped this target at a time after `moment` (unix seconds)."""
+    found = prom.query(f'timestamp(up{{instance="{job_target}"}})')
+    return bool(found) and float(found[0]["value"][1]) > moment
+
+
+def test_non_streamed_requests_count_at_the_first_scrape_after_they_return(processes, tmp_path):
+    """A plain OpenAI client (no stream) moves the counters by the time its
+    response is back: the first scrape taken after it returns shows the request,
+    and the acceptance collapse goes pending on non-streamed load alone."""
+    import openai
+
+    mock = processes(Backend(args=("--fault", "low-accept"), log=tmp_path / "mock.log"))
+    mock.wait_ready()
+    target = f"127.0.0.1:{mock.port}"
+    etc = laid_out(
+        tmp_path, {"sglang.yml": yaml.safe_dump([{"targets": [target], "labels": {"rig": "auto"}}])}
+    )
+    cfg = yaml.safe_load((etc / "prometheus.yml").read_text())
+    cfg["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    (etc / "prometheus.yml").write_text(yaml.safe_dump(cfg))
+    prom = processes(Prometheus(etc, tmp_path / "data", tmp_path / "prometheus.log"))
+    wait_until(lambda: _scraped_after(prom, target, 0), 60, "Prometheus's first scrape")
+    client = openai.OpenAI(base_url=mock.url + "/v1", api_key="unused", timeout=60, max_retries=0)
+    usage = []
+    for _ in range(2):
+        reply = client.chat.completions.create(
+            model=MODEL_ID,
+            messages=[{"role": "user", "content": "Count to a hundred."}],
+            max_tokens=64,
+            stream=False,
+        )
+        returned = time.time()
+        assert reply.usage is not None
+        usage.append(reply.usage)
+        # No sleep: whatever Prometheus scrapes from now on must hold the request.
+        wait_until(
+            lambda r=returned: _scraped_after(prom, target, r), 30, "a scrape after the reply"
+        )
+
+        def total(name: str) -> float:
+            found = prom.query(f'sum({name}{{is_streaming="false"}})')
+            return float(found[0]["value"][1]) if found else 0.0
+
+        # The latest sample is from a scrape taken after the reply came back.
+        assert total("sglang:num_requests_total") == len(usage)
+        assert total("sglang:generation_tokens_total") == sum(u.completion_tokens for u in usage)
+        assert total("sglang:prompt_tokens_total") == sum(u.prompt_tokens for u in usage)
+    # The rule sees the rig generating: the collapse is pending (it fires after
+    # its `for`, which the promtool test below checks on non-streamed series).
+    wait_until(
+        lambda: bool(prom.query('ALERTS{alertname="DsparkAcceptanceCollapse", rig="auto"}')),
+        30,
+        "the acceptance collapse pending under non-streamed load",
+        interval=1,
+    )
+
+
+def test_promtool_collapse_fires_after_its_for_on_non_streamed_load(tmp_path):
+    """Non-streamed tokens alone keep the collapse pending until its 10 minutes are up."""
+    t = monitoring.auto_thresholds(RECIPES)
+    low = t.min_accept_length - 0.5
+    series = [
+        _series("auto", "sglang:spec_accept_length", f"{low:g}x40"),
+        _series("auto", "sglang:generation_tokens_total", "0+600x40", 'is_streaming="false"'),
+    ]
+    labels = {"rig": "auto", "instance": "rig:30000", "job": "sglang"}
+    (group,) = yaml.safe_load((monitoring.FOLDER / "rules" / "auto.yml").read_text())["groups"]
+    (rule,) = [r for r in group["rules"] if r.get("alert") == "DsparkAcceptanceCollapse"]
+    fired = {
+        "exp_labels": {**labels, **rule["labels"]},
+        "exp_annotations": _annotations(rule, labels),
+    }
+    shutil.copytree(monitoring.FOLDER / "rules", tmp_path / "rules")
+    # Generating from minute 1 (the rate needs two samples): pending from then,
+    # firing once 10 minutes have passed, not before.
+    checks = [("9m", []), ("12m", [fired])]
+    spec = {
+        "rule_files": ["rules/auto.yml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": at, "alertname": "DsparkAcceptanceCollapse", "exp_alerts": alerts}
+                    for at, alerts in checks
+                ],
+            }
+        ],
+    }
+    (tmp_path / "tests.yml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    result = run_promtool("test", "rules", "tests.yml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+
+
 # --- compose ----------------------------------------------------------------------
 
 
@@ -408,10 +506,31 @@ def test_the_monitoring_profile_is_valid_loopback_and_pinned(env_file):
         timeout=30,
         check=False,
     )
-    assert refused.returncode == 2
-    assert refused.stderr.strip() == (
-        "grafana: set SM12X_GRAFANA_ADMIN_PASSWORD in .env (there is no default password)"
-    )
+    # One line, and an exit that its restart policy does not restart: it stays stopped.
+    assert refused.stderr.splitlines() == [
+        "grafana: not started: set SM12X_GRAFANA_ADMIN_PASSWORD in .env"
+        " (there is no default password), then docker compose up -d grafana"
+    ]
+    assert not docker_restarts(grafana["restart"], refused.returncode)
+    # With a password it goes on to Grafana's own start (not run here).
+    assert "exec /run.sh" in script
+
+
+def docker_restarts(policy: str, exit_code: int) -> bool:
+    """Docker's restart rule for a container that exited by itself (dockerd's
+    restartmanager): `no` never, `always`/`unless-stopped` always,
+    `on-failure[:N]` only on a non-zero exit."""
+    name = policy.split(":")[0]
+    if name not in {"no", "always", "unless-stopped", "on-failure"}:
+        raise AssertionError(f"unknown restart policy {policy!r}")
+    return name in {"always", "unless-stopped"} or (name == "on-failure" and exit_code != 0)
+
+
+def test_the_restart_rule_restarts_a_failed_container():
+    """docker_restarts can say yes: a grafana that exited 2 would loop."""
+    assert docker_restarts("on-failure", 2)
+    assert not docker_restarts("no", 2)
+    assert docker_restarts("unless-stopped", 0)
 
 
 def test_the_rig_label_follows_the_env(env_file, tmp_path):

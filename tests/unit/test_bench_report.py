@@ -242,3 +242,45 @@ def test_pyproject_keeps_matplotlib_out_of_the_runtime_dependencies():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert not any(d.startswith("matplotlib") for d in project["dependencies"])
     assert any(d.startswith("matplotlib") for d in project["optional-dependencies"]["bench"])
+
+
+@pytest.mark.parametrize(
+    ("names", "recipe"),
+    [
+        (("c16.json",), "rtx-pro-6000-tp4"),  # one concurrency: one point per series
+        (("c16.json", "c32.json", "c64.json"), "rtx-pro-6000-tp4"),
+        (("c16.json",), "dgx-spark-tp2"),  # a published range and other engines' references
+        (("all-failed-c16.jsonl", "missing-field-c32.json", "partial-c64.json"), "rtx-5090-tp8"),
+    ],
+)
+def test_the_legend_never_hides_a_measured_point(tmp_path, names, recipe):
+    """On the drawn figure: no measured point lies under either legend, every one
+    inside its axes, and each legend inside the figure."""
+    result, data, _ = report(tmp_path, *names, recipe=recipe)
+    assert data is not None, result.stdout + result.stderr
+    import matplotlib.pyplot as plt
+
+    fig = chart.draw(BenchResult.model_validate(data), load_recipe(recipe))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    try:
+        for ax in fig.axes:
+            points = chart.measured_points(ax)
+            assert points, ax.get_ylabel()  # the test sees the measured points
+            legend = ax.get_legend()
+            box = legend.get_window_extent(renderer)
+            assert chart.covered(box, points) == [], (ax.get_ylabel(), legend._loc)
+            frame = ax.get_window_extent(renderer)
+            assert all(frame.x0 <= x <= frame.x1 and frame.y0 <= y <= frame.y1 for x, y in points)
+            assert fig.bbox.contains(box.x0, box.y0) and fig.bbox.contains(box.x1, box.y1)
+    finally:
+        plt.close(fig)
+
+
+def test_covered_sees_a_point_under_the_legend():
+    """The check above can fail: the old placement (upper left) hid C4's only point."""
+    from matplotlib.transforms import Bbox
+
+    box = Bbox([[100, 300], [250, 400]])
+    assert chart.covered(box, [(120, 350), (600, 100)]) == [(120, 350)]
+    assert chart.covered(box, [(95, 350)]) == [(95, 350)]  # at the edge: still hidden

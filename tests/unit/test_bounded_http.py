@@ -4,6 +4,7 @@ redaction, --only's plan, fail fast, the event-stream line reader."""
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import httpx
@@ -123,3 +124,40 @@ def test_auth_hint_names_the_setting():
     assert "SM12X_API_KEY" in auth_hint(401, False) and "--api-key" in auth_hint(403, False)
     assert "refused the API key" in auth_hint(401, True)
     assert auth_hint(404, False) is None
+
+
+def test_a_request_to_a_silent_server_says_it_is_still_waiting(monkeypatch):
+    """Issue 43: verify said nothing for the whole stall wait on a server that
+    accepts and never answers. Each NOTE_EVERY_S of silence is one line to
+    `waiting`, before the stall limit ends the request; a prompt answer none."""
+    import socket
+    import threading
+
+    from sm12x.http import transport
+    from verify.client import Endpoint
+
+    monkeypatch.setattr(transport, "NOTE_EVERY_S", 0.2)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: held.append(listener.accept()[0]), daemon=True).start()
+    port = listener.getsockname()[1]
+    lines: list[str] = []
+    endpoint = Endpoint(base_url=f"http://127.0.0.1:{port}", timeout=10, stall_timeout=1.1)
+    bounded = endpoint.transport(waiting=lines.append)
+    try:
+        with pytest.raises(transport.Stalled):
+            endpoint.http(bounded).get("/health")
+    finally:
+        bounded.close()
+        listener.close()
+        for conn in held:
+            conn.close()
+    # About 1.1 / 0.2 of them (a loaded machine may drop one or two), each saying
+    # how long so far and what ends it.
+    assert 3 <= len(lines) <= 6, lines
+    shape = re.compile(
+        r"GET /health: still waiting, no byte for \d+ s \(it gives up at the 1\.1 s stall limit\)"
+    )
+    assert all(shape.fullmatch(line) for line in lines), lines

