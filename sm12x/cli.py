@@ -46,6 +46,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "sm12x.tune.main",
     "sm12x.deploy.exposure",
     "sm12x.mock.command",
+    "sm12x.qualify.main",
 )
 
 
