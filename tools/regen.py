@@ -58,6 +58,12 @@ def _bench_schema() -> dict[Path, str]:
     return {result.SCHEMA_FILE: result.generate_schema()}
 
 
+def _qualify_schema() -> dict[Path, str]:
+    from sm12x.qualify import bundle
+
+    return {bundle.SCHEMA_FILE: bundle.generate_schema()}
+
+
 def _goldens() -> dict[Path, str]:
     from tools import golden
 
@@ -160,6 +166,12 @@ ENTRIES: tuple[Entry, ...] = (
         "sm12x/bench/result.schema.json: bench's result format",
         "fast",
         _bench_schema,
+    ),
+    Entry(
+        "qualify-schema",
+        "sm12x/qualify/result.schema.json: qualify's bundle format (embeds bench's)",
+        "fast",
+        _qualify_schema,
     ),
     Entry(
         "support-matrix",

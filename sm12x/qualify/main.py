@@ -22,6 +22,7 @@ more than --tolerance); 1 not qualified, bad input, or stopped by --deadline.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from sm12x import settings
@@ -95,6 +96,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.target:
+        args.recipe = args.target
+    if args.explain:
+        # qualify boots and tunes as tune does: its settings are tune's.
+        loaded = settings.from_args(args, "tune")
+        text = settings.explain(loaded, "tune")
+        sys.stdout.write(text.replace("# sm12x tune settings", "# sm12x qualify settings", 1))
+        return 0
     if args.check is not None:
         from sm12x.qualify import check
 

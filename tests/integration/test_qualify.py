@@ -26,6 +26,7 @@ from sm12x.mock.server import MockServer
 from sm12x.qualify import check
 from sm12x.recipe import load_recipe
 
+ROOT = Path(__file__).resolve().parents[2]
 RECIPE = "rtx-pro-6000-tp2"  # 48 requests on one DP rank; anchors at 1, 8, 32
 KEY = "qk-7f3a9c1e5b2d4f60"
 HOSTNAME = "rig-seven.lab.example"
@@ -37,6 +38,9 @@ SMALL = [
     "--hold", "1", "--full-load-output", "200", "--prompts-per-concurrency", "1",
     "--long-context-len", "3000", "--long-context-output", "16",
     "--soak-concurrency", "8", "--soak-rounds", "1", "--deadline", "600",
+    # Two of the anchors' three concurrencies, and a wide tolerance: the mock's
+    # speed is this machine's CPU, so the verdict's logic is what is tested.
+    "--concurrency", "1", "8", "--tolerance", "0.5",
 ]  # fmt: skip
 
 
@@ -130,7 +134,7 @@ def test_the_healthy_mock_qualifies(healthy):
     assert steps["baseline/verify"]["verdict"] == "pass" and "<testsuite" in steps["baseline/verify"]["junit"]
     fl = steps["baseline/full-load"]["full_load"]
     assert fl["per_rank_limit"] == 48 and fl["held_s"] >= 1.0
-    assert [r["concurrency"] for r in steps["baseline/bench"]["runs"]] == [1, 8, 32]
+    assert [r["concurrency"] for r in steps["baseline/bench"]["runs"]] == [1, 8]
     assert steps["baseline/bench"]["bench"]["schema"] == "sm12x-bench/1"
     # --url cannot relaunch: the throughput phase says so, and the bundle cannot back verified.
     assert steps["throughput/tune"]["verdict"] == "skipped"
@@ -140,7 +144,8 @@ def test_the_healthy_mock_qualifies(healthy):
 
 
 def test_nothing_planted_reaches_the_bundle(healthy):
-    *_, out = healthy
+    code, stdout, stderr, out = healthy
+    assert (out / "result.json").exists(), stdout + stderr[-3000:]
     for path in out.rglob("*"):
         blob = path.read_bytes()
         for secret in PLANTED:
@@ -158,7 +163,8 @@ def _tamper(src: Path, dst: Path, edit) -> list[str]:
 
 
 def test_a_tampered_bundle_fails_check(healthy, tmp_path):
-    *_, out = healthy
+    code, stdout, stderr, out = healthy
+    assert code == 0, stdout + stderr[-3000:]
 
     def figure(data):
         run = next(s for s in data["steps"] if s["name"] == "baseline/bench")["runs"][1]
@@ -182,10 +188,12 @@ def test_a_tampered_bundle_fails_check(healthy, tmp_path):
 
     found = _tamper(out, tmp_path / "c", rehashed)
     assert any("it is rtx-pro-6000-tp4's" in p for p in found), found
-    assert subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-m", "sm12x.cli", "qualify", "--check", str(tmp_path / "a")],
-        capture_output=True, text=True, timeout=120,
-    ).returncode == 1  # fmt: skip
+        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "output_tokens_per_s" in done.stderr and len(done.stderr.splitlines()) >= 1
 
 
 @pytest.mark.parametrize(
@@ -194,7 +202,7 @@ def test_a_tampered_bundle_fails_check(healthy, tmp_path):
         (("loop",), None, "not qualified", "baseline/verify failed"),
         (("bad-tool-json",), None, "not qualified", "baseline/verify failed"),
         (("low-accept",), None, "not qualified", "baseline/verify failed"),
-        ((), 0.02, "qualified, slow", "baseline/bench at concurrency"),
+        ((), 0.01, "qualified, slow", "baseline/bench at concurrency 1"),
     ],
     ids=["loop", "bad-tool-json", "low-accept", "slow"],
 )
@@ -214,21 +222,26 @@ def test_a_run_killed_mid_bench_resumes(mock, env):
         sys.executable, "-m", "sm12x.cli", "qualify", RECIPE, "--url", mock.base_url,
         "--out", str(out), *SMALL,
     ]  # fmt: skip
+    # This checkout's sm12x, whichever folder the command runs in.
+    child_env = {**os.environ, "PYTHONPATH": str(ROOT)}
     first = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
-    )
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        env=child_env,
+    )  # fmt: skip
     kept = out / ".work" / "parts" / "baseline--bench--c1-i1024.json"
     try:
         deadline = time.monotonic() + 300
         while not kept.exists():
-            assert first.poll() is None, first.stdout.read().decode()[-3000:]
+            if first.poll() is not None:
+                said = first.stdout.read().decode()
+                raise AssertionError(said[:2000] + said[-2000:])
             assert time.monotonic() < deadline, "the bench never started"
             time.sleep(0.05)
         os.killpg(first.pid, signal.SIGKILL)
     finally:
         first.wait(timeout=30)
     assert not (out / "result.json").exists()
-    again = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=child_env)
     said = again.stdout + again.stderr
     assert again.returncode == 0, said[-3000:]
     assert "baseline/verify: pass (kept from the run before)" in said
