@@ -212,7 +212,9 @@ class Folder:
         return json.loads(path.read_text()) if path.exists() else None
 
     def save_part(self, name: str, key: str, data: dict) -> None:
-        write_atomic(self.work / "parts" / f"{name.replace('/', '--')}--{key}.json", json.dumps(data))
+        write_atomic(
+            self.work / "parts" / f"{name.replace('/', '--')}--{key}.json", json.dumps(data)
+        )
 
     def finish(self, result: QualifyResult) -> Path:
         path = self.root / RESULT

@@ -9,9 +9,10 @@ from pathlib import Path
 
 from sm12x.bench.chart import matplotlib_missing, write_chart
 from sm12x.qualify.bundle import QualifyResult, Step
+from sm12x.recipe import Recipe
 
 
-def write(result: QualifyResult, recipe_of: Callable[[Step], object], folder: Path) -> list[str]:
+def write(result: QualifyResult, recipe_of: Callable[[Step], Recipe], folder: Path) -> list[str]:
     if matplotlib_missing():
         return []
     names = []

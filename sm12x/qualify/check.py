@@ -93,33 +93,35 @@ def problems(folder: Path, for_verified: bool = False) -> list[str]:
                         )
         if step.full_load is not None:
             fl = step.full_load
-            again = held(fl.samples, fl.per_rank_limit, fl.dp_ranks)
-            if not same(fl.held_s, again):
-                out.append(f"{step.name}: held_s is {fl.held_s}, its samples give {again}")
-            if step.verdict == "pass" and again < fl.hold_s:
-                out.append(f"{step.name}: passed, but its samples hold {again} s < {fl.hold_s} s")
+            longest = held(fl.samples, fl.per_rank_limit, fl.dp_ranks)
+            if not same(fl.held_s, longest):
+                out.append(f"{step.name}: held_s is {fl.held_s}, its samples give {longest}")
+            if step.verdict == "pass" and longest < fl.hold_s:
+                out.append(f"{step.name}: passed, but its samples hold {longest} s < {fl.hold_s} s")
     if recipe is not None and result.verdict is not None:
         by_name = dict(recipes)
 
         def recipe_of(step):
             return by_name.get(step.bench.recipe.name if step.bench else "", recipe)
 
-        again = judge(result.steps, recipe_of, result.verdict.tolerance)
-        if again.summary != result.verdict.summary:
-            out.append(f"verdict: says {result.verdict.summary!r}, its steps give {again.summary!r}")
+        judged = judge(result.steps, recipe_of, result.verdict.tolerance)
+        if judged.summary != result.verdict.summary:
+            out.append(
+                f"verdict: says {result.verdict.summary!r}, its steps give {judged.summary!r}"
+            )
     elif result.verdict is None:
         out.append("verdict: none (the run did not finish)")
     for chart in result.charts:
         if not (path.parent / chart).is_file():
             out.append(f"chart {chart}: named but not in the bundle")
-    extra = [
-        p.name for p in path.parent.iterdir() if p.suffix not in (".json", ".png")
-    ]
+    extra = [p.name for p in path.parent.iterdir() if p.suffix not in (".json", ".png")]
     if extra:
         out.append(f"files: a bundle holds JSON and PNG only, not {', '.join(sorted(extra))}")
     if for_verified:
         if result.provenance.mock:
-            out.append("provenance: the server was sm12x mock-server: a mock's bundle never backs verified")
+            out.append(
+                "provenance: the server was sm12x mock-server: a mock's bundle never backs verified"
+            )
         for step in result.steps:
             if step.verdict != "pass":
                 out.append(f"step {step.name}: {step.verdict}, not pass")
@@ -135,5 +137,7 @@ def main(folder: Path, for_verified: bool = False) -> int:
     for line in found:
         print(f"{folder}: {line}", file=sys.stderr)
     if not found:
-        print(f"{folder}: complete and consistent" + (" (can back verified)" if for_verified else ""))
+        print(
+            f"{folder}: complete and consistent" + (" (can back verified)" if for_verified else "")
+        )
     return 1 if found else 0

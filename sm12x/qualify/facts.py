@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from sm12x.bench import provenance
-from sm12x.paths import data_path
 from sm12x.patches import series as patch_series
+from sm12x.paths import data_path
 from sm12x.qualify.bundle import Provenance
 from sm12x.versions import load_versions, tracks
 

@@ -23,11 +23,39 @@ from dataclasses import dataclass
 import httpx
 from pydantic import BaseModel, ConfigDict
 
-WORDS = (
-    "river stone cloud paper lantern orbit signal meadow copper harbor thread "
-    "window garden silver engine valley pocket marble winter candle ladder "
-    "forest mirror planet saddle tunnel violet anchor basket feather rocket"
-).split()
+WORDS = [
+    "river",
+    "stone",
+    "cloud",
+    "paper",
+    "lantern",
+    "orbit",
+    "signal",
+    "meadow",
+    "copper",
+    "harbor",
+    "thread",
+    "window",
+    "garden",
+    "silver",
+    "engine",
+    "valley",
+    "pocket",
+    "marble",
+    "winter",
+    "candle",
+    "ladder",
+    "forest",
+    "mirror",
+    "planet",
+    "saddle",
+    "tunnel",
+    "violet",
+    "anchor",
+    "basket",
+    "feather",
+    "rocket",
+]
 
 
 class RequestRecord(BaseModel):

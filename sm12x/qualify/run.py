@@ -21,7 +21,6 @@ from sm12x.qualify.plan import CORRECTNESS, make_plan
 from sm12x.qualify.render_hash import recipe_hash
 from sm12x.qualify.scrub import Scrubber
 from sm12x.qualify.verdict import judge
-from sm12x.recipe import load_recipe
 
 TIMEOUT = 30.0
 
@@ -102,11 +101,16 @@ def qualify(args: argparse.Namespace) -> str:
         step.finished = step.finished or steps.now()
         folder.save_step(step)
         done[step.name] = step
-        _say(err, f"{step.name}: {step.verdict}" + (f" ({step.problems[0]})" if step.problems else ""))
+        _say(
+            err,
+            f"{step.name}: {step.verdict}" + (f" ({step.problems[0]})" if step.problems else ""),
+        )
 
     def new(name: str) -> Step:
-        phase, kind = name.split("/")
-        return Step(name=name, phase=phase, kind=kind, verdict="not-run", started=steps.now())
+        return Step.model_validate(
+            {"name": name, "phase": name.split("/")[0], "kind": name.split("/")[1],
+             "verdict": "not-run", "started": steps.now()}
+        )  # fmt: skip
 
     for name in plan.steps:
         kept = folder.step(name)
@@ -126,8 +130,15 @@ def qualify(args: argparse.Namespace) -> str:
             record(step)
         if done["baseline/doctor"].verdict == "fail":
             return finish(plan, folder, done, recipe, started, None, args, err)
-        if args.boot_command and not all(n in done for n in plan.steps if n.startswith("baseline/")):
-            server = boot(args.boot_command, base_url, min(args.boot_timeout, deadline_at - time.monotonic()), err)
+        if args.boot_command and not all(
+            n in done for n in plan.steps if n.startswith("baseline/")
+        ):
+            server = boot(
+                args.boot_command,
+                base_url,
+                min(args.boot_timeout, deadline_at - time.monotonic()),
+                err,
+            )
         info, problem = provenance.server_info(base_url, key, TIMEOUT)
         if info is None:
             raise UserError(f"no sglang server at {base_url}: {problem}")
@@ -213,9 +224,10 @@ def finish(plan, folder, done, recipe, started, extra, args, err) -> str:
     for name in plan.steps:
         step = done.get(name)
         if step is None:
-            phase, kind = name.split("/")
-            step = Step(name=name, phase=phase, kind=kind, verdict="not-run",
-                        problems=["doctor failed: fix what it says first"])  # fmt: skip
+            step = Step.model_validate(
+                {"name": name, "phase": name.split("/")[0], "kind": name.split("/")[1],
+                 "verdict": "not-run", "problems": ["doctor failed: fix what it says first"]}
+            )  # fmt: skip
         ordered.append(step)
     by_name = {plan.recipe.name: plan.recipe}
     if plan.throughput is not None:
@@ -233,7 +245,13 @@ def finish(plan, folder, done, recipe, started, extra, args, err) -> str:
     if prov is None:
         from sm12x.qualify.facts import collect
 
-        prov = collect("http://127.0.0.1:1", None, recipe_track(recipe), None, provenance.Overrides(container="none"))[0]
+        prov = collect(
+            "http://127.0.0.1:1",
+            None,
+            recipe_track(recipe),
+            None,
+            provenance.Overrides(container="none"),
+        )[0]
     result = QualifyResult(
         sm12x_version=__version__, started=started, finished=steps.now(),
         recipe=RecipeRef(name=recipe.name, hash=recipe_hash(recipe), track=prov.track),

@@ -7,7 +7,6 @@ Each step is one of sm12x's own commands called through its Python entry point
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
@@ -21,12 +20,13 @@ from rich.console import Console
 
 from sm12x.bench import compare, provenance
 from sm12x.bench.main import recipe_info, reset_accept_stats
-from sm12x.bench.result import BenchResult, Client, Metrics, Run, Workload
+from sm12x.bench.result import BenchResult, Client, Environment, Metrics, Run, Workload
 from sm12x.qualify import load
 from sm12x.qualify.bundle import Folder, FullLoadReading, RunRecords, Sample, Step
 from sm12x.qualify.plan import Plan
 from sm12x.qualify.scrub import Scrubber
 from sm12x.recipe import Recipe
+from sm12x.settings import Loaded
 
 # verify's baseline: chat, streaming, tools, reasoning, acceptance, soak.
 VERIFY_CHECKS = (
@@ -46,10 +46,10 @@ class Context:
     folder: Folder
     scrub: Scrubber
     err: Console
-    environment: object  # bench.result.Environment
+    environment: Environment
     server: dict
     sm12x_version: str
-    loaded: object  # settings.Loaded
+    loaded: Loaded
     verify_options: list[str]
     deadline_at: float
     say: Callable[[str], None]
@@ -59,7 +59,7 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def doctor(loaded: object, scrub: Scrubber, step: Step) -> Step:
+def doctor(loaded: Loaded, scrub: Scrubber, step: Step) -> Step:
     from sm12x.doctor import main as doctor_main
     from sm12x.doctor.checks import Doctor, Options
 
@@ -173,7 +173,9 @@ def full_load(ctx: Context, step: Step) -> Step:
     )  # fmt: skip
     lost = [r for r in records if not r.ok]
     if not samples:
-        step.problems.append("/metrics gave no sglang:num_running_reqs: start with --enable-metrics")
+        step.problems.append(
+            "/metrics gave no sglang:num_running_reqs: start with --enable-metrics"
+        )
     elif got < p.hold_s:
         top = [max(s.running[i] for s in samples) for i in range(p.dp)]
         step.problems.append(
@@ -281,27 +283,8 @@ def long_context(ctx: Context, step: Step) -> Step:
     step.runs = [run]
     if not run.figures["completed"]:
         errors = {r.error for r in run.records}
-        step.problems.append(f"the {p.long_context_len}-token request failed ({', '.join(map(str, errors))})")
+        step.problems.append(
+            f"the {p.long_context_len}-token request failed ({', '.join(map(str, errors))})"
+        )
     step.verdict = "fail" if step.problems else "pass"
-    return step
-
-
-def tune(ctx: Context, step: Step, boot_command: str | None, deadline_s: float) -> Step:
-    """tune through its own entry point (it boots the profiling server itself)."""
-    from sm12x.tune import main as tune_main
-
-    recipe = ctx.plan.throughput
-    assert recipe is not None
-    parser = argparse.ArgumentParser()
-    tune_main.add_arguments(parser)
-    argv = ["--recipe", recipe.name, "--deadline", str(int(max(60, deadline_s)))]
-    if boot_command:
-        argv += ["--boot-command", boot_command]
-    args = parser.parse_args(argv)
-    try:
-        code = tune_main.run(args)
-    except Exception as exc:  # noqa: BLE001 - tune's UserError and DeadlineReached alike
-        step.problems.append(ctx.scrub.text(f"sm12x tune: {getattr(exc, 'message', exc)}"))
-        code = 1
-    step.verdict = "pass" if code == 0 else "fail"
     return step

@@ -6,17 +6,17 @@ each anchor's concurrency against `anchor x (1 - tolerance)`, below it
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
-from sm12x.qualify.bundle import Step, Verdicts
+from sm12x.qualify.bundle import Step, Summary, Verdicts
 from sm12x.recipe import Recipe
 
 
-def throughput_lines(
-    step: Step, recipe: Recipe, tolerance: float
-) -> tuple[list[str], list[str]]:
+def throughput_lines(step: Step, recipe: Recipe, tolerance: float) -> tuple[list[str], list[str]]:
     """(slow lines, at-or-above lines) of a bench step against its recipe's anchors."""
     refs = recipe.comparable_references or list(recipe.references)
-    slow, fine = [], []
+    slow: list[str] = []
+    fine: list[str] = []
     for run in step.runs:
         measured = run.figures.get("output_tokens_per_s")
         for ref in refs:
@@ -35,15 +35,11 @@ def throughput_lines(
     return slow, fine
 
 
-def judge(
-    steps: list[Step], recipe_of: Callable[[Step], Recipe], tolerance: float
-) -> Verdicts:
+def judge(steps: list[Step], recipe_of: Callable[[Step], Recipe], tolerance: float) -> Verdicts:
     failed = [s for s in steps if s.verdict == "fail"]
-    lines = [
-        f"{s.name} failed: {s.problems[0] if s.problems else 'see the step'}" for s in failed
-    ]
+    lines = [f"{s.name} failed: {s.problems[0] if s.problems else 'see the step'}" for s in failed]
     benches = [s for s in steps if s.kind == "bench" and s.verdict == "pass" and s.runs]
-    throughput = "not measured"
+    throughput: Literal["at or above", "slow", "not measured"] = "not measured"
     if benches:
         best = benches[-1]  # the throughput configuration's when it ran
         slow, fine = throughput_lines(best, recipe_of(best), tolerance)
@@ -58,6 +54,7 @@ def judge(
     skipped = [s.name for s in steps if s.verdict in ("skipped", "not-run")]
     if skipped:
         lines.append(f"not run: {', '.join(skipped)}")
+    summary: Summary
     if failed:
         summary = "not qualified"
     elif throughput == "slow":
