@@ -85,10 +85,11 @@ def _readme_block(replace: Callable[[str], str]) -> dict[Path, str]:
 
 
 def _support_matrix() -> dict[Path, str]:
+    from sm12x.qualify import status
     from sm12x.recipe import load_all, matrix
 
     recipes = load_all()
-    return _readme_block(lambda text: matrix.replace_block(text, recipes))
+    return _readme_block(lambda text: matrix.replace_block(text, recipes, status.evidence))
 
 
 def _settings_table() -> dict[Path, str]:

@@ -92,17 +92,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     # --recipe, --bind/--port, --api-key, --model-dir, --track, --cache-dir, ...:
     # the settings tune reads (qualify boots and tunes as tune does).
-    settings.add_arguments(parser, "tune")
+    settings.add_arguments(parser, "qualify")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.target:
         args.recipe = args.target
     if args.explain:
-        # qualify boots and tunes as tune does: its settings are tune's.
-        loaded = settings.from_args(args, "tune")
-        text = settings.explain(loaded, "tune")
-        sys.stdout.write(text.replace("# sm12x tune settings", "# sm12x qualify settings", 1))
+        loaded = settings.from_args(args, "qualify")
+        sys.stdout.write(settings.explain(loaded, "qualify"))
         return 0
     if args.check is not None:
         from sm12x.qualify import check

@@ -66,7 +66,7 @@ def qualify(args: argparse.Namespace) -> str:
             "say where the server is: --url URL (already running) or --boot-command CMD "
             "(qualify starts it); compose boot is not built yet"
         )
-    loaded = settings.from_args(args, "tune")
+    loaded = settings.from_args(args, "qualify")
     recipe, why = select_recipe(loaded.settings.recipe, origin=loaded.origin("recipe"))
     _say(err, why)
     loaded = following(loaded, recipe)

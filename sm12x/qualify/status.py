@@ -46,3 +46,42 @@ def problems(recipes: Iterable[Recipe], results: Path) -> list[str]:
                 f"({first[0]}: {first[1][0]})"
             )
     return out
+
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+
+
+def _recipe_name(bundle: Path) -> str | None:
+    import json
+
+    try:
+        return json.loads((bundle / RESULT).read_text())["recipe"]["name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def evidence(recipe: Recipe, results: Path = RESULTS) -> tuple[bool, str | None]:
+    """(a bundle here backs `verified` for the recipe's current render, the measured
+    throughput of the newest bundle that passes --check, as a table cell's text)."""
+    import json
+
+    backed, measured = False, None
+    for bundle in reversed(bundles(results, recipe.name)):
+        if _recipe_name(bundle) != recipe.name or check.problems(bundle):
+            continue
+        backed = backed or not check.problems(bundle, for_verified=True)
+        if measured is None:
+            data = json.loads((bundle / RESULT).read_text())
+            runs = [
+                r
+                for s in data["steps"]
+                if s["kind"] == "bench" and s["verdict"] == "pass"
+                for r in s["runs"]
+            ]
+            if runs:
+                figures = ", ".join(
+                    f"C{r['concurrency']} {r['figures']['output_tokens_per_s']:,.0f}" for r in runs
+                )
+                mock = " (mock)" if data["provenance"]["mock"] else ""
+                measured = f"measured{mock}: {figures} ([{bundle.name}](results/{recipe.name}/{bundle.name}))"
+    return backed, measured

@@ -32,8 +32,8 @@ KEY = "qk-7f3a9c1e5b2d4f60"
 HOSTNAME = "rig-seven.lab.example"
 IP = "198.51.100.23"
 UUID = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
-HOME = "/home/alice-rigowner/models/DeepSeek-V4-Flash-0731"
-PLANTED = (HOSTNAME, IP, KEY, UUID, "/home/alice-rigowner")
+HOME = "/Users/alice-rigowner/models/DeepSeek-V4-Flash-0731"
+PLANTED = (HOSTNAME, IP, KEY, UUID, "/Users/alice-rigowner")
 SMALL = [
     "--hold", "1", "--full-load-output", "200", "--prompts-per-concurrency", "1",
     "--long-context-len", "3000", "--long-context-output", "16",
@@ -131,7 +131,10 @@ def test_the_healthy_mock_qualifies(healthy):
     data = json.loads((out / "result.json").read_text())
     assert data["provenance"]["mock"] is True
     steps = {s["name"]: s for s in data["steps"]}
-    assert steps["baseline/verify"]["verdict"] == "pass" and "<testsuite" in steps["baseline/verify"]["junit"]
+    assert (
+        steps["baseline/verify"]["verdict"] == "pass"
+        and "<testsuite" in steps["baseline/verify"]["junit"]
+    )
     fl = steps["baseline/full-load"]["full_load"]
     assert fl["per_rank_limit"] == 48 and fl["held_s"] >= 1.0
     assert [r["concurrency"] for r in steps["baseline/bench"]["runs"]] == [1, 8]
@@ -262,3 +265,25 @@ def test_a_mock_bundle_never_backs_verified(healthy, tmp_path):
     shutil.copytree(out, tmp_path / RECIPE / "mock-run")
     (found,) = status.problems([verified(RECIPE)], tmp_path)
     assert "sm12x mock-server: a mock's bundle never backs verified" in found, found
+
+
+def test_the_support_matrix_follows_the_bundles(healthy, tmp_path):
+    """The generated table shows a bundle's measured figure beside the anchors', and
+    a recipe that says verified without a bundle for its current render reads untested."""
+    from sm12x.qualify import status
+    from sm12x.recipe import matrix
+    from tests.unit.test_qualify_status import verified
+
+    *_, out = healthy
+    shutil.copytree(out, tmp_path / RECIPE / "2026-12-06-mock")
+
+    def evidence(recipe):
+        return status.evidence(recipe, tmp_path)
+
+    cell = matrix.figures_cell(load_recipe(RECIPE), evidence)
+    assert cell.startswith("measured (mock): C1 ") and "C8 " in cell, cell
+    assert "C32 2,089" in cell  # the anchors stay beside it
+    assert matrix.status_cell(verified(RECIPE), evidence).startswith("untested (its render")
+    assert matrix.figures_cell(
+        load_recipe(RECIPE), lambda r: status.evidence(r, tmp_path / "none")
+    ) == matrix._published(load_recipe(RECIPE))

@@ -25,6 +25,7 @@ def test_every_registered_module_defines_a_command():
         "tune",
         "exposure-check",
         "mock-server",
+        "qualify",
     ]
     assert len(set(names)) == len(names)
 
