@@ -205,7 +205,7 @@ def test_a_tampered_bundle_fails_check(healthy, tmp_path):
         (("loop",), None, "not qualified", "baseline/verify failed"),
         (("bad-tool-json",), None, "not qualified", "baseline/verify failed"),
         (("low-accept",), None, "not qualified", "baseline/verify failed"),
-        ((), 0.01, "qualified, slow", "baseline/bench at concurrency 1"),
+        ((), 0.03, "qualified, slow", "baseline/bench at concurrency 1"),
     ],
     ids=["loop", "bad-tool-json", "low-accept", "slow"],
 )
