@@ -47,6 +47,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "sm12x.deploy.exposure",
     "sm12x.mock.command",
     "sm12x.watch.main",
+    "sm12x.qualify.main",
 )
 
 

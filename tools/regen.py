@@ -62,6 +62,12 @@ def _bench_schema() -> dict[Path, str]:
     return {result.SCHEMA_FILE: result.generate_schema()}
 
 
+def _qualify_schema() -> dict[Path, str]:
+    from sm12x.qualify import bundle
+
+    return {bundle.SCHEMA_FILE: bundle.generate_schema()}
+
+
 def _goldens() -> dict[Path, str]:
     from tools import golden
 
@@ -83,10 +89,11 @@ def _readme_block(replace: Callable[[str], str]) -> dict[Path, str]:
 
 
 def _support_matrix() -> dict[Path, str]:
+    from sm12x.qualify import status
     from sm12x.recipe import load_all, matrix
 
     recipes = load_all()
-    return _readme_block(lambda text: matrix.replace_block(text, recipes))
+    return _readme_block(lambda text: matrix.replace_block(text, recipes, status.evidence))
 
 
 def _settings_table() -> dict[Path, str]:
@@ -199,6 +206,12 @@ ENTRIES: tuple[Entry, ...] = (
         "sm12x/bench/result.schema.json: bench's result format",
         "fast",
         _bench_schema,
+    ),
+    Entry(
+        "qualify-schema",
+        "sm12x/qualify/result.schema.json: qualify's bundle format (embeds bench's)",
+        "fast",
+        _qualify_schema,
     ),
     Entry(
         "support-matrix",

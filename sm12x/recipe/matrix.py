@@ -13,6 +13,7 @@ context, as bench labels it.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from sm12x.recipe import fit
@@ -40,7 +41,19 @@ def _source(ref: Reference) -> str:
     return f"[{name}]({ref.url})" if ref.url else name
 
 
-def figures_cell(recipe: Recipe) -> str:
+# What the qualify bundles say of a recipe: (one backs `verified` for its current
+# render, the measured figure's cell text). tools/regen passes
+# sm12x.qualify.status.evidence; recipes know nothing of the commands.
+Evidence = Callable[[Recipe], tuple[bool, str | None]]
+
+
+def figures_cell(recipe: Recipe, evidence: Evidence | None = None) -> str:
+    published = _published(recipe)
+    measured = evidence(recipe)[1] if evidence else None
+    return f"{measured}<br>{published}" if measured else published
+
+
+def _published(recipe: Recipe) -> str:
     groups: dict[tuple, list[Reference]] = {}
     for ref in recipe.references:
         groups.setdefault((ref.source, ref.url, ref.config, ref.comparable, ref.engine), []).append(
@@ -58,9 +71,12 @@ def figures_cell(recipe: Recipe) -> str:
     return "<br>".join(parts)
 
 
-def status_cell(recipe: Recipe) -> str:
+def status_cell(recipe: Recipe, evidence: Evidence | None = None) -> str:
     status = recipe.status
     if status.state == "verified":
+        if evidence is not None and not evidence(recipe)[0]:
+            # The render changed since the bundle (or none passes --check): not verified.
+            return "untested (its render changed since its qualify bundle; a new one is needed)"
         return f"verified by {status.verified_by} on {status.verified_on}"
     return "untested (flags from public reports; not yet run by sm12x)"
 
@@ -82,7 +98,7 @@ def p2p_cell(recipe: Recipe) -> str:
     return "<br>GPU P2P: needed" if recipe.hardware.needs_p2p else ""
 
 
-def support_matrix(recipes: list[Recipe]) -> str:
+def support_matrix(recipes: list[Recipe], evidence: Evidence | None = None) -> str:
     rows = [
         "| rig | configuration | recipe | status | published output tok/s, random 1024 in / "
         "512 out |",
@@ -102,7 +118,7 @@ def support_matrix(recipes: list[Recipe]) -> str:
     ):
         rows.append(
             f"| `{recipe.rig}`{p2p_cell(recipe)} | {configuration_cell(recipe)} | `{recipe.name}`{_line(recipe)} | "
-            f"{status_cell(recipe)} | {figures_cell(recipe)} |"
+            f"{status_cell(recipe, evidence)} | {figures_cell(recipe, evidence)} |"
         )
     note = (
         '\n"context": the source ran another configuration (DSPARK depth, parallelism or '
@@ -187,15 +203,15 @@ def lines_table(recipes: list[Recipe]) -> str:
     return "\n".join(out)
 
 
-def block(recipes: list[Recipe]) -> str:
-    return f"{BEGIN}\n{support_matrix(recipes)}{END}"
+def block(recipes: list[Recipe], evidence: Evidence | None = None) -> str:
+    return f"{BEGIN}\n{support_matrix(recipes, evidence)}{END}"
 
 
-def replace_block(text: str, recipes: list[Recipe]) -> str:
+def replace_block(text: str, recipes: list[Recipe], evidence: Evidence | None = None) -> str:
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
         raise ValueError(f"README.md has no {BEGIN!r} ... {END!r} block")
-    return text[:start] + block(recipes) + text[end + len(END) :]
+    return text[:start] + block(recipes, evidence) + text[end + len(END) :]
 
 
 def main(argv: list[str]) -> int:

@@ -36,6 +36,7 @@ COMMANDS = (
     "bench",
     "doctor",
     "tune",
+    "qualify",
     "mock-server",
     "watch",
 )
@@ -44,7 +45,15 @@ SERVERS = ("launch", "render")
 # a key on a command line is readable by every user of the host (`ps`).
 CLIENTS = ("verify", "bench", "watch")
 # Every command that reads the API key (SM12X_API_KEY or SM12X_API_KEY_FILE).
-KEY_READERS = (*SERVERS, "router", "exposure-check", "healthcheck", *CLIENTS, "mock-server")
+KEY_READERS = (
+    *SERVERS,
+    "router",
+    "exposure-check",
+    "healthcheck",
+    *CLIENTS,
+    "qualify",
+    "mock-server",
+)
 DEFAULT_PORT = 30000
 # The router's ports: the one place they are written (sm12x.deploy reads them).
 DEFAULT_ROUTER_PORT = 8000
@@ -100,7 +109,7 @@ class Settings(BaseSettings):
         Meta(
             "the recipe: a name from recipes/ or a file; auto picks the one that fits "
             "the GPUs nvidia-smi lists",
-            commands=("launch", "render", "doctor", "bench", "verify", "tune", "watch"),
+            commands=("launch", "render", "doctor", "bench", "verify", "tune", "watch", "qualify"),
             old=("RECIPE",),
             metavar="NAME",
         ),
@@ -121,7 +130,7 @@ class Settings(BaseSettings):
         Meta(
             "the checkpoint folder (compose mounts it at /model; launch and render "
             "serve it; doctor checks it; bench and tune read its tokenizer)",
-            commands=("launch", "render", "doctor", "bench", "tune"),
+            commands=("launch", "render", "doctor", "bench", "tune", "qualify"),
             old=("SM12X_MODEL_PATH",),
             old_flags=("--model-path",),
             default="none: the Hub id at the recipe's revision",
@@ -161,6 +170,7 @@ class Settings(BaseSettings):
                 "verify",
                 "bench",
                 "tune",
+                "qualify",
                 "mock-server",
             ),
             metavar="ADDR",
@@ -180,7 +190,7 @@ class Settings(BaseSettings):
         Port | None,
         Meta(
             "the API's port on the host",
-            commands=(*SERVERS, "healthcheck", "verify", "bench", "tune", "mock-server"),
+            commands=(*SERVERS, "healthcheck", "verify", "bench", "tune", "qualify", "mock-server"),
             default=f"the recipe's serve.port ({DEFAULT_PORT})",
             metavar="PORT",
         ),
@@ -230,7 +240,7 @@ class Settings(BaseSettings):
         Meta(
             "where the JIT and compile caches and the tuned SPS tables go (compose: the cache "
             "volume at /cache)",
-            commands=(*SERVERS, "tune"),
+            commands=(*SERVERS, "tune", "qualify"),
             default="none: each tool's own default",
             metavar="DIR",
             path=True,
@@ -244,7 +254,7 @@ class Settings(BaseSettings):
             "doctor and bench use its image); "
             + ", ".join(f"{t} (sglang {load_versions(t)['SGLANG_VERSION']})" for t in tracks())
             + "; docs/tracks.md",
-            commands=("launch", "render", "doctor", "bench", "tune"),
+            commands=("launch", "render", "doctor", "bench", "tune", "qualify"),
             default=f"SM12X_DEFAULT_TRACK in versions.env ({default_track()})",
             metavar="TRACK",
         ),
@@ -255,7 +265,7 @@ class Settings(BaseSettings):
             "the sm12x image (compose runs it; doctor looks for it; bench and tune run "
             "sglang's benchmark and profiler in it when this machine has no sglang; render "
             "--k8s writes it)",
-            commands=("render", "doctor", "bench", "tune"),
+            commands=("render", "doctor", "bench", "tune", "qualify"),
             default="the track's: SM12X_IMAGE_REPO:SM12X_VERSION-<track> in versions.env",
             metavar="REF",
         ),
@@ -264,7 +274,7 @@ class Settings(BaseSettings):
         str,
         Meta(
             "the docker command (verify --boot, bench and tune run it)",
-            commands=("verify", "bench", "tune"),
+            commands=("verify", "bench", "tune", "qualify"),
             metavar="PATH",
         ),
     ] = "docker"

@@ -26,6 +26,7 @@ def test_every_registered_module_defines_a_command():
         "exposure-check",
         "mock-server",
         "watch",
+        "qualify",
     ]
     assert len(set(names)) == len(names)
 

@@ -444,7 +444,7 @@ def runs_for_real(sub: str, args: list[str]) -> bool:
         )
     if sub == "bench" and not args:
         return True
-    if sub in ("bench", "tune"):  # against the documented mock (StandIn.against_mock)
+    if sub in ("bench", "tune", "qualify"):  # against the documented mock (StandIn.against_mock)
         urls = [args[k + 1] for k, a in enumerate(args) if a == "--url"]
         return (
             len(urls) == 1
@@ -568,6 +568,7 @@ class StandIn:
     DONE_AGAINST_MOCK = {
         "tune": ("stderr", "sm12x tune: wrote "),  # a table
         "bench": ("stdout", "concurrency 4: ok, 8/8 requests"),  # sglang's own client, all 8
+        "qualify": ("stdout", "qualified"),  # a bundle (the mock's speed may read slow: exit 2)
     }
 
     def against_mock(
@@ -600,7 +601,15 @@ class StandIn:
                 check=False,
             )
         out = done.stdout + done.stderr
-        assert done.returncode == (3 if phase_one else 0) and "Traceback" not in out, out
+        ok = (0, 2) if sub == "qualify" else ((3,) if phase_one else (0,))  # 2: qualified, slow (this CPU)
+        assert done.returncode in ok and "Traceback" not in out, out
+        if sub == "qualify":  # the bundle it wrote passes --check (docs/qualify.md)
+            bundle = cwd / args[args.index("--out") + 1]
+            checked = subprocess.run(
+                [str(Path(PY).parent / "sm12x"), "qualify", "--check", str(bundle)],
+                cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False,
+            )  # fmt: skip
+            assert checked.returncode == 0, checked.stdout + checked.stderr
         stream, said = ("stderr", "phase 1 of 2 done") if phase_one else self.DONE_AGAINST_MOCK[sub]
         assert said in getattr(done, stream), out
         return done
@@ -641,7 +650,7 @@ class StandIn:
             if "--sps-table" in args:  # tune's phase 2: phase 1 writes its table first
                 self.phase_one_first(cwd, env, doc)
             return self.serve(args, cwd, env)
-        if sub == "tune" or (sub == "bench" and args):
+        if sub in ("tune", "qualify") or (sub == "bench" and args):
             return self.against_mock(sub, args, cwd, env, doc)
         if sub == "verify":  # the reader's port is the stand-in's
             args = [re.sub(r":30000\b", f":{self.port}", a) for a in args]
