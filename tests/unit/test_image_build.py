@@ -464,8 +464,13 @@ def test_the_base_s_sglang_kernel_must_be_the_one_its_sglang_requires(tmp_path):
     )
     right = tmp_path / "right"
     kernel_site(right, "sglang-kernel", "sgl_kernel", "sm_120a")
-    dist(right, "sglang", "0.5.17", package="sglang",
-         requires=("torch==2.11.0", "sglang-kernel==0.4.5"))
+    dist(
+        right,
+        "sglang",
+        "0.5.17",
+        package="sglang",
+        requires=("torch==2.11.0", "sglang-kernel==0.4.5"),
+    )
     proc = check_kernels_in(right, tmp_path, "amd64")
     assert proc.returncode == 0, proc.stderr
     assert "kernels: sglang-kernel 0.4.5, the version sglang 0.5.17 requires" in proc.stdout
