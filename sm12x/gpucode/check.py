@@ -94,12 +94,16 @@ def loader_choice(package: Path, capability: tuple[int, int], python: str = sys.
     """The file sgl_kernel's loader at `package` loads on a GPU of `capability`."""
     proc = subprocess.run(
         [python, "-S", "-c", PROBE, str(package), str(capability[0]), str(capability[1])],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        raise CheckError(f"sgl_kernel's loader at {package} could not be read: "
-                         f"{(proc.stderr or proc.stdout).strip()[-300:]}")
+        raise CheckError(
+            f"sgl_kernel's loader at {package} could not be read: "
+            f"{(proc.stderr or proc.stdout).strip()[-300:]}"
+        )
     answer = json.loads(lines[-1])
     if "error" in answer:
         raise CheckError(f"sgl_kernel's loader at {package}: {answer['error']}")
@@ -129,13 +133,15 @@ def parse_sass(text: str) -> dict[str, bool]:
 
 
 def is_stub(ops: list[str]) -> bool:
-    traps = any(a.startswith("CALL.ABS.NOINC") and b.startswith("BPT.TRAP")
-                for a, b in zip(ops, ops[1:]))
+    traps = any(
+        a.startswith("CALL.ABS.NOINC") and b.startswith("BPT.TRAP") for a, b in zip(ops, ops[1:])
+    )
     return traps and not any(MMA.match(op) for op in ops)
 
 
-def kernels(cuobjdump: str, nvdisasm: str, library: Path, arch: str,
-            cache: Path | None = None) -> dict[str, bool]:
+def kernels(
+    cuobjdump: str, nvdisasm: str, library: Path, arch: str, cache: Path | None = None
+) -> dict[str, bool]:
     """{function: is a stub} over every `arch` cubin (sm_120a, ...) in `library`.
     cache: a folder keeping each answer under the hash of the library, the arch
     and this file (reading a library's SASS takes minutes on a small machine)."""
@@ -160,17 +166,23 @@ def kernels(cuobjdump: str, nvdisasm: str, library: Path, arch: str,
 def scan(cuobjdump: str, nvdisasm: str, library: Path, arch: str) -> dict[str, bool]:
     found: dict[str, bool] = {}
     with tempfile.TemporaryDirectory(prefix="sm12x-cubins-") as tmp:
-        proc = subprocess.run([cuobjdump, "-xelf", "all", "-arch", arch,
-                               str(library.resolve())],
-                              cwd=tmp, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [cuobjdump, "-xelf", "all", "-arch", arch, str(library.resolve())],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if proc.returncode != 0:
             raise CheckError(f"cuobjdump -xelf {library} failed: {proc.stderr.strip()[:300]}")
         for cubin in sorted(Path(tmp).glob(f"*.{arch}.cubin")):
-            dump = subprocess.run([nvdisasm, "-ndf", "-c", str(cubin)], capture_output=True,
-                                  text=True, timeout=900)
+            dump = subprocess.run(
+                [nvdisasm, "-ndf", "-c", str(cubin)], capture_output=True, text=True, timeout=900
+            )
             if dump.returncode != 0:
-                raise CheckError(f"nvdisasm {cubin.name} of {library} failed: "
-                                 f"{dump.stderr.strip()[:300]}")
+                raise CheckError(
+                    f"nvdisasm {cubin.name} of {library} failed: {dump.stderr.strip()[:300]}"
+                )
             for function, stub in parse_sass(dump.stdout).items():
                 found[function] = found.get(function, False) or stub
     return found
@@ -185,8 +197,10 @@ def judge_called(found: dict[str, bool]) -> tuple[list[str], list[str]]:
         if not matched:
             errors.append(f"{op} (called from sglang's {where}) has no kernel here")
         elif stubs:
-            errors.append(f"{op} (called from sglang's {where}): {len(stubs)} of its "
-                          f"{len(matched)} kernels are trap stubs, e.g. {stubs[0][:120]}")
+            errors.append(
+                f"{op} (called from sglang's {where}): {len(stubs)} of its "
+                f"{len(matched)} kernels are trap stubs, e.g. {stubs[0][:120]}"
+            )
         else:
             notes.append(f"{op}: {len(matched)} kernels")
     return errors, notes
