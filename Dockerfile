@@ -48,6 +48,7 @@ FROM ${BASE_IMAGE}${BASE_IMAGE_DIGEST:+@}${BASE_IMAGE_DIGEST} AS base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG SGLANG_VERSION
 COPY scripts/image-build /opt/sm12x/scripts/image-build
+COPY sm12x/gpucode/check.py /opt/sm12x/scripts/kernel_check.py
 # Nothing from the OS archive: apply-patches applies the series itself when the
 # base has no `patch` (sglang's images do not promise it).
 RUN python3 /opt/sm12x/scripts/image-build check-base --sglang "${SGLANG_VERSION}"

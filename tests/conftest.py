@@ -65,6 +65,8 @@ FIRST = (
 #           whose module holds a helper that unpacks or runs it (WHEEL_HELPERS).
 #   docker  a Docker daemon; slow: more than a minute (both marked in the module).
 #   gpu     tests/gpu: the device (benchmarks/*.sh run them there).
+#   kernels tests/kernels: the real sglang-kernel wheels' GPU code, read with
+#           CUDA's tools from PyPI (its own budget: tests/support/budget.py).
 #   process tests/integration: real processes, servers, Compose.
 # The full suite (scripts/test, CI) runs every tier.
 WHEEL_HELPERS = {
@@ -80,7 +82,7 @@ WHEEL_HELPERS = {
     "tests.support.sglang_cli",
     "tests.support.sglang_surface",
 }
-FOLDER_MARKS = {"patch": "wheels", "gpu": "gpu", "integration": "process"}
+FOLDER_MARKS = {"patch": "wheels", "gpu": "gpu", "integration": "process", "kernels": "kernels"}
 SLOWER = ("wheels", "docker", "slow", "gpu", "process")
 
 

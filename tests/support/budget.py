@@ -44,7 +44,10 @@ BUDGET_S = 45 * 60
 FAST_BUDGET_S = 2 * 60
 CEILING_S = 75 * 60
 # A test's tier is the slowest of its marks (tests/conftest.py sets them).
-TIERS = ("docker", "gpu", "process", "wheels", "slow", "fast")
+TIERS = ("docker", "gpu", "process", "kernels", "wheels", "slow", "fast")
+# The kernels tier (tests/kernels) reads four wheels' SASS: its own line, against
+# 5 minutes cold (its scans are cached by the libraries' and the check's hash).
+KERNELS_BUDGET_S = 5 * 60
 GREW_SHOWN = 8
 # Growth below this is noise on a loaded 2-core machine, not a trend.
 GREW_MIN_S = 5.0
@@ -126,6 +129,12 @@ def summary(record: dict, baseline: dict) -> list[str]:
             for t, s in sorted(record["tiers"].items(), key=lambda kv: -kv[1])
         )
     )
+    if "kernels" in record["tiers"]:
+        spent = record["tiers"]["kernels"]
+        lines.append(
+            f"kernels tier: {minutes(spent)} of its {minutes(KERNELS_BUDGET_S)} budget"
+            + (" (OVER)" if spent > KERNELS_BUDGET_S else "")
+        )
     if record["workers"]:
         lines.append(
             "workers busy: "

@@ -172,3 +172,16 @@ def test_the_image_tests_are_one_unit_per_track_and_other_modules_one_each():
     assert work_unit("tests/patch/test_census.py::test_x[0.5.17-current]") == (
         "tests/patch/test_census.py"
     )
+
+
+def test_the_kernels_tier_has_its_own_budget_line():
+    made = record()
+    made["tiers"] = {**made["tiers"], "kernels": 60.0}
+    made["tier_tests"] = {**made["tier_tests"], "kernels": 12}
+    assert "kernels tier: 1 min 00 s of its 5 min 00 s budget" in budget.summary(made, BASELINE)
+    made["tiers"]["kernels"] = 301.0
+    assert "kernels tier: 5 min 01 s of its 5 min 00 s budget (OVER)" in budget.summary(
+        made, BASELINE
+    )
+    assert "kernels tier" not in "\n".join(budget.summary(record(), BASELINE))
+    assert budget.tier_of({"kernels": 1, "test_x": 1}) == "kernels"

@@ -170,6 +170,16 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
     "pip download --no-deps --only-binary=:all: --python-version 3.12 --platform "
     "manylinux_2_28_x86_64 -d wheels apache-tvm-ffi==0.1.11": NotHere(GPU_BENCH),
     "benchmarks/dsv4_kernel_check.sh wheels out": NotHere("needs a CUDA GPU and nvcc"),
+    "python3 -m tests.support.kernel_wheels --download": NotHere(
+        "downloads 820 MB of sglang-kernel wheels; scripts/test runs it (setup_wheels)"
+    ),
+    "scripts/test -m kernels": NotHere(
+        "the kernels tier of the test suite (this test runs inside the suite)"
+    ),
+    "python -m tools.kernel_resources --write": NotHere(
+        "rewrites docs/benchmarks.md from the downloaded wheels; tests/kernels/"
+        "test_resources.py runs its reading on all four"
+    ),
     "benchmarks/dsv4_compact_check.sh --prepare .cache/wheels/sglang-0.5.17-*.whl "
     ".cache/wheels/sglang-0.5.23-*.whl .devtrees": NotHere(
         GPU_BENCH + "; tests/patch/test_apply_patches.py patches the same wheels with the "

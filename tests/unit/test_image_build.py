@@ -440,7 +440,7 @@ def test_arm64_accepts_sm_121a_or_the_sm_120f_family(tmp_path):
         kernel_site(site, "sglang-kernel", "sgl_kernel", code)
         proc = check_kernels_in(site, tmp_path, "arm64")
         assert proc.returncode == 0, proc.stderr
-        assert "every library carries sm_121-compatible code" in proc.stdout
+        assert "every library the sm_12x path loads carries sm_121-compatible code" in proc.stdout
 
 
 def test_a_kernel_library_with_no_gpu_code_at_all_is_named(tmp_path):
@@ -450,6 +450,30 @@ def test_a_kernel_library_with_no_gpu_code_at_all_is_named(tmp_path):
     proc = check_kernels_in(site, tmp_path, "amd64")
     assert proc.returncode == 1
     assert "sglang-kernel 0.4.5: no GPU code in any of its 1 shared objects" in proc.stderr
+
+
+def test_the_base_s_sglang_kernel_must_be_the_one_its_sglang_requires(tmp_path):
+    site = tmp_path / "site"
+    kernel_site(site, "sglang-kernel", "sgl_kernel", "sm_120a")
+    dist(site, "sglang", "0.5.23", package="sglang", requires=("sglang-kernel==0.4.10",))
+    proc = check_kernels_in(site, tmp_path, "amd64")
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        "image-build: error: sglang 0.5.23 requires sglang-kernel==0.4.10, the base has "
+        "0.4.5: use the base built for this sglang"
+    )
+    right = tmp_path / "right"
+    kernel_site(right, "sglang-kernel", "sgl_kernel", "sm_120a")
+    dist(
+        right,
+        "sglang",
+        "0.5.17",
+        package="sglang",
+        requires=("torch==2.11.0", "sglang-kernel==0.4.5"),
+    )
+    proc = check_kernels_in(right, tmp_path, "amd64")
+    assert proc.returncode == 0, proc.stderr
+    assert "kernels: sglang-kernel 0.4.5, the version sglang 0.5.17 requires" in proc.stdout
 
 
 def test_check_kernels_on_a_stand_in_with_no_kernel_library(tmp_path):

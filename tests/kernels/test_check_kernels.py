@@ -1,0 +1,226 @@
+"""scripts/image-build check-kernels on the real sglang-kernel wheels of both
+tracks and both arches (sha256-pinned, from PyPI: tests/support/kernel_wheels.py),
+read with CUDA's own cuobjdump and nvdisasm from PyPI.
+
+The loader decision is the wheel's own (a copy whose loader is edited moves
+the check), a loaded library without code for the GPU fails, one the path
+never loads warns, and a trap stub among the called kernels fails; a stub is
+known by its SASS body, proven on a real stub and a real non-stub of one
+CUTLASS template. Reading a library's SASS takes minutes here, so the answers
+are kept under $SM12X_CACHE/kernels/scans, keyed by the library's and the
+check's hash (sm12x/gpucode/check.py, `kernels`)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from sm12x.gpucode import check
+from tests.support import kernel_wheels
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "image-build"
+TRACKS = {"pinned": ("0.5.17", "0.4.5"), "current": ("0.5.23", "0.4.10")}
+ARCHES = {"amd64": ("x86_64", (12, 0), "sm_120a"), "arm64": ("aarch64", (12, 1), "sm_121a")}
+CASES = [(t, a) for t in TRACKS for a in ARCHES]
+# One CUTLASS template, GemmUniversal, compiled into common_ops' sm_120a cubins
+# with an sm_90 mainloop (its GMMA compiled to the disabled-arch trap) and with
+# the sm_120 mainloop (real MMA).
+TEMPLATE = "_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalI"
+
+
+def scan_cache() -> Path:
+    return kernel_wheels.cache() / "scans"
+
+
+def tool(name: str) -> str:
+    path = kernel_wheels.tool_dir() / name
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: run `{kernel_wheels.DOWNLOAD}`")
+    return str(path)
+
+
+def run_check(site: Path, targetarch: str, script: Path = SCRIPT) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(site),
+        "PATH": f"{kernel_wheels.tool_dir()}:{os.environ['PATH']}",
+        "SM12X_KERNEL_SCAN_CACHE": str(scan_cache()),
+    }
+    return subprocess.run(
+        [
+            sys.executable,
+            "-S",
+            str(script),
+            "check-kernels",
+            "--targetarch",
+            targetarch,
+            "--required",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=env,
+    )
+
+
+def found(version: str, arch: str) -> dict[str, bool]:
+    machine, _, sass = ARCHES[arch]
+    library = (
+        kernel_wheels.unpacked(version, machine) / "sgl_kernel" / "sm100" / "common_ops.abi3.so"
+    )
+    return check.kernels(tool("cuobjdump"), tool("nvdisasm"), library, sass, scan_cache())
+
+
+def test_each_track_pins_the_wheel_tested_here():
+    from sm12x.mock import wheels
+
+    for sglang, kernel in TRACKS.values():
+        with zipfile.ZipFile(wheels.wheel("sglang", sglang)) as archive:
+            meta = archive.read(f"sglang-{sglang}.dist-info/METADATA").decode()
+        requires = [
+            line.split(":", 1)[1].strip()
+            for line in meta.splitlines()
+            if line.startswith("Requires-Dist:")
+        ]
+        assert check.kernel_requirement(requires, ("sglang-kernel",)) == kernel
+        assert {v for v, _ in kernel_wheels.WHEELS} >= {kernel}
+
+
+@pytest.mark.parametrize("track, arch", CASES)
+def test_the_loader_picks_sm100_common_ops_on_sm_12x(track, arch):
+    machine, capability, _ = ARCHES[arch]
+    package = kernel_wheels.unpacked(TRACKS[track][1], machine) / "sgl_kernel"
+    assert check.loader_choice(package, capability) == package / "sm100" / "common_ops.abi3.so"
+    # Hopper is the loader's other branch: the probe follows it.
+    assert check.loader_choice(package, (9, 0)) == package / "sm90" / "common_ops.abi3.so"
+
+
+@pytest.mark.parametrize("track, arch", CASES)
+def test_check_kernels_passes_the_real_wheel(track, arch):
+    machine, _, sass = ARCHES[arch]
+    proc = run_check(kernel_wheels.unpacked(TRACKS[track][1], machine), arch)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    out = proc.stdout
+    assert "sgl_kernel's loader picks sm100/common_ops.abi3.so on CC" in out
+    assert f"sm100/common_ops.abi3.so: {sass} runs on" in out
+    assert f"common_ops.abi3.so {sass}: the called ops run" in out
+    for op, _, _ in check.CALLED:
+        assert re.search(rf"\b{op}: \d+ kernels", out), op
+    # FlashMLA (and FA3 on x86_64) carry nothing for 12.x: warned, never loaded here.
+    for library in ("flashmla_ops",) + (("flash_ops",) if arch == "amd64" else ()):
+        assert re.search(rf"warning: sglang-kernel: {library}\S*\.so has .*never loads it", out)
+    assert re.search(
+        r"warning: common_ops.abi3.so sm_12\da: \d+ of \d+ functions are trap stubs", out
+    )
+
+
+def test_an_edited_loader_moves_the_check_and_a_loaded_library_without_code_fails(tmp_path):
+    """A copy of the arm64 wheel whose loader loads flashmla_ops on CC 12.x: a
+    library with no sm_121 code, a warning while the path never loads it, an
+    error once it does."""
+    source = kernel_wheels.unpacked("0.4.5", "aarch64")
+    site = tmp_path / "site"
+    shutil.copytree(
+        source, site, copy_function=os.symlink, ignore=shutil.ignore_patterns(".complete")
+    )
+    loader = site / "sgl_kernel" / "load_utils.py"
+    text = loader.read_text()
+    os.unlink(loader)
+    edited = text.replace(
+        'ops_pattern = str(sgl_kernel_dir / ops_subdir / "common_ops.*")',
+        'ops_pattern = str(sgl_kernel_dir / "flashmla_ops.*")',
+    )
+    assert edited != text
+    loader.write_text(edited)
+    proc = run_check(site, "arm64")
+    assert proc.returncode == 1, proc.stdout
+    assert "sgl_kernel's loader picks sgl_kernel/flashmla_ops.abi3.so on CC 12.1" in proc.stdout
+    listed = re.search(
+        r"flashmla_ops\.abi3\.so has ([^;]*), nothing that runs on sm_121", proc.stderr
+    )
+    assert listed, proc.stderr
+    assert "sm_90a" in listed.group(1) and "sm_12" not in listed.group(1)
+    assert proc.stderr.startswith("image-build: error: kernel libraries without sm_121 code")
+    # common_ops, loaded before, is now the one the path never loads: not read for stubs.
+    assert "the called ops run" not in proc.stdout
+
+
+@pytest.mark.parametrize("track", TRACKS)
+def test_a_trap_stub_on_the_called_list_fails(track, monkeypatch):
+    kernels = found(TRACKS[track][1], "amd64")
+    assert not check.judge_called(kernels)[0]
+    stub = next(name for name, is_stub in kernels.items() if is_stub and name.startswith(TEMPLATE))
+    monkeypatch.setattr(
+        check, "CALLED", (*check.CALLED, ("cutlass_scaled_mm", re.escape(stub), "x"))
+    )
+    errors, _ = check.judge_called(kernels)
+    assert errors == [
+        f"cutlass_scaled_mm (called from sglang's x): 1 of its 1 kernels are "
+        f"trap stubs, e.g. {stub[:120]}"
+    ]
+
+
+def sass_of(library: Path, arch: str, function: str, tmp_path: Path) -> str:
+    """nvdisasm's SASS of one function: its section of the cubin that holds it."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [tool("cuobjdump"), "-xelf", "all", "-arch", arch, str(library)],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    for cubin in sorted(tmp_path.glob(f"*.{arch}.cubin")):
+        if function.encode() not in cubin.read_bytes():
+            continue
+        lines = subprocess.run(
+            [tool("nvdisasm"), "-ndf", "-c", str(cubin)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        ).stdout.splitlines()
+        start = lines.index(f".text.{function}:")
+        end = next(
+            (
+                i
+                for i in range(start + 1, len(lines))
+                if check.FUNCTION.match(lines[i]) or lines[i].lstrip().startswith(".section")
+            ),
+            len(lines),
+        )
+        return "\n".join(lines[start:end])
+    raise AssertionError(f"{function} is in no {arch} cubin")
+
+
+def test_a_stub_is_known_by_its_sass_body_not_its_name(tmp_path):
+    kernels = found("0.4.5", "arm64")
+    stub = min(
+        (n for n, s in kernels.items() if s and n.startswith(TEMPLATE) and "Sm90" in n), key=len
+    )
+    real = min(
+        (n for n, s in kernels.items() if not s and n.startswith(TEMPLATE) and "Sm120" in n),
+        key=len,
+    )
+    library = (
+        kernel_wheels.unpacked("0.4.5", "aarch64") / "sgl_kernel" / "sm100" / "common_ops.abi3.so"
+    )
+    stub_sass = sass_of(library, "sm_121a", stub, tmp_path / "a")
+    real_sass = sass_of(library, "sm_121a", real, tmp_path / "b")
+    assert check.parse_sass(stub_sass) == {stub: True}
+    assert check.parse_sass(real_sass) == {real: False}
+    # The body decides: each body under the other's name keeps its verdict.
+    assert check.parse_sass(stub_sass.replace(stub, "renamed")) == {"renamed": True}
+    assert check.parse_sass(real_sass.replace(real, "renamed")) == {"renamed": False}
+    # The real kernel carries the MMA the stub lost; the stub prints, then traps.
+    assert re.search(r"\bHMMA|\bQMMA|\bOMMA", real_sass)
+    assert re.search(r"CALL\.ABS\.NOINC[^\n]*\n(?:\S*:\n)?[^\n]*BPT\.TRAP", stub_sass)
