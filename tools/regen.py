@@ -115,6 +115,12 @@ def _listeners() -> dict[Path, str]:
     return {sglang_surface.DOC: sglang_surface.render_doc()}
 
 
+def _sglang_env_reads() -> dict[Path, str]:
+    from tests.support import sglang_env_reads
+
+    return sglang_env_reads.render()
+
+
 def _parser_descriptions() -> dict[Path, str]:
     from tests.support import sglang_cli
 
@@ -210,6 +216,13 @@ ENTRIES: tuple[Entry, ...] = (
         "sm12x/sglang_parsers/*.json: each track's real sglang parser, from its wheel",
         "wheels",
         _parser_descriptions,
+    ),
+    Entry(
+        "sglang-env-reads",
+        "sm12x/launch/sglang_env.json: every environment variable each track's sglang reads, "
+        "found in its whole tree (what sm12x launch refuses from a caller)",
+        "wheels",
+        _sglang_env_reads,
     ),
     Entry(
         "listeners",

@@ -48,6 +48,7 @@ from sm12x.apikey import exposure_problem
 from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.keyed import with_key
+from sm12x.launch import environment
 from sm12x.recipe.extra import check_values, owned_router_flags, owner, parse_extra
 from sm12x.settings import Loaded
 from sm12x.settings.model import DEFAULT_ROUTER_METRICS_PORT as DEFAULT_METRICS_PORT
@@ -486,11 +487,10 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
             file=sys.stderr,
         )
     sys.stderr.flush()
-    # sm12x.keyed reads the key from SM12X_API_KEY: set it where it came from
-    # .env or a file.
-    env = dict(environ)
-    if key:
-        env[KEY_ENV] = key
+    # Built, not inherited (sm12x.launch.environment): the allowlist's part of
+    # the caller's, and the key where it came from .env or a file (sm12x.keyed
+    # reads it from SM12X_API_KEY).
+    env = environment.passed(environ, {KEY_ENV: key} if key else {})
     # exec: the router is the container's main process and gets its signals.
     os.execve(cmd[0], cmd, env)
     return 1  # not reached
