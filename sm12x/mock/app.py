@@ -137,6 +137,29 @@ def resolve_version(line: str = DEFAULT_LINE, sglang_version: str | None = None)
     return version
 
 
+def served_recipe(line: str, version: str, tp: int, dp: int) -> str | None:
+    """The shipped recipe the mock stands in for: its line, layout and sglang
+    release (the first by name). /server_info says it (sm12x_recipe), so that
+    `sm12x bench --url` against the mock needs no --recipe."""
+    from sm12x.recipe import load_all
+    from sm12x.recipe.lints import track_refusal
+    from sm12x.versions import track_of_sglang
+
+    track = track_of_sglang(version)
+    for recipe in sorted(load_all(), key=lambda r: r.name):
+        fits = (
+            recipe.model.line == line
+            and recipe.hardware.nodes == 1
+            and recipe.flag_value("--tp-size") == tp
+            and (recipe.flag_value("--dp-size") or 1) == dp
+            and track is not None
+            and track_refusal(recipe, track) is None
+        )
+        if fits:
+            return recipe.name
+    return None
+
+
 def create_app(
     faults: Faults | None = None,
     *,
@@ -170,6 +193,7 @@ def create_app(
     tokenizer = tokenizer_v4.load() if line == DEFAULT_LINE else tokenizer_v41.load()
     eos = tokenizer.eos_token_id
     MODEL_ID = engine.model_id(line)  # noqa: N806 (the module's name, per line)
+    recipe_name = served_recipe(line, version, scheduler.config.tp, scheduler.config.dp)
 
     async def pace() -> None:
         if state.token_delay:
@@ -244,6 +268,8 @@ def create_app(
             "sm12x_mock": True,
             "tokenizer_path": str(tokenizer_v4.folder()),
         }
+        if recipe_name is not None:
+            body["sm12x_recipe"] = recipe_name
         if sps is not None:
             body.update(
                 scheduler.server_args(),

@@ -339,9 +339,11 @@ def attach(
             f"boot the recipe with `sm12x tune` (without --url)"
         )
     want = load_versions(s.track_name)["SGLANG_VERSION"]
-    if server.sglang != want:
+    # The server's word, checked by the one function bench uses too.
+    served = provenance.served_release(info, s.key())
+    if served != want:
         raise UserError(
-            f"the server runs sglang {server.sglang}, but SM12X_TRACK={s.track_name} "
+            f"the server runs sglang {served}, but SM12X_TRACK={s.track_name} "
             f"is sglang {want}: set SM12X_TRACK to the server's track"
         )
     key = store.key_for(
