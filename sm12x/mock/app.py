@@ -36,6 +36,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from sm12x import bounded
 from sm12x.mock import corruption, engine, fullrank, model, tokenizer_v4, tokenizer_v41
 from sm12x.mock import serving as sglang_serving
 from sm12x.mock.faults import Faults
@@ -490,6 +491,9 @@ def create_app(
 # The largest request body the stand-in reads (verify's largest, a picture
 # task, is under 2 MiB): a bigger one is answered 413 before it is read whole.
 MAX_BODY = 16 * 1024 * 1024
+# How long a request body may take to arrive whole: a client trickling a byte
+# a second holds no connection past it (408).
+BODY_TIMEOUT_S = 20.0
 
 
 class Guard:
@@ -526,18 +530,31 @@ class Guard:
             return
         chunks: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            size += len(message.get("body", b""))
-            if size > MAX_BODY:
-                await too_big(scope, receive, send)
-                return
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        whole = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        try:
+            async with asyncio.timeout(BODY_TIMEOUT_S):
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        break
+                    size += len(message.get("body", b""))
+                    if size > MAX_BODY:
+                        await too_big(scope, receive, send)
+                        return
+                    chunks.append(message.get("body", b""))
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            slow = {"error": f"the request body took more than {BODY_TIMEOUT_S:g} s to arrive"}
+            await JSONResponse(slow, status_code=408)(scope, receive, send)
+            return
+        data = b"".join(chunks)
+        try:
+            bounded.check_depth(data)
+        except bounded.TooBig as exc:
+            deep = {"error": f"request body: JSON {exc}"}
+            await JSONResponse(deep, status_code=400)(scope, receive, send)
+            return
+        whole = {"type": "http.request", "body": data, "more_body": False}
         sent = False
 
         async def replay():
