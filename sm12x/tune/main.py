@@ -314,6 +314,24 @@ def tokenizer_args(
     return ["--local-tokenizer-path", path], (path,)
 
 
+def check_input_len(input_len: int, recipe: Recipe, info: object = None) -> None:
+    """The profiled prompt and its one generated token must fit the context: the
+    recipe's --context-length, else the server's context_length (/server_info)."""
+    flag = recipe.flag_value("--context-length")
+    served = info.get("context_length") if isinstance(info, dict) else None
+    if type(flag) is int and flag > 0:
+        context, where = flag, f"recipe {recipe.name}'s --context-length"
+    elif type(served) is int and served > 0:
+        context, where = served, "the server's context_length (/server_info)"
+    else:
+        return
+    if input_len >= context:
+        raise UserError(
+            f"--input-len {input_len:,} does not fit {where} ({context:,} tokens, the prompt "
+            f"and one generated token): give at most {context - 1:,}"
+        )
+
+
 def attach(
     args: argparse.Namespace,
     loaded: Loaded,
@@ -330,6 +348,7 @@ def attach(
             "or run tune without --url/--attach (it boots the rig in compose)"
         )
     info = probe.fetch(base_url, REQUEST_TIMEOUT_S)
+    check_input_len(args.input_len, recipe, info)
     server = probe.facts(info, base_url)
     problems = probe.recipe_problems(server, recipe)
     if problems:
@@ -648,6 +667,7 @@ def run(args: argparse.Namespace) -> int:
     if args.boot_command and (args.url or args.attach):
         raise UserError("--boot-command boots a server; --url/--attach profile a running one")
     recipe, loaded = tuned_recipe(loaded, err)
+    check_input_len(args.input_len, recipe)  # before booting anything
     deadline_at = started + args.deadline
     if args.url or args.attach:
         base_url = (args.url or loaded.settings.base_url()).rstrip("/")

@@ -77,9 +77,7 @@ def test_bench_auto_takes_the_recipe_from_the_mock_s_server_info(line):
 def test_the_logged_command_is_shell_quoted(tmp_path):
     spec = runner.Spec(base_url="http://127.0.0.1:1", concurrency=1, num_prompts=1)
     hostile = "0.5.17; touch /tmp/pwned"
-    runner.run_one(
-        spec, "/bin/false", tmp_path, timeout_s=30, env={}, prefix=("-m", "x", hostile)
-    )
+    runner.run_one(spec, "/bin/false", tmp_path, timeout_s=30, env={}, prefix=("-m", "x", hostile))
     line = (tmp_path / "logs" / "c1.log").read_text().splitlines()[0]
     assert line.startswith("$ ")
     assert shlex.split(line[2:])[:4] == ["/bin/false", "-m", "x", hostile]
