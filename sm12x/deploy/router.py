@@ -42,13 +42,13 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from sm12x import launch_env as environment
 from sm12x import settings as settings_cli
 from sm12x.apikey import ENV as KEY_ENV
 from sm12x.apikey import exposure_problem
 from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.keyed import with_key
-from sm12x.launch import environment
 from sm12x.recipe.extra import (
     check_userinfo,
     check_values,
@@ -496,7 +496,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
             file=sys.stderr,
         )
     sys.stderr.flush()
-    # Built, not inherited (sm12x.launch.environment): the allowlist's part of
+    # Built, not inherited (sm12x.launch_env): the allowlist's part of
     # the caller's, and the key where it came from .env or a file (sm12x.keyed
     # reads it from SM12X_API_KEY).
     env = environment.passed(environ, {KEY_ENV: key} if key else {})

@@ -17,8 +17,8 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from sm12x import launch_env as environment
 from sm12x.errors import UserError
-from sm12x.launch import environment
 from sm12x.recipe.lints import home_track
 from sm12x.recipe.model import Recipe
 from sm12x.settings import Loaded
@@ -187,7 +187,7 @@ class LaunchPlan:
     def launch_env(
         self, environ: Mapping[str, str], given: Mapping[str, str] | None = None
     ) -> dict[str, str]:
-        """Exactly the environment sglang starts with (sm12x.launch.environment):
+        """Exactly the environment sglang starts with (sm12x.launch_env):
         the allowlisted part of `environ`, the settings' `given` and the recipe's
         rendered variables. Raises UserError naming a caller variable sglang reads
         that none of them gives."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sm12x.launch import environment
+from sm12x import launch_env as environment
 from sm12x.recipe import load_recipe
 from sm12x.versions import load_versions
 

@@ -15,7 +15,7 @@ in front of stand-ins for `sglang.launch_server` and
   launch_router replaced: it parses with the real RouterArgs, then spawns a
   worker process too.
 
-sm12x launches them with an environment it builds (sm12x.launch.environment),
+sm12x launches them with an environment it builds (sm12x.launch_env),
 not the caller's: each stand-in reads where to report from standin.json
 beside its package, not from a variable.
 

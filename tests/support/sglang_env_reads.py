@@ -1,6 +1,6 @@
 """Every environment variable each track's sglang reads, found in its whole tree.
 
-The launcher (sm12x.launch.environment) refuses a caller's variable that
+The launcher (sm12x.launch_env) refuses a caller's variable that
 sglang reads unless the recipe, the settings or the allowlist give it; which
 variables sglang reads comes from here, read from each track's wheel (never
 from memory) and written to sm12x/launch/sglang_env.json

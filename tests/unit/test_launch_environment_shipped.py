@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sm12x.launch import environment
+from sm12x import launch_env as environment
 from sm12x.recipe import load_recipe
 from tests.support.cli import ROOT, assert_one_clear_error, run_sm12x
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sm12x.errors import UserError
 
-READS_FILE = Path(__file__).with_name("sglang_env.json")
+READS_FILE = Path(__file__).parent / "launch" / "sglang_env.json"
 # sglang's own namespace: a name there is read by sglang or reserved by it.
 SGLANG_PREFIXES = ("SGLANG_", "SGL_")
 
@@ -76,7 +76,7 @@ DROPPED: dict[str, str] = {
 
 FIX = (
     "unset it, or set it in the recipe's env: (a variable sglang reads is passed only from "
-    "the recipe, the settings or sm12x/launch/environment.py's ALLOWLIST)"
+    "the recipe, the settings or sm12x/launch_env.py's ALLOWLIST)"
 )
 
 
