@@ -137,6 +137,12 @@ def _listeners() -> dict[Path, str]:
     return {sglang_surface.DOC: sglang_surface.render_doc()}
 
 
+def _sglang_env_reads() -> dict[Path, str]:
+    from tests.support import sglang_env_reads
+
+    return sglang_env_reads.render()
+
+
 def _parser_descriptions() -> dict[Path, str]:
     from tests.support import sglang_cli
 
@@ -285,6 +291,13 @@ ENTRIES: tuple[Entry, ...] = (
         "README.md's count of the suite's tests, from `pytest --collect-only`",
         "wheels",
         _test_count,
+    ),
+    Entry(
+        "sglang-env-reads",
+        "sm12x/launch/sglang_env.json: every environment variable each track's sglang reads, "
+        "found in its whole tree (what sm12x launch refuses from a caller)",
+        "wheels",
+        _sglang_env_reads,
     ),
     Entry(
         "listeners",

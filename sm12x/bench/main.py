@@ -373,8 +373,9 @@ def where_to_run(
             f"{missing}: pass --python with one that has sglang (pip install sglang), "
             "or leave --python out to run the benchmark in the image"
         )
-    served = str((info or {}).get("version") or "")
-    if provenance.is_mock(info) and served:
+    if provenance.is_mock(info):
+        # The server's word picks a wheel: checked as tune checks it.
+        served = provenance.served_release(info, loaded.settings.key())
         # Trying bench on a CPU machine: the mock's extra carries no sglang, so
         # the client is the served release's own, from its wheel, patched as the
         # image's is (sm12x.mock.wheel_python says why patched).
@@ -417,9 +418,17 @@ def where_to_run(
     return RunsOn(python, runner.InImage(docker, image, f"{os.getuid()}:{os.getgid()}", reads))
 
 
-def choose_recipe(choice: str, found: list[gpu_query.Gpu]) -> tuple[Recipe, str]:
+def choose_recipe(
+    choice: str,
+    found: list[gpu_query.Gpu],
+    info: dict | None = None,
+    api_key: str | None = None,
+) -> tuple[Recipe, str]:
     if choice != "auto":
         return load_recipe(choice), f"--recipe {choice}"
+    named = provenance.served_recipe(info, api_key) if provenance.is_mock(info) else None
+    if named is not None:
+        return load_recipe(named), f"auto: the server (sm12x mock-server) stands in for {named}"
     if not found:
         raise UserError(
             "--recipe auto needs the server's GPUs and bench cannot see them (the server is not "
@@ -743,13 +752,21 @@ def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Co
                 markup=False,
                 soft_wrap=True,
             )
-    tokenizer, tokenizer_note = (
-        given_tokenizer(args.tokenizer)
-        if args.tokenizer
-        else default_tokenizer(
-            inside, loaded.settings.model_dir, loaded.origin("model_dir"), info, served_id(models)
+    try:
+        tokenizer, tokenizer_note = (
+            given_tokenizer(args.tokenizer)
+            if args.tokenizer
+            else default_tokenizer(
+                inside,
+                loaded.settings.model_dir,
+                loaded.origin("model_dir"),
+                info,
+                served_id(models),
+            )
         )
-    )
+    except UserError as exc:
+        # It may quote the server's model and paths: never the key.
+        raise UserError(secrets.text(exc.message)) from None
     reads = tuple(
         str(Path(p).resolve()) for p in (tokenizer, args.dataset_path) if p and Path(p).exists()
     )
@@ -772,7 +789,7 @@ def run_live(args: argparse.Namespace, loaded: Loaded, console: Console, err: Co
             facts.client_sglang = probe.get("sglang") if probe else None
         elif client.sglang is not None:
             facts.client_sglang = client.sglang  # the wheel's, not this Python's (none)
-    recipe, how = choose_recipe(args.recipe, facts.gpus)
+    recipe, how = choose_recipe(args.recipe, facts.gpus, info, api_key)
     warnings += facts.notes
     warnings += server_mismatches(recipe, facts.server)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")

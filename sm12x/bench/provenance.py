@@ -148,6 +148,48 @@ def is_mock(info: Mapping[str, Any] | None) -> bool:
     return isinstance(info, Mapping) and info.get("sm12x_mock") is True
 
 
+def _shown(value: object, api_key: str | None = None) -> str:
+    """A server's value for a message: bounded, and never the key."""
+    text = repr(value)[:80]
+    return text.replace(api_key, "<the API key>") if api_key else text
+
+
+def served_release(info: Mapping[str, Any] | None, api_key: str | None = None) -> str:
+    """The sglang release /server_info names (`version`), only when it is one a
+    track pins (versions.env): the one check bench and tune make of the server's
+    word before it picks a wheel, a key or a log line. UserError otherwise."""
+    from sm12x.errors import UserError
+    from sm12x.versions import load_versions, tracks
+
+    value = info.get("version") if isinstance(info, Mapping) else None
+    pinned = sorted({load_versions(t)["SGLANG_VERSION"] for t in tracks()})
+    if isinstance(value, str) and value in pinned:
+        return value
+    raise UserError(
+        f"the server's /server_info names sglang {_shown(value, api_key)}, not a release "
+        f"sm12x pins ({', '.join(pinned)}): point --url at an sm12x server, or run a pinned sglang"
+    )
+
+
+def served_recipe(info: Mapping[str, Any] | None, api_key: str | None = None) -> str | None:
+    """The shipped recipe sm12x mock-server says it stands in for (`sm12x_recipe`),
+    checked like served_release: only the name of a recipe sm12x ships, never a
+    path. None when the server says none."""
+    from sm12x.errors import UserError
+    from sm12x.recipe import load_all
+
+    value = info.get("sm12x_recipe") if isinstance(info, Mapping) else None
+    if value is None:
+        return None
+    names = {r.name for r in load_all()}
+    if isinstance(value, str) and value in names:
+        return value
+    raise UserError(
+        f"the server's /server_info names recipe {_shown(value, api_key)}, which sm12x does "
+        "not ship: pass --recipe NAME"
+    )
+
+
 def server_summary(info: Mapping[str, Any] | None) -> dict[str, Any]:
     if not info:
         return {}

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import threading
@@ -210,7 +211,7 @@ def run_one(
     started = time.monotonic()
     tail: list[str] = []
     with log_path.open("w", encoding="utf-8", errors="replace") as log:
-        log.write(clean("$ " + " ".join(argv)) + "\n")
+        log.write(clean("$ " + shlex.join(argv)) + "\n")
         log.flush()
         try:
             proc = subprocess.Popen(

@@ -466,6 +466,10 @@ def _pod_spec(recipe: Recipe, opts: K8sOptions, serves_http: bool) -> dict:
         "nodeSelector": {"kubernetes.io/arch": ARCH[recipe.hardware.cpu_arch]},
         # sglang never talks to the Kubernetes API: no token in the pod.
         "automountServiceAccountToken": False,
+        # No service-link variables: a Service named sglang in the namespace
+        # would otherwise inject SGLANG_PORT, which sglang reads (sm12x launch
+        # refuses a variable sglang reads that the recipe does not give).
+        "enableServiceLinks": False,
         "securityContext": pod_security_context(),
         "containers": [container],
         "volumes": volumes,
@@ -625,6 +629,8 @@ def router_manifests(recipes: Sequence[Recipe], opts: K8sOptions) -> list[dict]:
         # service discovery watches the rig pods (the Role below).
         "serviceAccountName": name,
         "automountServiceAccountToken": True,
+        # No service-link variables in the router's environment either.
+        "enableServiceLinks": False,
         "terminationGracePeriodSeconds": ROUTER_STOP_GRACE_S,
         "securityContext": pod_security_context(),
         "containers": [container],

@@ -42,13 +42,20 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from sm12x import launch_env as environment
 from sm12x import settings as settings_cli
 from sm12x.apikey import ENV as KEY_ENV
 from sm12x.apikey import exposure_problem
 from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.keyed import with_key
-from sm12x.recipe.extra import check_values, owned_router_flags, owner, parse_extra
+from sm12x.recipe.extra import (
+    check_userinfo,
+    check_values,
+    owned_router_flags,
+    owner,
+    parse_extra,
+)
 from sm12x.settings import Loaded
 from sm12x.settings.model import DEFAULT_ROUTER_METRICS_PORT as DEFAULT_METRICS_PORT
 from sm12x.settings.model import DEFAULT_ROUTER_PORT as DEFAULT_PORT
@@ -127,6 +134,7 @@ def _check(settings: RouterSettings) -> None:
             "no rigs to route to: set SM12X_ROUTER_WORKERS in .env to the rigs' URLs, e.g. "
             "SM12X_ROUTER_WORKERS=http://192.168.1.10:30000 http://192.168.1.11:30000"
         )
+    check_userinfo(settings.workers, "the router", "SM12X_ROUTER_WORKERS")
     bad = [w for w in settings.workers if not _URL.match(w)]
     if bad:
         raise UserError(
@@ -469,6 +477,8 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
         extra = extra[1:]
     settings = replace(RouterSettings.from_settings(loaded), extra=tuple(extra))
     check_extra(settings)
+    check_userinfo(argv(build_router(settings)), "the router", "sm12x router")
+    check_userinfo(settings.extra, "the router", "after --")
     key = loaded.settings.key()
     problems = exposure_problems(settings, key is not None, loaded.settings.insecure_no_api_key)
     if problems and not (args.explain or args.dry_run):
@@ -486,11 +496,10 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
             file=sys.stderr,
         )
     sys.stderr.flush()
-    # sm12x.keyed reads the key from SM12X_API_KEY: set it where it came from
-    # .env or a file.
-    env = dict(environ)
-    if key:
-        env[KEY_ENV] = key
+    # Built, not inherited (sm12x.launch_env): the allowlist's part of
+    # the caller's, and the key where it came from .env or a file (sm12x.keyed
+    # reads it from SM12X_API_KEY).
+    env = environment.passed(environ, {KEY_ENV: key} if key else {})
     # exec: the router is the container's main process and gets its signals.
     os.execve(cmd[0], cmd, env)
     return 1  # not reached

@@ -37,7 +37,7 @@ from sm12x.apikey import ENV as KEY_ENV
 from sm12x.apikey import FILE_ENV, is_loopback
 from sm12x.errors import UserError
 from sm12x.launch.render import HEAD_ADDR_ENV, NODE_RANK_ENV, LaunchPlan
-from sm12x.recipe.extra import WHY, check_values, parse_extra
+from sm12x.recipe.extra import WHY, check_userinfo, check_values, parse_extra
 from sm12x.recipe.lints import CANONICAL_FLAGS, DERIVED_FLAGS, lint_recipe
 from sm12x.recipe.load import RecipeError, validate_recipe
 from sm12x.sglang_parser import JudgeParser, ParserError
@@ -529,6 +529,8 @@ def judge(
 ) -> Judged:
     """Every check above, on the command the launcher would exec."""
     filled = {**PLACEHOLDERS, **environ}
+    check_userinfo(plan.argv(filled), "sglang", f"recipe {plan.recipe.name}")
+    check_userinfo(tokens, "sglang", "after --")
     parser = _suppressing(parser)
     rendered = judge_recipe(parser, plan, plan.argv(filled), source)
     extra = judge_extra(parser, plan, rendered, tokens, source)

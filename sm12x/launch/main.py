@@ -324,14 +324,17 @@ def check_track(loaded: Loaded, dry_run: bool, recipe: Recipe | None = None) -> 
         _say(f"warning: {message}")
 
 
-def process_env(environ: Mapping[str, str], loaded: Loaded) -> dict[str, str]:
-    """The environment sglang starts with: this process's, plus the key where it
-    came from .env or a file (sm12x.keyed reads it from SM12X_API_KEY)."""
-    env = dict(environ)
+def settings_env(loaded: Loaded) -> dict[str, str]:
+    """What the settings give sglang's environment: the key, where it came from the
+    environment, .env or a file (sm12x.keyed reads it from SM12X_API_KEY)."""
     key = loaded.settings.key()
-    if key:
-        env[KEY_ENV] = key
-    return env
+    return {KEY_ENV: key} if key else {}
+
+
+def process_env(environ: Mapping[str, str], loaded: Loaded) -> dict[str, str]:
+    """This process's environment with the settings' variables over it: what the
+    judge reads (the environment sglang gets is LaunchPlan.launch_env)."""
+    return {**environ, **settings_env(loaded)}
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> int:
@@ -378,6 +381,9 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
         load_versions(loaded.settings.track_name)["SGLANG_VERSION"], installed_sglang()
     )
     judged = judge(parser, source, plan, extra, variables, exec_env)
+    # Exactly what sglang gets: refused here, in a dry run too, when the caller
+    # set a variable sglang reads that the recipe and the allowlist do not give.
+    launch_env = plan.launch_env(environ, settings_env(loaded))
     # A dry run shows what is missing as "$NAME" placeholders; a launch refuses.
     for check in (
         lambda: check_multinode(recipe, ctx),
@@ -416,7 +422,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     command = plan.command(python=python, environ=variables) + extra
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execvpe(python, command, exec_env)
+    os.execvpe(python, command, launch_env)
     return 0  # not reached
 
 

@@ -17,6 +17,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from sm12x import launch_env as environment
 from sm12x.errors import UserError
 from sm12x.recipe.lints import home_track
 from sm12x.recipe.model import Recipe
@@ -186,6 +187,20 @@ class LaunchPlan:
             merged[e.name] = value
         return merged, notes
 
+    def launch_env(
+        self, environ: Mapping[str, str], given: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        """Exactly the environment sglang starts with (sm12x.launch_env):
+        the allowlisted part of `environ`, the settings' `given` and the recipe's
+        rendered variables. Raises UserError naming a caller variable sglang reads
+        that none of them gives."""
+        rendered = {
+            e.name: _value(e.value, environ)
+            for e in self.env
+            if not (isinstance(e.value, EnvRef) and e.value.resolve(environ) is None)
+        }
+        return environment.build(environ, {**(given or {}), **rendered})
+
     # --- printing ------------------------------------------------------------
 
     def shell(self, python: str = "python3") -> str:
@@ -332,8 +347,9 @@ def speculative_args(recipe: Recipe, ctx: LaunchContext | None = None) -> list[R
 
 
 def speculative_env(recipe: Recipe, ctx: LaunchContext) -> list[RenderedEnv]:
-    """The variables the dspark section renders (none for static verify, sglang's
-    default; `--no-spec` drops them, profiling replaces them)."""
+    """The variables the dspark section renders: the verify mode always, static
+    included (sglang's default, rendered so that no inherited variable decides it);
+    `--no-spec` drops them, profiling replaces them."""
     if not ctx.speculative:
         return []
     if ctx.sps_profile:
@@ -343,16 +359,13 @@ def speculative_env(recipe: Recipe, ctx: LaunchContext) -> list[RenderedEnv]:
             RenderedEnv(RAGGED_VERIFY_ENV, mode, why, fixed=True),
         ]
     mode = recipe.dspark.ragged_verify
-    if mode == "static":
-        return []
-    return [
-        RenderedEnv(
-            RAGGED_VERIFY_ENV,
-            mode,
-            f"dspark.ragged_verify: {mode} verify, budgeted by the SPS table",
-            fixed=True,
-        )
-    ]
+    why = (
+        "dspark.ragged_verify: static verify (sglang's default, written out so that no "
+        "inherited variable decides it)"
+        if mode == "static"
+        else f"dspark.ragged_verify: {mode} verify, budgeted by the SPS table"
+    )
+    return [RenderedEnv(RAGGED_VERIFY_ENV, mode, why, fixed=True)]
 
 
 def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> LaunchPlan:

@@ -36,6 +36,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from sm12x import bounded
 from sm12x.mock import corruption, engine, fullrank, model, tokenizer_v4, tokenizer_v41
 from sm12x.mock import serving as sglang_serving
 from sm12x.mock.faults import Faults
@@ -136,6 +137,29 @@ def resolve_version(line: str = DEFAULT_LINE, sglang_version: str | None = None)
     return version
 
 
+def served_recipe(line: str, version: str, tp: int, dp: int) -> str | None:
+    """The shipped recipe the mock stands in for: its line, layout and sglang
+    release (the first by name). /server_info says it (sm12x_recipe), so that
+    `sm12x bench --url` against the mock needs no --recipe."""
+    from sm12x.recipe import load_all
+    from sm12x.recipe.lints import track_refusal
+    from sm12x.versions import track_of_sglang
+
+    track = track_of_sglang(version)
+    for recipe in sorted(load_all(), key=lambda r: r.name):
+        fits = (
+            recipe.model.line == line
+            and recipe.hardware.nodes == 1
+            and recipe.flag_value("--tp-size") == tp
+            and (recipe.flag_value("--dp-size") or 1) == dp
+            and track is not None
+            and track_refusal(recipe, track) is None
+        )
+        if fits:
+            return recipe.name
+    return None
+
+
 def create_app(
     faults: Faults | None = None,
     *,
@@ -172,6 +196,7 @@ def create_app(
     tokenizer = tokenizer_v4.load() if line == DEFAULT_LINE else tokenizer_v41.load()
     eos = tokenizer.eos_token_id
     MODEL_ID = engine.model_id(line)  # noqa: N806 (the module's name, per line)
+    recipe_name = served_recipe(line, version, scheduler.config.tp, scheduler.config.dp)
 
     async def pace() -> None:
         if state.token_delay:
@@ -247,6 +272,8 @@ def create_app(
             "sm12x_mock": True,
             "tokenizer_path": str(tokenizer_v4.folder()),
         }
+        if recipe_name is not None:
+            body["sm12x_recipe"] = recipe_name
         if sps is not None:
             body.update(
                 scheduler.server_args(),
@@ -469,6 +496,9 @@ def create_app(
 # The largest request body the stand-in reads (verify's largest, a picture
 # task, is under 2 MiB): a bigger one is answered 413 before it is read whole.
 MAX_BODY = 16 * 1024 * 1024
+# How long a request body may take to arrive whole: a client trickling a byte
+# a second holds no connection past it (408).
+BODY_TIMEOUT_S = 20.0
 
 
 class Guard:
@@ -505,18 +535,31 @@ class Guard:
             return
         chunks: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            size += len(message.get("body", b""))
-            if size > MAX_BODY:
-                await too_big(scope, receive, send)
-                return
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        whole = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        try:
+            async with asyncio.timeout(BODY_TIMEOUT_S):
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        break
+                    size += len(message.get("body", b""))
+                    if size > MAX_BODY:
+                        await too_big(scope, receive, send)
+                        return
+                    chunks.append(message.get("body", b""))
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            slow = {"error": f"the request body took more than {BODY_TIMEOUT_S:g} s to arrive"}
+            await JSONResponse(slow, status_code=408)(scope, receive, send)
+            return
+        data = b"".join(chunks)
+        try:
+            bounded.check_depth(data)
+        except bounded.TooBig as exc:
+            deep = {"error": f"request body: JSON {exc}"}
+            await JSONResponse(deep, status_code=400)(scope, receive, send)
+            return
+        whole = {"type": "http.request", "body": data, "more_body": False}
         sent = False
 
         async def replay():

@@ -80,8 +80,45 @@ def owner(name: str, owned: Iterable[str]) -> str | None:
     return prefixed[0] if prefixed else None
 
 
+# A URL with userinfo (scheme://user[:password]@host): a credential on a
+# command line, which every user of the host reads in /proc/PID/cmdline.
+USERINFO = re.compile(r"([a-z][a-z0-9+.-]*://)([^/?#@\s]*)@", re.I)
+# The longest free-string value sm12x passes to sglang or the router (a path,
+# a model name, a JSON config): anything longer is a mistake, not a setting.
+MAX_VALUE_CHARS = 4096
+
+
+def redacted(value: str) -> str:
+    return USERINFO.sub(lambda m: m.group(1) + "***@", value)
+
+
+def check_userinfo(tokens: Sequence[str], program: str, where: str) -> None:
+    """Refuse a URL with userinfo anywhere in `tokens` (argv), naming its flag."""
+    flag = ""
+    for token in tokens:
+        name, eq, inline = token.partition("=")
+        if token.startswith("--"):
+            flag = name
+            if not eq:
+                continue
+        value = inline if token.startswith("--") else token
+        if USERINFO.search(value):
+            raise UserError(
+                f"{where}, {flag or 'a value'} {redacted(value)!r} carries a credential in its "
+                f"URL (user:password@): {program}'s command line is readable by every user of "
+                "the host; remove the userinfo and give the credential through the server's "
+                "own secret (a token file, a header it reads from a file) or a local proxy"
+            )
+
+
 def check_values(flag: ExtraFlag) -> None:
     for value in flag.values:
+        if len(value) > MAX_VALUE_CHARS:
+            raise UserError(
+                f"after --, {flag.name}: a value of {len(value):,} characters, more than the "
+                f"{MAX_VALUE_CHARS:,} sm12x passes (sm12x.recipe.extra.MAX_VALUE_CHARS); "
+                "give a file path for anything longer"
+            )
         if value.strip().lower() in _NOT_FINITE:
             raise UserError(
                 f"after --, {flag.name} {value}: not a finite number; give a real value"

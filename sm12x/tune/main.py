@@ -322,6 +322,24 @@ def tokenizer_args(
     return ["--local-tokenizer-path", path], (path,)
 
 
+def check_input_len(input_len: int, recipe: Recipe, info: object = None) -> None:
+    """The profiled prompt and its one generated token must fit the context: the
+    recipe's --context-length, else the server's context_length (/server_info)."""
+    flag = recipe.flag_value("--context-length")
+    served = info.get("context_length") if isinstance(info, dict) else None
+    if type(flag) is int and flag > 0:
+        context, where = flag, f"recipe {recipe.name}'s --context-length"
+    elif type(served) is int and served > 0:
+        context, where = served, "the server's context_length (/server_info)"
+    else:
+        return
+    if input_len >= context:
+        raise UserError(
+            f"--input-len {input_len:,} does not fit {where} ({context:,} tokens, the prompt "
+            f"and one generated token): give at most {context - 1:,}"
+        )
+
+
 def attach(
     args: argparse.Namespace,
     loaded: Loaded,
@@ -338,6 +356,7 @@ def attach(
             "or run tune without --url/--attach (it boots the rig in compose)"
         )
     info = probe.fetch(base_url, REQUEST_TIMEOUT_S)
+    check_input_len(args.input_len, recipe, info)
     server = probe.facts(info, base_url)
     problems = probe.recipe_problems(server, recipe)
     if problems:
@@ -347,9 +366,11 @@ def attach(
             f"boot the recipe with `sm12x tune` (without --url)"
         )
     want = load_versions(s.track_name)["SGLANG_VERSION"]
-    if server.sglang != want:
+    # The server's word, checked by the one function bench uses too.
+    served = provenance.served_release(info, s.key())
+    if served != want:
         raise UserError(
-            f"the server runs sglang {server.sglang}, but SM12X_TRACK={s.track_name} "
+            f"the server runs sglang {served}, but SM12X_TRACK={s.track_name} "
             f"is sglang {want}: set SM12X_TRACK to the server's track"
         )
     key = store.key_for(
@@ -808,6 +829,7 @@ def run(args: argparse.Namespace) -> int:
     if args.boot_command and (args.url or args.attach):
         raise UserError("--boot-command boots a server; --url/--attach profile a running one")
     recipe, loaded = tuned_recipe(loaded, err)
+    check_input_len(args.input_len, recipe)  # before booting anything
     deadline_at = started + args.deadline
     if args.url or args.attach:
         base_url = (args.url or loaded.settings.base_url()).rstrip("/")

@@ -31,6 +31,7 @@ the work folder is removed only after that.
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import threading
@@ -246,7 +247,7 @@ def run_profiler(
     argv = python.command(args, workdir, name)
     tail: list[str] = []
     with log_path.open("a", encoding="utf-8", errors="replace") as log:
-        log.write("$ " + " ".join(argv) + "\n")
+        log.write("$ " + shlex.join(argv) + "\n")
         log.flush()
         try:
             proc = subprocess.Popen(
@@ -310,7 +311,7 @@ def fit(
     )
     done = bounded.run(argv, timeout=timeout, env=python.env, cwd=str(work.folder))
     with log_path.open("a", encoding="utf-8") as log:
-        log.write("$ " + " ".join(argv) + "\n" + (done.stdout or "") + (done.stderr or ""))
+        log.write("$ " + shlex.join(argv) + "\n" + (done.stdout or "") + (done.stderr or ""))
     table = folder / "table.json"
     if done.returncode != 0 or not table.is_file():
         said = done.error or summarise(((done.stderr or "") + (done.stdout or "")).splitlines())

@@ -353,3 +353,47 @@ def test_ctrl_c_under_the_hang_fault_says_one_line_not_a_traceback(tmp_path):
     said = log.read_text()[len(before) :].strip().splitlines()
     assert proc.returncode == 130, log.read_text()
     assert said == ["sm12x mock-server: stopped (Ctrl-C)"], said
+
+
+@pytest.mark.parametrize("opener", [b"[", b'{"a":', b'{"messages":['])
+def test_a_body_nested_past_the_limit_gets_400_in_one_line(healthy, opener):
+    """Issue 45: a 100,000-deep body was HTTP 500 with a RecursionError."""
+    keyed = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    deep = opener * 100_000
+    answer = httpx.post(
+        healthy.url + "/v1/chat/completions", headers=keyed, content=deep, timeout=60
+    )
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert "nested" in error and "\n" not in error
+    assert healthy.proc.poll() is None
+
+
+def test_a_trickled_body_is_cut_off(healthy):
+    """Issue 45: a body at a byte a second held the connection past 70 s."""
+    import socket
+
+    from sm12x.mock.app import BODY_TIMEOUT_S
+
+    host, port = healthy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=BODY_TIMEOUT_S + 40) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+            + f"Authorization: Bearer {KEY}\r\n".encode()
+            + b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+        )
+        sock.setblocking(False)
+        answer = b""
+        for _ in range(int(BODY_TIMEOUT_S) + 30):
+            try:
+                sock.send(b" ")
+            except OSError:
+                break
+            time.sleep(1)
+            try:
+                answer += sock.recv(4096)
+            except BlockingIOError:
+                continue
+            if answer:
+                break
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]

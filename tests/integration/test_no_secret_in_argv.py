@@ -15,6 +15,10 @@ in front of stand-ins for `sglang.launch_server` and
   launch_router replaced: it parses with the real RouterArgs, then spawns a
   worker process too.
 
+sm12x launches them with an environment it builds (sm12x.launch_env),
+not the caller's: each stand-in reads where to report from standin.json
+beside its package, not from a variable.
+
 Each stand-in writes what it parsed (so the test knows the key arrived) and
 waits; the test then reads /proc/<pid>/cmdline of the launcher's process and
 every descendant.
@@ -45,8 +49,12 @@ import argparse, json, multiprocessing as mp, os, sys, time
 def worker():
     time.sleep(600)
 
+def config():
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return json.load(open(os.path.join(here, "standin.json")))
+
 if __name__ == "__main__":
-    spec = json.load(open(os.environ["STANDIN_FLAGS"]))
+    spec = json.load(open(config()["flags"]))
     parser = argparse.ArgumentParser(prog="sglang.launch_server", allow_abbrev=True)
     for name, switch in spec.items():
         if switch:
@@ -58,17 +66,19 @@ if __name__ == "__main__":
     children = [mp.Process(target=worker) for _ in range(2)]
     for child in children:
         child.start()
+    report = config()["report"]
     json.dump({"api_key": args.api_key, "pid": os.getpid(),
                "children": [c.pid for c in children]},
-              open(os.environ["STANDIN_REPORT"] + ".tmp", "w"))
-    os.rename(os.environ["STANDIN_REPORT"] + ".tmp", os.environ["STANDIN_REPORT"])
+              open(report + ".tmp", "w"))
+    os.rename(report + ".tmp", report)
     time.sleep(600)
 '''
 
 ROUTER_INIT = '''
 """The real sglang_router, with launch_router taken from this folder first."""
-import os
-__path__.append(os.environ["REAL_SGLANG_ROUTER"])
+import json, os
+_here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+__path__.append(json.load(open(os.path.join(_here, "standin.json")))["router"])
 '''
 
 ROUTER_STANDIN = '''
@@ -86,9 +96,11 @@ if __name__ == "__main__":
     mp.set_start_method("spawn", force=True)
     child = mp.Process(target=worker)
     child.start()
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    report = json.load(open(os.path.join(here, "standin.json")))["report"]
     json.dump({"api_key": args.api_key, "pid": os.getpid(), "children": [child.pid]},
-              open(os.environ["STANDIN_REPORT"] + ".tmp", "w"))
-    os.rename(os.environ["STANDIN_REPORT"] + ".tmp", os.environ["STANDIN_REPORT"])
+              open(report + ".tmp", "w"))
+    os.rename(report + ".tmp", report)
     time.sleep(600)
 '''
 
@@ -166,6 +178,8 @@ def standin_sglang(tmp_path: Path) -> tuple[Path, Path]:
     }
     spec_file = tmp_path / "flags.json"
     spec_file.write_text(json.dumps(flags))
+    config = {"flags": str(spec_file), "report": str(tmp_path / "report.json")}
+    (root / "standin.json").write_text(json.dumps(config))
     return root, spec_file
 
 
@@ -175,7 +189,6 @@ def base_env(tmp_path: Path, path: Path) -> dict[str, str]:
         "HOME": str(tmp_path),
         "PYTHONPATH": f"{path}:{ROOT}",
         "LANG": "C.UTF-8",
-        "STANDIN_REPORT": str(tmp_path / "report.json"),
     }
 
 
@@ -184,7 +197,6 @@ def test_launch_keeps_the_key_out_of_every_argv(tmp_path, model_dir, source):
     root, flags = standin_sglang(tmp_path)
     env = {
         **base_env(tmp_path, root),
-        "STANDIN_FLAGS": str(flags),
         "SM12X_RECIPE": "rtx-pro-6000-tp2",
         "SM12X_MODEL_DIR": str(model_dir),
         "SM12X_HOST": "0.0.0.0",
@@ -217,9 +229,13 @@ def test_router_keeps_the_key_out_of_every_argv(tmp_path):
     (root / "sglang_router").mkdir(parents=True)
     (root / "sglang_router" / "__init__.py").write_text(ROUTER_INIT)
     (root / "sglang_router" / "launch_router.py").write_text(ROUTER_STANDIN)
+    config = {
+        "router": str(Path(sglang_router.__file__).parent),
+        "report": str(tmp_path / "report.json"),
+    }
+    (root / "standin.json").write_text(json.dumps(config))
     env = {
         **base_env(tmp_path, root),
-        "REAL_SGLANG_ROUTER": str(Path(sglang_router.__file__).parent),
         "SM12X_ROUTER_WORKERS": "http://127.0.0.1:30000",
         "SM12X_API_KEY": SECRET,
     }
@@ -236,7 +252,7 @@ def test_router_keeps_the_key_out_of_every_argv(tmp_path):
 def test_a_key_on_the_command_line_would_be_seen(tmp_path):
     """The check can fail: sglang started the old way shows the key to everyone."""
     root, flags = standin_sglang(tmp_path)
-    env = {**base_env(tmp_path, root), "STANDIN_FLAGS": str(flags)}
+    env = base_env(tmp_path, root)
     got = run_until_reported(
         [sys.executable, "-m", "sglang.launch_server", "--model-path", "/m", "--api-key", SECRET],
         env,
@@ -247,7 +263,7 @@ def test_a_key_on_the_command_line_would_be_seen(tmp_path):
 
 def test_the_standin_refuses_what_sglang_refuses(tmp_path):
     root, flags = standin_sglang(tmp_path)
-    env = {**base_env(tmp_path, root), "STANDIN_FLAGS": str(flags)}
+    env = base_env(tmp_path, root)
     for argv in (["--no-such-flag"], ["--api-key"]):
         done = subprocess.run(
             [sys.executable, "-m", "sglang.launch_server", *argv],

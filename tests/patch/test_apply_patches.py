@@ -465,3 +465,42 @@ def test_a_signal_during_the_swap_waits_for_it_to_finish(fresh, series):
     assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
     assert "the series is fully in" in proc.stderr
     assert trees.apply_patches(site, "--check").returncode == 0
+
+
+def test_an_io_error_at_each_rename_of_the_swap_leaves_the_tree_pristine(fresh, series):
+    """Issue 45: an I/O error mid-swap left 1 of 9 files patched until the next run.
+    Now each rename of the swap failing in turn (EIO, injected) puts every file
+    back: the tree is byte for byte pristine, no record, no stage, one line; the
+    next run then patches it fully."""
+    version = "0.5.17"
+    mine = sorted((p for p in series if version in p["sglang"]), key=lambda p: p["file"])
+    folder = trees.REPO / "patches" / "sglang" / version
+    swaps = [b for b in _boundaries(None, mine, folder) if b.startswith("swap:")]
+    reference = fresh(version)
+    assert trees.apply_patches(reference).returncode == 0
+    record = "sglang/.sm12x-patches.json"
+    for at in swaps:
+        site = fresh(version).parent / f"io-{at.replace(':', '-')}"
+        site = trees.unpack_sglang(version, site, full=False)
+        pristine = {p: p.read_bytes() for p in (site / "sglang").rglob("*") if p.is_file()}
+        failed = trees.apply_patches(site, env={**os.environ, "SM12X_TEST_FAIL_AT": at})
+        assert failed.returncode != 0, at
+        assert failed.stderr.strip().count("\n") == 0 and "Traceback" not in failed.stderr
+        assert "every file is back as it was" in failed.stderr, (at, failed.stderr)
+        now = {p: p.read_bytes() for p in (site / "sglang").rglob("*") if p.is_file()}
+        assert now == pristine, at
+        assert not (site / record).exists() and not (site / ".sm12x-staging").exists(), at
+        again = trees.apply_patches(site)
+        assert again.returncode == 0, (at, again.stderr)
+        assert (site / record).read_bytes() == (reference / record).read_bytes(), at
+
+
+def test_a_full_disk_while_staging_is_one_line(fresh):
+    site = fresh("0.5.17")
+    pristine = {p: p.read_bytes() for p in (site / "sglang").rglob("*") if p.is_file()}
+    proc = trees.apply_patches(site, env={**os.environ, "SM12X_TEST_FAIL_AT": "stage"})
+    assert proc.returncode != 0
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+    assert "No space left on device" in proc.stderr and "nothing was changed" in proc.stderr
+    assert {p: p.read_bytes() for p in (site / "sglang").rglob("*") if p.is_file()} == pristine
+    assert not (site / ".sm12x-staging").exists()

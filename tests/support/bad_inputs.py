@@ -385,6 +385,35 @@ CASES: list[Case] = [
         ("sglang-router's api_key", "SM12X_API_KEY"),
         {"SM12X_ROUTER_WORKERS": "http://127.0.0.1:30000"},
     ),
+    # --- the launch environment is built (issue 45) ---------------------------------
+    Case(
+        "env-dumper-port",
+        ("launch", "--dry-run", "--recipe", "rtx-pro-6000-tp4"),
+        ("DUMPER_SERVER_PORT is set in the environment", "recipe's env:"),
+        env={"DUMPER_SERVER_PORT": "40000"},
+    ),
+    Case(
+        "env-sglang-namespace",
+        ("launch", "--dry-run", "--recipe", "rtx-pro-6000-tp4-v41"),
+        ("SGLANG_GRPC_PORT is set in the environment", "recipe's env:"),
+        env={"SGLANG_GRPC_PORT": "31000", "SM12X_TRACK": "current"},
+    ),
+    Case(
+        "url-userinfo-tool-server",
+        launch("--tool-server", "http://bob:hunter2@tools:8000"),
+        ("--tool-server", "carries a credential", "***@"),
+    ),
+    Case(
+        "url-userinfo-router-jwks",
+        ("router", "--dry-run", "--", "--jwt-jwks-uri=https://bob:hunter2@idp/jwks"),
+        ("--jwt-jwks-uri", "carries a credential", "***@"),
+        env={"SM12X_ROUTER_WORKERS": "http://127.0.0.1:30000"},
+    ),
+    Case(
+        "free-string-100k",
+        launch("--log-level", "x" * 100_000),
+        ("--log-level", "100,000 characters", "4,096"),
+    ),
 ]
 
 

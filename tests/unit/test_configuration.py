@@ -79,7 +79,7 @@ def value(args: list[str], flag: str) -> str | None:
 def test_auto_without_a_table_runs_the_baseline_and_says_what_it_costs(rig, monkeypatch, capsys):
     args, env = launch(rig, monkeypatch)
     assert value(args, "--speculative-dspark-block-size") == "4"
-    assert "--dp-size" not in args and "SGLANG_RAGGED_VERIFY_MODE" not in env
+    assert "--dp-size" not in args and env["SGLANG_RAGGED_VERIFY_MODE"] == "static"
     err = capsys.readouterr().err
     notices = [line for line in err.splitlines() if "SM12X_CONFIGURATION" in line]
     assert len(notices) == 1, notices
@@ -264,9 +264,9 @@ def test_no_spec_drops_ragged_verify_and_the_table():
     assert not any(a.startswith("--speculative") for a in off.argv())
 
 
-def test_static_verify_renders_nothing_and_no_cache_dir_renders_a_placeholder():
+def test_static_verify_renders_static_and_no_cache_dir_renders_a_placeholder():
     baseline = build_launch(load_recipe(tp.RIG))
-    assert "SGLANG_RAGGED_VERIFY_MODE" not in baseline.env_dict()
+    assert baseline.env_dict()["SGLANG_RAGGED_VERIFY_MODE"] == "static"
     shown = build_launch(load_recipe(tp.FIXTURE)).shell()
     assert f'"${{SM12X_CACHE_DIR}}/sps/{tp.THROUGHPUT}/g7-tp4-dp4-ep4-' in shown
 

@@ -288,6 +288,7 @@ def test_launch_api_for_other_modules():
         "SGLANG_DEFAULT_THINKING": "1",
         "SGLANG_JIT_DEEPGEMM_PRECOMPILE": "0",
         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        "SGLANG_RAGGED_VERIFY_MODE": "static",
     }
     assert recipe.gpu_count_per_node == 2
     spark = build_launch(
@@ -337,7 +338,8 @@ def test_no_spec_drops_exactly_the_speculative_flags(name):
     assert all(a.flag.startswith("--speculative-") for a in dropped)
     assert [a for a in on.args if a not in dropped] == list(off.args)
     assert not any(a.flag.startswith("--speculative") for a in off.args)
-    assert off.env == on.env
+    # The verify mode is speculative decoding's: --no-spec drops it with the flags.
+    assert [e for e in on.env if e.name != "SGLANG_RAGGED_VERIFY_MODE"] == list(off.env)
 
 
 def test_launch_no_spec_execs_the_recipe_without_speculative_decoding(
