@@ -21,6 +21,8 @@ OUTPUT_FLAGS = {"--out", "--cache-dir", "--json", "--junit"}
 DEFAULTS = {
     "bench-results": ("sm12x/bench/main.py", r'Path\("bench-results"\)'),
     "verify-report": ("verify/cli.py", r'Path\("verify-report/report\.json"\)'),
+    # qualify's bundle: qualify-RECIPE unless --out says otherwise.
+    "qualify-rtx-pro-6000-tp4": ("sm12x/qualify/run.py", r'Path\(f"qualify-\{recipe\.name\}"\)'),
 }
 
 
