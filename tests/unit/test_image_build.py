@@ -476,6 +476,19 @@ def test_the_base_s_sglang_kernel_must_be_the_one_its_sglang_requires(tmp_path):
     assert "kernels: sglang-kernel 0.4.5, the version sglang 0.5.17 requires" in proc.stdout
 
 
+def test_a_base_without_sglang_kernel_is_said_not_failed(tmp_path):
+    """The stand-in bases carry no sglang-kernel (the image tests build on them
+    with and without prebuilt flashinfer); a wrong version fails (the test
+    above), none at all is a warning line."""
+    site = tmp_path / "site"
+    dist(site, "sglang", "0.5.17", package="sglang", requires=("sglang-kernel==0.4.5",))
+    for required in ("1", "0"):
+        proc = check_kernels_in(site, tmp_path, "amd64", required=required)
+        said = "requires sglang-kernel==0.4.5, the base has none (a stand-in base"
+        assert said in proc.stdout, proc.stdout + proc.stderr
+        assert "the base has none" not in proc.stderr
+
+
 def test_check_kernels_on_a_stand_in_with_no_kernel_library(tmp_path):
     (tmp_path / "site").mkdir()
     relaxed = check_kernels_in(tmp_path / "site", tmp_path, "arm64", required="0")
