@@ -293,6 +293,15 @@ class Prometheus:
         )
         return self
 
+    def wait_ready(self, timeout: float = 60) -> None:
+        """Until /-/ready answers 200: before that, queries get a plain-text 503
+        while the TSDB opens (seen under load)."""
+
+        def ready() -> bool:
+            return httpx.get(self.url + "/-/ready", timeout=2).status_code == 200
+
+        wait_until(ready, timeout, "Prometheus ready")
+
     def query(self, expr: str) -> list:
         body = httpx.get(self.url + "/api/v1/query", params={"query": expr}, timeout=10).json()
         assert body["status"] == "success", (expr, body)
@@ -336,14 +345,7 @@ def test_a_real_prometheus_scraping_the_mock_answers_every_panel(processes, tmp_
     cfg["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
     (etc / "prometheus.yml").write_text(yaml.safe_dump(cfg))
     prom = processes(Prometheus(etc, tmp_path / "data", tmp_path / "prometheus.log"))
-
-    def ready() -> bool:
-        try:
-            return httpx.get(prom.url + "/-/ready", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_until(ready, 60, "Prometheus ready")
+    prom.wait_ready()
     # Load through the router (the healthy rig) and on the faulty rig directly.
     load(router.url, concurrency=4, seconds=6, max_tokens=32)
     load(faulty.url, concurrency=4, seconds=4, max_tokens=32)
@@ -402,6 +404,7 @@ def test_non_streamed_requests_count_at_the_first_scrape_after_they_return(proce
     cfg["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
     (etc / "prometheus.yml").write_text(yaml.safe_dump(cfg))
     prom = processes(Prometheus(etc, tmp_path / "data", tmp_path / "prometheus.log"))
+    prom.wait_ready()
     wait_until(lambda: _scraped_after(prom, target, 0), 60, "Prometheus's first scrape")
     client = openai.OpenAI(base_url=mock.url + "/v1", api_key="unused", timeout=60, max_retries=0)
     usage = []

@@ -25,7 +25,7 @@ from sm12x.deploy.compose import profiles
 from sm12x.recipe import load_all
 from sm12x.recipe.lints import recipe_tracks
 from sm12x.versions import load_versions, tracks
-from tests.support.cli import assert_one_clear_error, run_sm12x
+from tests.support.cli import assert_one_clear_error, fresh_imports, run_sm12x
 from tests.support.compose import ROOT, config
 
 RECIPES = load_all()
@@ -86,7 +86,11 @@ def with_its_table(recipe, cache: Path) -> dict[str, str]:
 
     if reads_tuned_table(recipe):
         track = track_for(recipe)
-        sglang = launch_main.installed_sglang() or load_versions(track)["SGLANG_VERSION"]
+        # As a fresh process sees it (the launch is one): a module before this
+        # one in the worker (test_tune's wheel trees) must not change the key.
+        with fresh_imports(ROOT):
+            installed = launch_main.installed_sglang()
+        sglang = installed or load_versions(track)["SGLANG_VERSION"]
         key = store.key_for(
             recipe, track=track, sglang=sglang, sm12x=__version__, gpu=launch_main.gpu_name()
         )
