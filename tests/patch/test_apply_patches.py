@@ -354,16 +354,26 @@ def test_a_series_whose_last_patch_fails_leaves_the_tree_as_it_was(fresh, series
     mine = sorted((p for p in series if version in p["sglang"]), key=lambda p: p["file"])
     folder = trees.REPO / "patches" / "sglang" / version
     last = folder / mine[-1]["file"]
-    earlier = {f for p in mine[:-1] for f in _touched(folder / p["file"])}
-    name = next(f for f in _touched(last) if f not in earlier)
+    name = _touched(last)[0]
     target = site / name
     text = target.read_text()
-    # A context line of the hunk, edited wherever the file holds it (no earlier patch
-    # touches this file), so the hunk cannot find its place.
+    # A context line of the last patch's hunks that no earlier patch's diff names
+    # (0025 shares its file with 0024) and the file holds once: edited, that hunk
+    # cannot find its place while every earlier patch still applies.
+    earlier = {
+        line[1:]
+        for p in mine[:-1]
+        for line in (folder / p["file"]).read_text().splitlines()
+        if line[:1] in (" ", "+", "-")
+    }
     context = next(
-        line[1:] for line in last.read_text().splitlines() if line.startswith(" ") and line.strip()
+        line[1:]
+        for line in last.read_text().splitlines()
+        if line.startswith(" ")
+        and line.strip()
+        and line[1:] not in earlier
+        and text.count(line[1:]) == 1
     )
-    assert context in text
     target.write_text(text.replace(context, context + " /* edited */"))
     files = sorted({f for p in mine for f in _touched(folder / p["file"])})
     before = {f: (site / f).read_bytes() for f in files if (site / f).is_file()}
