@@ -53,6 +53,7 @@ from sm12x.mock import serving as sglang_serving  # noqa: E402
 from sm12x.mock import wheels  # noqa: E402
 from sm12x.recipe import Recipe  # noqa: E402
 from sm12x.versions import load_versions  # noqa: E402
+from tests.support import server_args_zygotes as zygotes  # noqa: E402
 from tools import golden  # noqa: E402
 
 PROBE = Path(__file__).with_name("server_args_probe.py")
@@ -128,6 +129,15 @@ def _fake_nvidia_smi(folder: Path, gpu: Gpu, count: int) -> None:
     script.chmod(0o755)
 
 
+_CACHE: list[tempfile.TemporaryDirectory] = []
+
+
+def _cache_dir() -> Path:
+    if not _CACHE:
+        _CACHE.append(tempfile.TemporaryDirectory(prefix="sm12x-server-args-cache-"))
+    return Path(_CACHE[0].name)
+
+
 def flashinfer_tree(version: str) -> Path:
     """flashinfer-python `version` unpacked once (the track's pin: sglang imports it at
     module level once CUDA is present), renamed into place so a half tree never shows."""
@@ -174,7 +184,9 @@ def validate(
         context = replace(
             golden.context(recipe, node_rank),
             model_path=str(model_dir),
-            cache_dir=str(work / "cache"),
+            # one cache folder per process, not per call: its path is in the
+            # environment sglang's import reads (server_args_zygote.py)
+            cache_dir=str(_cache_dir()),
         )
         plan = build_launch(recipe, context)
         argv = plan.argv(context.host_env)
@@ -211,6 +223,10 @@ def validate(
                 "integrated": gpu.integrated,
             },
         }
+        if zygotes.enabled():
+            out = ZYGOTES.ask(full_env, work, request, timeout)
+            if out is not None:
+                return _verdict(recipe, node_rank, track, version, argv, recipe_env, out)
         proc = subprocess.run(
             [sys.executable, str(PROBE)],
             input=json.dumps(request),
@@ -235,14 +251,29 @@ def validate(
             **verdict, ok=False, error=f"the probe exited {proc.returncode}: {proc.stderr[-2000:]}"
         )
     out = json.loads(lines[-1])
-    error = None if out["ok"] else f"{out['type']}: {out['error']}"
+    out["log"] = proc.stderr
+    return _verdict(recipe, node_rank, track, version, argv, recipe_env, out)
+
+
+def _verdict(recipe, node_rank, track, version, argv, recipe_env, out: dict) -> Verdict:
+    log = out.get("log", "")
     if not out["ok"] and out.get("traceback"):
-        verdict["log"] = proc.stderr + "\n" + out["traceback"]
+        log = log + "\n" + out["traceback"]
     return Verdict(
-        **verdict,
+        recipe=recipe.name,
+        node_rank=node_rank,
+        track=track,
+        sglang=version,
+        argv=argv,
+        env=recipe_env,
+        log=log,
         ok=out["ok"],
-        error=error,
+        error=None if out["ok"] else f"{out['type']}: {out['error']}",
         resolved=out.get("resolved", {}),
         env_defaults=out.get("env_defaults", {}),
         warnings=out["warnings"],
     )
+
+
+# One sglang import per track and GPU, a fork per validation (server_args_zygote.py).
+ZYGOTES = zygotes.Zygotes(PROBE)

@@ -1,6 +1,6 @@
 """Run by server_args_check.py in a subprocess, one sglang tree per process.
 
-Reads one JSON request on stdin: {"argv": [...], "gpu": {...}, "gpus": N}, and
+Reads one JSON request on stdin (or, with `--serve`, many: server_args_zygote.py): {"argv": [...], "gpu": {...}, "gpus": N}, and
 optionally "fields" (more ServerArgs fields to read back) and "env_claims" ({variable:
 a value as a recipe writes it}: the answer gives, per variable, sglang's own value
 with the variable unset and the claim parsed by sglang's own parser). The
@@ -186,10 +186,11 @@ def _plain(value):
     return str(value)
 
 
-def main() -> int:
-    request = json.loads(sys.stdin.read())
+def answer(request: dict) -> dict:
+    """sglang's launch-time validation of one request; the JSON line's object."""
     stub_device(request["gpu"], request["gpus"])
-    sys.meta_path.insert(0, _CudaOnly())
+    if not any(isinstance(f, _CudaOnly) for f in sys.meta_path):
+        sys.meta_path.insert(0, _CudaOnly())
     from sm12x.selftest.env import stub_torchvision
 
     stub_torchvision()
@@ -225,7 +226,15 @@ def main() -> int:
             "traceback": traceback.format_exc()[-4000:],
         }
     out["warnings"] = collect.messages
-    print(json.dumps(out))
+    return out
+
+
+def main() -> int:
+    if sys.argv[1:] == ["--serve"]:
+        from server_args_zygote import serve  # beside this file
+
+        return serve(answer, stub_device)
+    print(json.dumps(answer(json.loads(sys.stdin.read()))))
     return 0
 
 
