@@ -16,4 +16,3 @@ def test_scripts_are_thin_wrappers():
         if (n := len(path.read_text().splitlines())) >= 60
     }
     assert not fat, f"scripts/ over 59 lines (move the logic to the package or tools/): {fat}"
-
