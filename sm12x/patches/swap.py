@@ -90,7 +90,13 @@ def apply_one(site: Path, version: str, patch: dict, check_only: bool, applied: 
             )
         done = run_patch(site, patch["path"], "--forward")
         if done.returncode != 0:  # passed the dry run: only I/O can get here
-            raise PatchError(f"sglang {version}: patch failed on {target}:\n{done.stdout}")
+            said = "; ".join(
+                s.strip() for s in (done.stdout + done.stderr).splitlines() if s.strip()
+            )
+            full = os.strerror(errno.ENOSPC)
+            if full in said:  # a full disk: the one line apply_series gives every OSError
+                raise OSError(errno.ENOSPC, full)
+            raise PatchError(f"sglang {version}: patch failed on {target}: {said}")
         state = "applied"
     if patch["present"] not in target.read_text(encoding="utf-8"):
         raise PatchError(
