@@ -96,8 +96,11 @@ RUN --mount=type=cache,id=sm12x-pip,target=/root/.cache/pip \
 FROM stack AS patched
 ARG SGLANG_VERSION
 ARG SM12X_PATCHES
+# The wrapper loads sm12x/patches from beside its folder, as in the checkout:
+# the standard-library modules that apply the series, before sm12x is installed.
 COPY scripts/apply-patches /opt/sm12x/scripts/apply-patches
-COPY sm12x/patches/rules.py /opt/sm12x/scripts/patch_rules.py
+COPY sm12x/patches/__init__.py sm12x/patches/apply.py sm12x/patches/rules.py \
+     sm12x/patches/swap.py sm12x/patches/unified.py /opt/sm12x/sm12x/patches/
 COPY patches/sglang /opt/sm12x/patches/sglang
 RUN python3 /opt/sm12x/scripts/apply-patches \
  && python3 /opt/sm12x/scripts/image-build check-patches \

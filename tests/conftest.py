@@ -79,7 +79,7 @@ WHEEL_HELPERS = {
     "tests.support.standin",
     "tests.support.stream_census",
     "tests.support.stream_checks",
-    "tests.support.sglang_cli",
+    "tools.sglang_cli",
     "tests.support.sglang_surface",
 }
 FOLDER_MARKS = {"patch": "wheels", "gpu": "gpu", "integration": "process", "kernels": "kernels"}

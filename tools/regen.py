@@ -120,13 +120,13 @@ def _full_rank_table() -> dict[Path, str]:
 
 
 def _bad_inputs() -> dict[Path, str]:
-    from tests.support import bad_inputs
+    from tools import bad_inputs
 
     return {bad_inputs.DOC: bad_inputs.render_doc()}
 
 
 def _policy_exceptions() -> dict[Path, str]:
-    from tests.support import policy
+    from tools import policy
 
     return {policy.DOC: policy.render_doc()}
 
@@ -144,7 +144,7 @@ def _sglang_env_reads() -> dict[Path, str]:
 
 
 def _parser_descriptions() -> dict[Path, str]:
-    from tests.support import sglang_cli
+    from tools import sglang_cli
 
     return sglang_cli.descriptions()
 
@@ -175,13 +175,13 @@ def _dashboard_picture_paths() -> list[Path]:
 
 
 def _metric_names() -> dict[Path, str]:
-    from tests.support import metric_names
+    from tools import metric_names
 
     return metric_names.render()
 
 
 def _test_count() -> dict[Path, str]:
-    from tests.support import collected
+    from tools import collected
 
     return _readme_block(collected.replace_block)
 

@@ -17,7 +17,7 @@ saturation is the recipe's effective --max-running-requests; throughput is
 judged against the rig's own output per running request over the last day,
 so no figure from another machine is assumed. The metric names come from
 deploy/monitoring/metrics.json (read from sglang's and the router's code,
-tests/support/metric_names.py); `check_names` refuses any other.
+tools/metric_names.py); `check_names` refuses any other.
 """
 
 from __future__ import annotations

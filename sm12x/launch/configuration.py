@@ -6,7 +6,7 @@ whatever recipes exist. When SM12X_RECIPE names the rig (its baseline):
 
 - baseline: the baseline;
 - throughput: the throughput recipe, refused when it reads a tuned SPS table
-  and `sm12x tune` has made none that matches this launch (sm12x.sps_tables:
+  and `sm12x tune` has made none that matches this launch (sm12x.sps.tables:
   another gamma, layout, image or GPU is stale), with what that costs;
 - auto: the throughput recipe when it may run, else the baseline with one
   notice saying what it leaves on the table and how to tune.
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from sm12x.errors import UserError
 from sm12x.recipe import Recipe, load_all
 from sm12x.recipe.lints import track_refusal
-from sm12x.sps_tables import Lookup
+from sm12x.sps.tables import Lookup
 
 CHOICES = ("auto", "baseline", "throughput")
 TUNE_HINT = "run `sm12x tune` once on this rig (docs/tune.md)"

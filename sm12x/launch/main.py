@@ -20,7 +20,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from sm12x import __version__, settings
-from sm12x import sps_tables as store
 from sm12x.apikey import ENV as KEY_ENV
 from sm12x.apikey import exposure_problem
 from sm12x.cli import Command
@@ -38,6 +37,7 @@ from sm12x.recipe import Recipe, load_all, load_recipe, warnings_for
 from sm12x.recipe.lints import home_track, track_refusal
 from sm12x.settings import Loaded
 from sm12x.sglang_parser import parser_for
+from sm12x.sps import tables as store
 from sm12x.versions import load_versions, track_of_sglang
 
 AUTO = "auto"
@@ -89,7 +89,7 @@ def gpu_name() -> str | None:
 
 
 def table_finder(loaded: Loaded) -> configuration.Finder:
-    """How this launch looks up a tuned SPS table (sm12x.sps_tables): for the
+    """How this launch looks up a tuned SPS table (sm12x.sps.tables): for the
     track's image as this Python has it, this sm12x and these GPUs."""
     s = loaded.settings
     have = installed_sglang()

@@ -22,7 +22,7 @@ from sm12x.errors import UserError
 from sm12x.recipe.lints import home_track
 from sm12x.recipe.model import Recipe
 from sm12x.settings import Loaded
-from sm12x.sps_tables import relative_path
+from sm12x.sps.tables import relative_path
 
 SGLANG_MODULE = "sglang.launch_server"
 # With an API key, sglang is started through sm12x.keyed, which hands it the
@@ -293,7 +293,7 @@ def track_for(recipe: Recipe) -> str:
 
 def tuned_table_path(recipe: Recipe, ctx: LaunchContext) -> Value:
     """Where `sm12x tune` stores this recipe's table for the context's track
-    (sm12x.sps_tables): under SM12X_CACHE_DIR, a placeholder when it is unset."""
+    (sm12x.sps.tables): under SM12X_CACHE_DIR, a placeholder when it is unset."""
     relative = relative_path(recipe, ctx.track or track_for(recipe))
     if ctx.cache_dir:
         return f"{ctx.cache_dir.rstrip('/')}/{relative}"

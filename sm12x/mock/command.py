@@ -249,7 +249,7 @@ def _profiled(args: argparse.Namespace):
     from sm12x.mock.sps import SpsConfig
     from sm12x.recipe import RecipeError, load_recipe
     from sm12x.recipe.lints import home_track, largest_decode_graph, per_rank_requests
-    from sm12x.sps_tables import layout
+    from sm12x.sps.tables import layout
     from sm12x.versions import load_versions
 
     changed = [

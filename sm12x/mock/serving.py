@@ -5,9 +5,8 @@ when it is that release, patched by scripts/apply-patches (its record,
 sglang/.sm12x-patches.json) when `patched` (the image), else
 `tree(version, patched)`, which unpacks the sglang wheel (sm12x.mock.wheels,
 downloaded unless SM12X_OFFLINE=1) into <cache>/sglang-serving/ and, when
-asked, patches it with scripts/apply-patches, the script the image build runs
-(a checkout's: a pip-installed sm12x without one serves `patched=False` or the
-installed sglang only). The folder's name carries a digest of the patch
+asked, patches it in process with sm12x.patches.apply, what the image build's
+scripts/apply-patches runs. The folder's name carries a digest of the patch
 series, so editing a patch rebuilds it.
 
 `load(site)` imports, from that tree, `OpenAIServingChat` and everything its
@@ -52,7 +51,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 import types
@@ -62,25 +60,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sm12x.mock import wheels
-from sm12x.paths import checkout_root, data_path
+from sm12x.patches import apply as patch_apply
+from sm12x.paths import data_path
 from sm12x.selftest.env import _TorchvisionStub
 from sm12x.versions import load_versions
 
 # What the image records in the sglang it patched (scripts/apply-patches RECORD).
 RECORD = ".sm12x-patches.json"
 SOURCES = ("auto", "installed", "wheel")
-
-
-def _apply_patches() -> Path:
-    root = checkout_root()
-    script = root / "scripts" / "apply-patches" if root is not None else None
-    if script is None or not script.is_file():
-        raise RuntimeError(
-            "patching sglang's wheel needs scripts/apply-patches from a checkout of sm12x: "
-            "run from a checkout, in the image (its sglang is patched already), or serve "
-            "unpatched (--sglang-patches none)"
-        )
-    return script
 
 
 def _patches() -> Path:
@@ -157,22 +144,19 @@ def tree(version: str, patched: bool) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (site / ".complete").exists():
             return site
-        apply = _apply_patches() if patched else None
         building = cache_root() / f".{label}.{os.getpid()}"
         shutil.rmtree(building, ignore_errors=True)
         wheels.unpack("sglang", version, building, members=("sglang/",))
-        if apply is not None:
-            done = subprocess.run(
-                [sys.executable, str(apply), "--site-packages", str(building)],
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-            if done.returncode != 0:
+        if patched:
+            said: list[str] = []
+            try:
+                patch_apply.run(str(building), _patches(), say=said.append)
+            except patch_apply.PatchError as err:
                 shutil.rmtree(building, ignore_errors=True)
+                lines = "".join(f"{line}\n" for line in said)
                 raise RuntimeError(
-                    f"scripts/apply-patches failed on sglang {version}:\n{done.stdout}{done.stderr}"
-                )
+                    f"apply-patches failed on sglang {version}:\n{lines}apply-patches: error: {err}"
+                ) from None
         (building / ".complete").write_text(f"{time.ctime()}\n")
         shutil.rmtree(site, ignore_errors=True)
         building.rename(site)

@@ -29,16 +29,16 @@ stand in for what cannot load on a CPU machine without the whole runtime:
 
 Which tree. The profiler runs the pristine one: no patch of the series touches
 what it imports (PROFILER_FILES; tests/unit/test_wheel_python.py holds that),
-so a pip-installed sm12x without scripts/apply-patches can build it. The
-client imports files the series patches (0.5.17's OpenAI protocol and tool-call
-detector, the test lists them), so bench passes --patched: the tree
-scripts/apply-patches made, the one the image runs and the mock serves by
+so it needs no patching. The client imports files the series patches (0.5.17's
+OpenAI protocol and tool-call detector, the test lists them), so bench passes
+--patched: the tree
+sm12x.patches.apply made, the one the image runs and the mock serves by
 default (already in the cache when the mock started). tune and bench name this
 module as a program, never import it (the mock is a leaf: pyproject's import
 contracts).
 
 A tree that cannot be had (offline without the wheel, no network, a bad
-download, no apply-patches outside a checkout) is one line on stderr, exit 2,
+download, a series that does not apply) is one line on stderr, exit 2,
 before anything of sglang runs.
 """
 

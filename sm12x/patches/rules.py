@@ -15,9 +15,10 @@ dispatch patch `retire_flashinfer`). For a release the rule is:
   so and why); one where a patch is neither in its series nor retired is
   unknown (apply-patches refuses it).
 
-Pure standard library and no sm12x imports: scripts/apply-patches loads this
-file by path, in the image's build stage before sm12x is installed, and
-sm12x.patches.series imports it, so both read the rule from one place.
+Pure standard library and no sm12x imports: sm12x.patches.apply reads it in
+the image's build stage, before sm12x is installed (the Dockerfile copies the
+package's standard-library files), and sm12x.patches.series imports it, so
+both read the rule from one place.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ a recipe that reads a tuned table; auto from the GPUs), the cache folder the
 table goes to (SM12X_CACHE_DIR; compose: the cache volume) and the track come
 from the settings every sm12x command reads. The table is measured by
 sglang's own profiler (sm12x.tune.profiler) and stored keyed by what it was
-measured for (sm12x.sps_tables), where `sm12x launch` looks for it.
+measured for (sm12x.sps.tables), where `sm12x launch` looks for it.
 
 Boot mode starts a one-off container of the rig's compose service with
 `sm12x launch --sps-profile` (per-step records, speculation accepting
@@ -41,7 +41,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sm12x import __version__, fields, settings
-from sm12x import sps_tables as store
 from sm12x.bench import provenance, runner
 from sm12x.cli import Command
 from sm12x.errors import UserError
@@ -50,6 +49,7 @@ from sm12x.launch import configuration, gpus
 from sm12x.launch.main import AUTO, following, select_recipe
 from sm12x.recipe import Recipe
 from sm12x.settings import Loaded
+from sm12x.sps import tables as store
 from sm12x.tune import probe, proof
 from sm12x.tune.profiler import (
     DEFAULTS,

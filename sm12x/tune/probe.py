@@ -27,7 +27,7 @@ from typing import Any
 from sm12x.bench import provenance
 from sm12x.errors import UserError
 from sm12x.recipe.model import Recipe
-from sm12x.sps_tables import Layout, layout
+from sm12x.sps.tables import Layout, layout
 
 RECORD_KEY = "dspark_info_record"
 REQUIRED_COMPONENTS = ("core", "step_cpu_time")

@@ -24,7 +24,7 @@ folder):
 - at the deadline the profiler's process group is killed and the server's
   requests aborted; the finished cells stay for the next run.
 
-The table and its sidecar are published by sm12x.sps_tables (atomically);
+The table and its sidecar are published by sm12x.sps.tables (atomically);
 the work folder is removed only after that.
 """
 

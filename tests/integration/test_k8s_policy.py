@@ -2,7 +2,7 @@
 
 The policy is checkov's Kubernetes checks plus sm12x's own (tests/policy/
 sm12x_checks.py), run on every generated object (LWS templates as the
-StatefulSets the LWS controller makes of them; tests/support/policy.py).
+StatefulSets the LWS controller makes of them; tools/policy.py).
 The generated tree must pass with only the exceptions listed there, each with
 its reason. Then, for every weakness issue 14 found in the manifests main
 rendered before (an optional key Secret, no NetworkPolicy, no securityContext,
@@ -23,7 +23,7 @@ import yaml
 
 from sm12x.deploy import k8s
 from sm12x.recipe import load_recipe
-from tests.support.policy import EXCEPTIONS, GLOBAL_SKIPS, excused, policy_objects, run_checkov
+from tools.policy import EXCEPTIONS, GLOBAL_SKIPS, excused, policy_objects, run_checkov
 
 OPTS = k8s.K8sOptions()
 TREE = k8s.tree(OPTS)

@@ -7,7 +7,7 @@ in front of stand-ins for `sglang.launch_server` and
 `sglang_router.launch_router` that keep the real programs' rules:
 
 - the sglang stand-in parses its argv with every flag of the pinned sglang
-  release (read from the wheel by tests/support/sglang_cli.py): an unknown
+  release (read from the wheel by tools/sglang_cli.py): an unknown
   flag, or one missing its value, fails as the real parser would; then, as
   sglang's engine does, it starts worker processes with multiprocessing's
   spawn method;
@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 
 from sm12x.versions import load_versions
-from tests.support import sglang_cli
+from tools import sglang_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-argv-test-0123456789"

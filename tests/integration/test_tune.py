@@ -24,7 +24,6 @@ from pathlib import Path
 import pytest
 
 from sm12x import __version__
-from sm12x import sps_tables as store
 from sm12x.errors import UserError
 from sm12x.launch import gpus
 from sm12x.launch import main as launch_main
@@ -32,6 +31,7 @@ from sm12x.launch.configuration import resolve
 from sm12x.mock.server import MockServer
 from sm12x.mock.sps import SpsConfig
 from sm12x.recipe import load_recipe
+from sm12x.sps import tables as store
 from sm12x.tune import main as tune_main
 from sm12x.versions import default_track, load_versions
 from tests.support import throughput as tp

@@ -137,7 +137,7 @@ def router() -> dict[str, Found]:
 
 
 def versions() -> list[str]:
-    from tests.support import sglang_cli
+    from tools import sglang_cli
 
     return sglang_cli.track_versions()
 

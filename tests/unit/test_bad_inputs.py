@@ -1,17 +1,17 @@
-"""Every bad input in tests/support/bad_inputs.py gets one clear refusal, and
+"""Every bad input in tools/bad_inputs.py gets one clear refusal, and
 docs/security.md's table shows exactly that refusal."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.support.bad_inputs import (
+from tests.support.cli import assert_one_clear_error
+from tools.bad_inputs import (
     CASES,
     prepare,
     rows_in_doc,
     run_case,
 )
-from tests.support.cli import assert_one_clear_error
 
 
 @pytest.fixture(scope="module")

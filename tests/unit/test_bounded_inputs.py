@@ -80,7 +80,7 @@ def test_interpolation_still_works(tmp_path):
 
 
 def test_a_hostile_sidecar_is_not_read(tmp_path):
-    from sm12x import sps_tables
+    from sm12x.sps import tables as sps_tables
 
     deep = tmp_path / "deep.meta.json"
     deep.write_text("[" * 200_000 + "]" * 200_000)

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from sm12x import __version__
-from sm12x import sps_tables as store
 from sm12x.errors import UserError
 from sm12x.launch import gpus, render_cmd
 from sm12x.launch import main as launch_main
 from sm12x.launch.render import LaunchContext, build_launch
 from sm12x.recipe import load, load_recipe
+from sm12x.sps import tables as store
 from sm12x.versions import default_track, load_versions
 from tests.support import throughput as tp
 
@@ -279,8 +279,8 @@ def test_auto_picks_the_rig_not_its_throughput_configuration(rig):
 def test_the_table_key_counts_dp_attention_ranks_in_either_spelling():
     # 0.5.23 spells DP attention --attn-dp-size; 0.5.17 --dp-size with
     # --enable-dp-attention: both are four ranks scheduling their own batches.
-    from sm12x import sps_tables
     from sm12x.recipe import load_recipe
+    from sm12x.sps import tables as sps_tables
 
     recipe = load_recipe("rtx-pro-6000-tp4-throughput")
     assert recipe.has_flag("--attn-dp-size") and not recipe.has_flag("--dp-size")

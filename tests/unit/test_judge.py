@@ -3,7 +3,7 @@ prefix and `--flag=value` sglang accepts is judged by the dest it sets, keys
 never reach a command line, a second listener needs loopback, and the
 exposure rule reads the address sglang will bind.
 
-The real parsers are built from the wheels (tests/support/sglang_cli.py): the
+The real parsers are built from the wheels (tools/sglang_cli.py): the
 committed descriptions the launcher uses without sglang must be what they
 describe, and parse each spelling as they do."""
 
@@ -22,8 +22,8 @@ from sm12x.sglang_parser import (
     from_description,
     load_description,
 )
-from tests.support import sglang_cli
 from tests.support.cli import assert_one_clear_error, run_sm12x
+from tools import sglang_cli
 
 VERSIONS = sglang_cli.track_versions()
 

@@ -1,6 +1,6 @@
 """Every flag and SGLANG_* variable a recipe renders exists in the sglang
 releases the image can carry (those the patch series applies to, every track's
-among them), read from the real wheels (tests/support/sglang_cli.py: 0.5.23's
+among them), read from the real wheels (tools/sglang_cli.py: 0.5.23's
 real parser, the older ones' source). A typo, a renamed flag or a value outside
 sglang's choices fails here, not at boot on the rig. On 0.5.23 nothing the
 recipes render is renamed or removed; the variables the lints refuse are not
@@ -24,8 +24,8 @@ from sm12x.recipe.lints import (
     recipe_tracks,
 )
 from sm12x.versions import load_versions
-from tests.support.sglang_cli import env_vars, server_flags
 from tools import golden
+from tools.sglang_cli import env_vars, server_flags
 
 VERSIONS = sorted({v for patch in wheels.patch_series()["patch"] for v in patch["sglang"]})
 PLANS = [

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BLOCK = re.compile(r"(<!-- test-count: [^>]*-->\n)(.*?)(<!-- /test-count -->)", re.DOTALL)
 COLLECTED = re.compile(r"^(\d+) tests? collected", re.MULTILINE)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from sm12x.mock import wheels
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
