@@ -133,6 +133,8 @@ def qualify(args: argparse.Namespace) -> str:
         if args.boot_command and not all(
             n in done for n in plan.steps if n.startswith("baseline/")
         ):
+            if time.monotonic() >= deadline_at:
+                raise TimeoutError("the boot")
             server = boot(
                 args.boot_command,
                 base_url,

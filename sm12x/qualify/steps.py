@@ -140,10 +140,13 @@ def full_load(ctx: Context, step: Step) -> Step:
     # so a rank stays full while a finished request's stream sends its next one.
     streams = p.per_rank_limit * p.dp + max(p.dp, p.per_rank_limit * p.dp // 4)
     stop = threading.Event()
-    # The ramp (every stream admitted) gets a minute beyond the hold.
+    # The ramp (every stream admitted) gets a minute beyond the hold, within --deadline.
+    left = ctx.deadline_at - time.monotonic()
+    if left < p.hold_s:
+        raise TimeoutError(f"{step.name} (it needs {p.hold_s:g} s, {max(0.0, left):.0f} s left)")
     spec = load.Load(
         ctx.base_url, ctx.model, ctx.api_key, streams, 0, 64, p.full_load_output,
-        duration_s=p.hold_s + RAMP_S, stop=stop,
+        duration_s=min(p.hold_s + RAMP_S, left), stop=stop,
     )  # fmt: skip
     records: list[load.RequestRecord] = []
     thread = threading.Thread(target=lambda: records.extend(load.run(spec)), daemon=True)

@@ -263,6 +263,25 @@ def test_a_run_killed_mid_bench_resumes(mock, env):
     assert check.main(out) == 0
 
 
+def test_a_deadline_ends_the_run_resumably(mock, env):
+    """--deadline reached after the first step: one error line saying how to resume,
+    the finished step kept; the same command (a longer deadline) finishes the run."""
+    out = env / "bundle"
+    code, stdout, stderr = qualify(mock, out, "--deadline", "0")
+    errors = [line for line in stderr.splitlines() if "error:" in line]
+    assert code == 1 and len(errors) == 1, stderr[-3000:]
+    assert "--deadline 0 s reached at baseline/verify" in errors[0], errors
+    assert "run the same command again to resume" in errors[0], errors
+    assert not (out / "result.json").exists()
+    assert (out / ".work" / "steps" / "baseline--doctor.json").is_file()
+    code, stdout, stderr = qualify(mock, out)
+    assert code == 0, stdout + stderr[-3000:]
+    assert "baseline/doctor: skipped (kept from the run before)" in stderr, stderr[-3000:]
+    data = json.loads((out / "result.json").read_text())
+    assert [s["name"] for s in data["steps"]] == data["plan"]
+    assert check.main(out) == 0
+
+
 def test_a_mock_bundle_never_backs_verified(healthy, tmp_path):
     from sm12x.qualify import status
     from tests.unit.test_qualify_status import verified
