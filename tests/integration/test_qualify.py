@@ -312,3 +312,21 @@ def test_the_support_matrix_follows_the_bundles(healthy, tmp_path):
     assert matrix.figures_cell(
         load_recipe(RECIPE), lambda r: status.evidence(r, tmp_path / "none")
     ) == matrix._published(load_recipe(RECIPE))
+    # docs/recipes.md's table (links from docs/ up to results/) shows it beside the anchors'.
+    (row,) = [
+        line
+        for line in matrix.status_table([load_recipe(RECIPE)], evidence, "../").splitlines()
+        if line.startswith(f"| `{RECIPE}`")
+    ]
+    assert "measured (mock): C1 " in row and "(../results/" in row and "C32 2,089" in row, row
+    # A render change (one flag's value): the bundle no longer vouches for the recipe,
+    # its figure leaves both tables and a `verified` status reads untested.
+    recipe = verified(RECIPE)
+    flag = recipe.flags["--max-running-requests"]
+    changed = recipe.model_copy(
+        update={"flags": {**recipe.flags, "--max-running-requests": flag.model_copy(update={"value": 40})}}
+    )  # fmt: skip
+    assert status.evidence(changed, tmp_path) == (False, None)
+    assert matrix.figures_cell(changed, evidence) == matrix._published(changed)
+    assert "no bundle yet" in matrix.status_table([changed], evidence)
+    assert matrix.status_cell(changed, evidence).startswith("untested (its render")
