@@ -16,6 +16,7 @@ from sm12x.bench.main import served_id
 from sm12x.errors import UserError
 from sm12x.launch.main import following, select_recipe
 from sm12x.qualify import chart, facts, steps
+from sm12x.qualify.boot import Booter
 from sm12x.qualify.bundle import Folder, QualifyResult, RecipeRef, Step
 from sm12x.qualify.plan import CORRECTNESS, make_plan
 from sm12x.qualify.render_hash import recipe_hash
@@ -29,22 +30,6 @@ def _say(err: Console, text: str) -> None:
     err.print(f"sm12x qualify: {text}", highlight=False, markup=False, soft_wrap=True)
 
 
-def boot(command: str, base_url: str, limit: float, err: Console):
-    from verify.boot import BootFailure, Server
-    from verify.boot import boot as verify_boot
-
-    server = Server.command(command)
-    try:
-        for line in verify_boot(server, base_url, limit, err):
-            _say(err, f"boot: {line}")
-    except BootFailure as exc:
-        server.teardown()
-        raise UserError(
-            f"the server did not boot: {exc.problem} ({exc.cause}); {exc.fix}"
-        ) from None
-    return server
-
-
 def settings_of(args: argparse.Namespace) -> dict:
     keep = (
         "tolerance", "hold", "full_load_output", "prompts_per_concurrency", "concurrency",
@@ -52,7 +37,7 @@ def settings_of(args: argparse.Namespace) -> dict:
         "soak_concurrency", "soak_rounds", "no_doctor",
     )  # fmt: skip
     out = {k: getattr(args, k) for k in keep}
-    out["mode"] = "url" if args.url else "boot-command"
+    out["mode"] = "url" if args.url else "boot-command" if args.boot_command else "compose"
     return out
 
 
@@ -61,10 +46,10 @@ def qualify(args: argparse.Namespace) -> str:
     err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
     if args.target:
         args.recipe = args.target
-    if bool(args.url) == bool(args.boot_command):
+    if args.url and (args.boot_command or args.throughput_boot_command or args.tune_boot_command):
         raise UserError(
-            "say where the server is: --url URL (already running) or --boot-command CMD "
-            "(qualify starts it); compose boot is not built yet"
+            "--url qualifies a server already running; --boot-command (or, with neither, "
+            "the recipe's compose service) boots one: not both"
         )
     loaded = settings.from_args(args, "qualify")
     recipe, why = select_recipe(loaded.settings.recipe, origin=loaded.origin("recipe"))
@@ -94,7 +79,14 @@ def qualify(args: argparse.Namespace) -> str:
         ) from None
     deadline_at = started_at + args.deadline
     done: dict[str, Step] = {}
-    server = None
+    booter = None
+    if not args.url:
+        booter = Booter(
+            loaded=loaded, base_url=base_url, deadline_at=deadline_at,
+            boot_timeout=args.boot_timeout, err=err, say=lambda t: _say(err, t),
+            compose_file=args.compose_file,
+            commands={"baseline": args.boot_command, "throughput": args.throughput_boot_command},
+        )  # fmt: skip
     started = steps.now()
 
     def record(step: Step) -> None:
@@ -130,17 +122,10 @@ def qualify(args: argparse.Namespace) -> str:
             record(step)
         if done["baseline/doctor"].verdict == "fail":
             return finish(plan, folder, done, recipe, started, None, args, err)
-        if args.boot_command and not all(
+        if booter is not None and not all(
             n in done for n in plan.steps if n.startswith("baseline/")
         ):
-            if time.monotonic() >= deadline_at:
-                raise TimeoutError("the boot")
-            server = boot(
-                args.boot_command,
-                base_url,
-                min(args.boot_timeout, deadline_at - time.monotonic()),
-                err,
-            )
+            booter.start("baseline", recipe)
         info, problem = provenance.server_info(base_url, key, TIMEOUT)
         if info is None:
             raise UserError(f"no sglang server at {base_url}: {problem}")
@@ -168,8 +153,8 @@ def qualify(args: argparse.Namespace) -> str:
             f"{folder.work}: run the same command again to resume"
         ) from None
     finally:
-        if server is not None:
-            server.teardown()
+        if booter is not None:
+            booter.stop()
     return finish(plan, folder, done, recipe, started, (prov, scrub), args, err)
 
 

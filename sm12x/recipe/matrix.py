@@ -217,7 +217,9 @@ def status_table(recipes: list[Recipe], evidence: Evidence | None = None, up: st
         "| recipe | rig | status | measured (newest qualify bundle) | published |",
         "|---|---|---|---|---|",
     ]
-    for recipe in sorted(recipes, key=lambda r: (r.rig, r.configuration_kind != "baseline", r.name)):
+    for recipe in sorted(
+        recipes, key=lambda r: (r.rig, r.configuration_kind != "baseline", r.name)
+    ):
         measured = (evidence(recipe)[1] if evidence else None) or "no bundle yet"
         measured = measured.replace("](results/", f"]({up}results/")
         state = status_cell(recipe, evidence).split(" (")[0]
@@ -227,7 +229,9 @@ def status_table(recipes: list[Recipe], evidence: Evidence | None = None, up: st
     return "\n".join(rows) + "\n"
 
 
-def replace_status_block(text: str, recipes: list[Recipe], evidence: Evidence | None, up: str) -> str:
+def replace_status_block(
+    text: str, recipes: list[Recipe], evidence: Evidence | None, up: str
+) -> str:
     start, end = text.find(STATUS_BEGIN), text.find(STATUS_END)
     if start < 0 or end < start:
         raise ValueError(f"no {STATUS_BEGIN!r} ... {STATUS_END!r} block")

@@ -282,6 +282,48 @@ def test_a_deadline_ends_the_run_resumably(mock, env):
     assert check.main(out) == 0
 
 
+def _mock_command(port: int, *extra: str) -> str:
+    """`sm12x mock-server` as a boot command: this checkout's, the recipe's layout."""
+    import shlex
+
+    return shlex.join(
+        [sys.executable, "-m", "sm12x.cli", "mock-server", "--port", str(port),
+         "--tp-size", "2", "--max-running-requests", "48", *extra]
+    )  # fmt: skip
+
+
+def test_qualify_boots_with_a_boot_command_and_tears_it_down(env):
+    """No --url: qualify boots the server itself (here `sm12x mock-server` through
+    --boot-command, waited on through verify's boot), qualifies it and stops it."""
+    from tests.support.mock_starts import free_port
+
+    port = free_port()
+    out = env / "bundle"
+    argv = [
+        "qualify", RECIPE, "--boot-command", _mock_command(port), "--port", str(port),
+        "--no-doctor", "--boot-timeout", "300", "--out", str(out), *SMALL,
+        # Long full-load requests: the first wave holds all 48 for the whole --hold,
+        # however loaded this machine (a wave of 200 finished in under a second).
+        "--full-load-output", "3000",
+    ]  # fmt: skip
+    import contextlib
+    import io
+
+    o, e = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
+        code = cli.main(argv)
+    stdout, stderr = o.getvalue(), e.getvalue()
+    assert code == 0, stdout + stderr[-3000:]
+    assert f"booting {RECIPE} (baseline): `" in stderr and "boot: healthy after" in stderr, stderr
+    assert "the server qualify booted is stopped" in stderr, stderr[-2000:]
+    from sm12x.tune.main import answers
+
+    assert not answers(f"http://127.0.0.1:{port}")  # torn down
+    data = json.loads((out / "result.json").read_text())
+    assert data["settings"]["mode"] == "boot-command" and data["provenance"]["mock"] is True
+    assert check.main(out) == 0
+
+
 def test_a_mock_bundle_never_backs_verified(healthy, tmp_path):
     from sm12x.qualify import status
     from tests.unit.test_qualify_status import verified
