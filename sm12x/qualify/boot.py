@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from rich.console import Console
 
@@ -30,7 +31,7 @@ class Booter:
     compose_file: str | None = None
     # Per configuration ("baseline", "throughput"): a command; None: compose.
     commands: dict[str, str | None] = field(default_factory=dict)
-    server: object | None = None
+    server: Any = None  # verify.boot.Server (imported when a boot runs)
 
     def how(self, configuration: str, recipe: Recipe) -> str:
         command = self.commands.get(configuration)

@@ -62,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--throughput-boot-command",
         help="the command that starts the throughput configuration (reading the table)",
     )
+    server.add_argument(
+        "--tune-args", metavar="ARGS",
+        help="more flags for sm12x tune in the throughput phase, one string "
+        "(e.g. \"--max-batch-size 8\")",
+    )  # fmt: skip
     server.add_argument("--boot-timeout", type=option_type(PositiveFloat), default=5400.0)
     server.add_argument(
         "--no-doctor", action="store_true",

@@ -15,7 +15,7 @@ from sm12x.bench import provenance
 from sm12x.bench.main import served_id
 from sm12x.errors import UserError
 from sm12x.launch.main import following, select_recipe
-from sm12x.qualify import chart, facts, steps
+from sm12x.qualify import chart, facts, steps, throughput
 from sm12x.qualify.boot import Booter
 from sm12x.qualify.bundle import Folder, QualifyResult, RecipeRef, Step
 from sm12x.qualify.plan import CORRECTNESS, make_plan
@@ -122,10 +122,13 @@ def qualify(args: argparse.Namespace) -> str:
             record(step)
         if done["baseline/doctor"].verdict == "fail":
             return finish(plan, folder, done, recipe, started, None, args, err)
-        if booter is not None and not all(
-            n in done for n in plan.steps if n.startswith("baseline/")
-        ):
-            booter.start("baseline", recipe)
+        if booter is not None and any(n not in done for n in plan.steps):
+            # Resuming after the relaunch: the throughput configuration; else the baseline
+            # (tune, when it is next, takes it down itself).
+            if "throughput/relaunch" in done and plan.throughput is not None:
+                booter.start("throughput", plan.throughput)
+            else:
+                booter.start("baseline", recipe)
         info, problem = provenance.server_info(base_url, key, TIMEOUT)
         if info is None:
             raise UserError(f"no sglang server at {base_url}: {problem}")
@@ -146,7 +149,7 @@ def qualify(args: argparse.Namespace) -> str:
                             "--soak-rounds", str(args.soak_rounds)],
             deadline_at=deadline_at, say=lambda t: _say(err, t),
         )  # fmt: skip
-        run_steps(ctx, plan, done, record, new, args, err)
+        run_steps(ctx, plan, done, record, new, args, err, booter)
     except TimeoutError as exc:
         raise UserError(
             f"--deadline {args.deadline:g} s reached at {exc}; what finished is kept in "
@@ -168,7 +171,7 @@ def _answer_secrets(info: dict) -> list[str]:
     return found
 
 
-def run_steps(ctx, plan, done, record, new, args, err) -> None:
+def run_steps(ctx, plan, done, record, new, args, err, booter) -> None:
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=err, transient=False,
@@ -185,8 +188,12 @@ def run_steps(ctx, plan, done, record, new, args, err) -> None:
                 raise TimeoutError(name)
             if failed:
                 step.problems = ["an earlier correctness step failed"]
-            elif name.startswith("throughput/"):
+            elif name.startswith("throughput/") and booter is None:
                 step.verdict, step.problems = "skipped", [throughput_skip(args)]
+            elif name == "throughput/tune":
+                step = throughput.tune(args, step, plan.throughput, booter, ctx.scrub, ctx.say)
+            elif name == "throughput/relaunch":
+                step = throughput.relaunch(step, plan.throughput, booter)
             elif step.kind == "verify":
                 step = steps.verify(ctx, step, ctx.folder.work)
             elif step.kind == "full-load":
@@ -201,9 +208,7 @@ def run_steps(ctx, plan, done, record, new, args, err) -> None:
 
 
 def throughput_skip(args) -> str:
-    if args.url:
-        return "--url: qualify cannot relaunch a server it did not start"
-    return "the throughput phase (tune, relaunch) is not built into qualify yet"
+    return "--url: qualify cannot relaunch a server it did not start"
 
 
 def finish(plan, folder, done, recipe, started, extra, args, err) -> str:

@@ -283,28 +283,46 @@ def test_a_deadline_ends_the_run_resumably(mock, env):
 
 
 def _mock_command(port: int, *extra: str) -> str:
-    """`sm12x mock-server` as a boot command: this checkout's, the recipe's layout."""
+    """`sm12x mock-server` as a boot command, this checkout's."""
     import shlex
 
     return shlex.join(
-        [sys.executable, "-m", "sm12x.cli", "mock-server", "--port", str(port),
-         "--tp-size", "2", "--max-running-requests", "48", *extra]
+        [sys.executable, "-m", "sm12x.cli", "mock-server", "--port", str(port), *extra]
     )  # fmt: skip
 
 
-def test_qualify_boots_with_a_boot_command_and_tears_it_down(env):
-    """No --url: qualify boots the server itself (here `sm12x mock-server` through
-    --boot-command, waited on through verify's boot), qualifies it and stops it."""
+# The recipe's layout, decode steps of 10 ms.
+SERVING = ("--tp-size", "2", "--max-running-requests", "48", "--token-delay", "0.01")
+# The mock-server process's num_running_reqs dips below the limit between a full-load
+# request's end and its stream's next one more often than the in-process mock's (held
+# 0.3-1.0 s of a 1 s --hold on a loaded 2-core machine): these tests are about the
+# boot, so the hold is two samples.
+BOOTED = ("--full-load-output", "3000", "--hold", "0.25")
+
+
+@pytest.mark.slow
+def test_the_throughput_phase_tunes_relaunches_and_measures_again(env, monkeypatch):
+    """No --url: qualify boots each configuration itself, here with commands (as tune
+    boots, through verify's boot): the baseline mock; then, that one taken down,
+    `sm12x tune` (its two phases on a profiling mock, the second relaunched with
+    phase 1's table); the throughput configuration relaunched, and verify, full load
+    and bench again on it; at the end nothing is left serving."""
+    from tests.support import throughput as tp
     from tests.support.mock_starts import free_port
 
-    port = free_port()
-    out = env / "bundle"
+    monkeypatch.setenv("PATH", f"{tp.fake_nvidia_smi(env / 'bin', 'rtx-pro-6000-maxq-x2')}"
+                               f"{os.pathsep}{os.environ['PATH']}")  # fmt: skip
+    port, out, cache = free_port(), env / "bundle", env / "cache"
+    thr = "rtx-pro-6000-tp2-throughput"
+    # sglang's SPS profiler sends no key: the profiling server is started without one.
+    profiling = f"env -u SM12X_API_KEY {_mock_command(port, '--sps-profile', thr)}"
     argv = [
-        "qualify", RECIPE, "--boot-command", _mock_command(port), "--port", str(port),
-        "--no-doctor", "--boot-timeout", "300", "--out", str(out), *SMALL,
-        # Long full-load requests: the first wave holds all 48 for the whole --hold,
-        # however loaded this machine (a wave of 200 finished in under a second).
-        "--full-load-output", "3000",
+        "qualify", RECIPE, "--port", str(port), "--no-doctor", "--boot-timeout", "300",
+        "--boot-command", _mock_command(port, *SERVING), "--tune-boot-command", profiling,
+        "--throughput-boot-command", _mock_command(port, *SERVING), "--cache-dir", str(cache),
+        "--tune-args", "--batch-size 1 2 --fracs 0.125 1.0 --min-steady-steps 4 "
+        "--min-steady-seconds 0 --round-timeout 300",
+        "--out", str(out), *SMALL, *BOOTED, "--deadline", "1500",
     ]  # fmt: skip
     import contextlib
     import io
@@ -313,14 +331,28 @@ def test_qualify_boots_with_a_boot_command_and_tears_it_down(env):
     with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
         code = cli.main(argv)
     stdout, stderr = o.getvalue(), e.getvalue()
-    assert code == 0, stdout + stderr[-3000:]
-    assert f"booting {RECIPE} (baseline): `" in stderr and "boot: healthy after" in stderr, stderr
-    assert "the server qualify booted is stopped" in stderr, stderr[-2000:]
+    assert code in (0, 2), stdout + stderr[-4000:]
+    assert "tune: phase 2, the profiling server relaunched with " in stderr, stderr[-4000:]
+    assert f"booting {thr} (throughput): `" in stderr, stderr[-4000:]
+    data = json.loads((out / "result.json").read_text())
+    steps = {s["name"]: s for s in data["steps"]}
+    assert steps.pop("baseline/doctor")["verdict"] == "skipped"  # --no-doctor
+    assert all(s["verdict"] == "pass" for s in steps.values()), {
+        n: (s["verdict"], s["problems"]) for n, s in steps.items()
+    }
+    said = stderr.splitlines()
+    booted = [n for n, line in enumerate(said) if "sm12x qualify: booting " in line]
+    stopped = [n for n, line in enumerate(said) if "the server qualify booted is stopped" in line]
+    # The baseline is down before tune boots; the throughput server is down at the end.
+    assert len(booted) == 2 and len(stopped) == 2, stderr[-4000:]
+    assert booted[0] < stopped[0] < booted[1] < stopped[1], stderr[-4000:]
+    assert f"booting {RECIPE} (baseline): `" in said[booted[0]]
     from sm12x.tune.main import answers
 
-    assert not answers(f"http://127.0.0.1:{port}")  # torn down
-    data = json.loads((out / "result.json").read_text())
+    assert not answers(f"http://127.0.0.1:{port}")
     assert data["settings"]["mode"] == "boot-command" and data["provenance"]["mock"] is True
+    assert steps["throughput/bench"]["bench"]["recipe"]["name"] == thr
+    assert list(cache.glob(f"sps/{thr}/**/*.json"))  # the table tune wrote
     assert check.main(out) == 0
 
 
