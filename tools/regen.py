@@ -93,7 +93,11 @@ def _support_matrix() -> dict[Path, str]:
     from sm12x.recipe import load_all, matrix
 
     recipes = load_all()
-    return _readme_block(lambda text: matrix.replace_block(text, recipes, status.evidence))
+    out = _readme_block(lambda text: matrix.replace_block(text, recipes, status.evidence))
+    doc = ROOT / "docs" / "recipes.md"
+    text = doc.read_text(encoding="utf-8")
+    out[doc] = matrix.replace_status_block(text, recipes, status.evidence, "../")
+    return out
 
 
 def _settings_table() -> dict[Path, str]:
@@ -221,7 +225,8 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         "support-matrix",
-        "README.md's support matrix, from each recipe's hardware, status and references",
+        "README.md's support matrix and docs/recipes.md's status table, from the recipes "
+        "and the qualify bundles in results/",
         "fast",
         _support_matrix,
     ),

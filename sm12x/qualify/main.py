@@ -49,7 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     server = parser.add_argument_group("server")
     server.add_argument("--url", help="qualify the server there (no boot, no relaunch)")
-    server.add_argument("--boot-command", help="the command that starts the baseline server")
+    server.add_argument(
+        "--boot-command",
+        help="the command that starts the baseline server (default: the recipe's compose "
+        "service, as tune boots)",
+    )
+    server.add_argument("--compose-file", help="compose file for the compose boot")
     server.add_argument(
         "--tune-boot-command", help="the command that starts it in profiling mode (for tune)"
     )
@@ -57,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--throughput-boot-command",
         help="the command that starts the throughput configuration (reading the table)",
     )
+    server.add_argument(
+        "--tune-args", metavar="ARGS",
+        help="more flags for sm12x tune in the throughput phase, one string "
+        "(e.g. \"--max-batch-size 8\")",
+    )  # fmt: skip
     server.add_argument("--boot-timeout", type=option_type(PositiveFloat), default=5400.0)
     server.add_argument(
         "--no-doctor", action="store_true",

@@ -40,6 +40,10 @@ class Plan:
             names += [f"throughput/{k}" for k in THROUGHPUT]
         return names
 
+    def target_for(self, step: str) -> tuple[int, int]:
+        """(DP ranks, requests per rank) the full-load soak of this step's recipe holds."""
+        return target(self.recipe_for(step))
+
     def recipe_for(self, step: str) -> Recipe:
         if step.startswith("throughput/") and self.throughput is not None:
             return self.throughput
@@ -56,6 +60,12 @@ def throughput_of(recipe: Recipe) -> Recipe | None:
     return None
 
 
+def target(recipe: Recipe) -> tuple[int, int]:
+    # sglang splits --max-running-requests over its DP ranks (either spelling).
+    dp = max(dp_size(recipe), attention_dp(recipe))
+    return dp, max(1, recipe.max_running_requests // dp)
+
+
 def make_plan(recipe: Recipe, **options) -> Plan:
     refs = recipe.references
     notes = []
@@ -70,9 +80,7 @@ def make_plan(recipe: Recipe, **options) -> Plan:
     else:
         concurrencies, input_len, output_len = DEFAULT_CONCURRENCIES, 1024, 512
         notes.append("the recipe has no anchor: throughput is measured, not judged")
-    # sglang splits --max-running-requests over its DP ranks (either spelling).
-    dp = max(dp_size(recipe), attention_dp(recipe))
-    limit = max(1, recipe.max_running_requests // dp)
+    dp, limit = target(recipe)
     return Plan(
         recipe=recipe,
         throughput=throughput_of(recipe) if options.pop("throughput_phase", True) else None,

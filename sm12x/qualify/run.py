@@ -15,7 +15,8 @@ from sm12x.bench import provenance
 from sm12x.bench.main import served_id
 from sm12x.errors import UserError
 from sm12x.launch.main import following, select_recipe
-from sm12x.qualify import chart, facts, steps
+from sm12x.qualify import chart, facts, steps, throughput
+from sm12x.qualify.boot import Booter
 from sm12x.qualify.bundle import Folder, QualifyResult, RecipeRef, Step
 from sm12x.qualify.plan import CORRECTNESS, make_plan
 from sm12x.qualify.render_hash import recipe_hash
@@ -29,22 +30,6 @@ def _say(err: Console, text: str) -> None:
     err.print(f"sm12x qualify: {text}", highlight=False, markup=False, soft_wrap=True)
 
 
-def boot(command: str, base_url: str, limit: float, err: Console):
-    from verify.boot import BootFailure, Server
-    from verify.boot import boot as verify_boot
-
-    server = Server.command(command)
-    try:
-        for line in verify_boot(server, base_url, limit, err):
-            _say(err, f"boot: {line}")
-    except BootFailure as exc:
-        server.teardown()
-        raise UserError(
-            f"the server did not boot: {exc.problem} ({exc.cause}); {exc.fix}"
-        ) from None
-    return server
-
-
 def settings_of(args: argparse.Namespace) -> dict:
     keep = (
         "tolerance", "hold", "full_load_output", "prompts_per_concurrency", "concurrency",
@@ -52,7 +37,7 @@ def settings_of(args: argparse.Namespace) -> dict:
         "soak_concurrency", "soak_rounds", "no_doctor",
     )  # fmt: skip
     out = {k: getattr(args, k) for k in keep}
-    out["mode"] = "url" if args.url else "boot-command"
+    out["mode"] = "url" if args.url else "boot-command" if args.boot_command else "compose"
     return out
 
 
@@ -61,10 +46,10 @@ def qualify(args: argparse.Namespace) -> str:
     err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
     if args.target:
         args.recipe = args.target
-    if bool(args.url) == bool(args.boot_command):
+    if args.url and (args.boot_command or args.throughput_boot_command or args.tune_boot_command):
         raise UserError(
-            "say where the server is: --url URL (already running) or --boot-command CMD "
-            "(qualify starts it); compose boot is not built yet"
+            "--url qualifies a server already running; --boot-command (or, with neither, "
+            "the recipe's compose service) boots one: not both"
         )
     loaded = settings.from_args(args, "qualify")
     recipe, why = select_recipe(loaded.settings.recipe, origin=loaded.origin("recipe"))
@@ -94,7 +79,14 @@ def qualify(args: argparse.Namespace) -> str:
         ) from None
     deadline_at = started_at + args.deadline
     done: dict[str, Step] = {}
-    server = None
+    booter = None
+    if not args.url:
+        booter = Booter(
+            loaded=loaded, base_url=base_url, deadline_at=deadline_at,
+            boot_timeout=args.boot_timeout, err=err, say=lambda t: _say(err, t),
+            compose_file=args.compose_file,
+            commands={"baseline": args.boot_command, "throughput": args.throughput_boot_command},
+        )  # fmt: skip
     started = steps.now()
 
     def record(step: Step) -> None:
@@ -130,15 +122,13 @@ def qualify(args: argparse.Namespace) -> str:
             record(step)
         if done["baseline/doctor"].verdict == "fail":
             return finish(plan, folder, done, recipe, started, None, args, err)
-        if args.boot_command and not all(
-            n in done for n in plan.steps if n.startswith("baseline/")
-        ):
-            server = boot(
-                args.boot_command,
-                base_url,
-                min(args.boot_timeout, deadline_at - time.monotonic()),
-                err,
-            )
+        if booter is not None and any(n not in done for n in plan.steps):
+            # Resuming after the relaunch: the throughput configuration; else the baseline
+            # (tune, when it is next, takes it down itself).
+            if "throughput/relaunch" in done and plan.throughput is not None:
+                booter.start("throughput", plan.throughput)
+            else:
+                booter.start("baseline", recipe)
         info, problem = provenance.server_info(base_url, key, TIMEOUT)
         if info is None:
             raise UserError(f"no sglang server at {base_url}: {problem}")
@@ -159,15 +149,15 @@ def qualify(args: argparse.Namespace) -> str:
                             "--soak-rounds", str(args.soak_rounds)],
             deadline_at=deadline_at, say=lambda t: _say(err, t),
         )  # fmt: skip
-        run_steps(ctx, plan, done, record, new, args, err)
+        run_steps(ctx, plan, done, record, new, args, err, booter)
     except TimeoutError as exc:
         raise UserError(
             f"--deadline {args.deadline:g} s reached at {exc}; what finished is kept in "
             f"{folder.work}: run the same command again to resume"
         ) from None
     finally:
-        if server is not None:
-            server.teardown()
+        if booter is not None:
+            booter.stop()
     return finish(plan, folder, done, recipe, started, (prov, scrub), args, err)
 
 
@@ -181,7 +171,7 @@ def _answer_secrets(info: dict) -> list[str]:
     return found
 
 
-def run_steps(ctx, plan, done, record, new, args, err) -> None:
+def run_steps(ctx, plan, done, record, new, args, err, booter) -> None:
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=err, transient=False,
@@ -198,8 +188,12 @@ def run_steps(ctx, plan, done, record, new, args, err) -> None:
                 raise TimeoutError(name)
             if failed:
                 step.problems = ["an earlier correctness step failed"]
-            elif name.startswith("throughput/"):
+            elif name.startswith("throughput/") and booter is None:
                 step.verdict, step.problems = "skipped", [throughput_skip(args)]
+            elif name == "throughput/tune":
+                step = throughput.tune(args, step, plan.throughput, booter, ctx.scrub, ctx.say)
+            elif name == "throughput/relaunch":
+                step = throughput.relaunch(step, plan.throughput, booter)
             elif step.kind == "verify":
                 step = steps.verify(ctx, step, ctx.folder.work)
             elif step.kind == "full-load":
@@ -214,9 +208,7 @@ def run_steps(ctx, plan, done, record, new, args, err) -> None:
 
 
 def throughput_skip(args) -> str:
-    if args.url:
-        return "--url: qualify cannot relaunch a server it did not start"
-    return "the throughput phase (tune, relaunch) is not built into qualify yet"
+    return "--url: qualify cannot relaunch a server it did not start"
 
 
 def finish(plan, folder, done, recipe, started, extra, args, err) -> str:

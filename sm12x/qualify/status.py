@@ -60,14 +60,29 @@ def _recipe_name(bundle: Path) -> str | None:
         return None
 
 
+def _hash(bundle: Path) -> str | None:
+    import json
+
+    try:
+        return json.loads((bundle / RESULT).read_text())["recipe"]["hash"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def evidence(recipe: Recipe, results: Path = RESULTS) -> tuple[bool, str | None]:
     """(a bundle here backs `verified` for the recipe's current render, the measured
     throughput of the newest bundle that passes --check, as a table cell's text)."""
     import json
 
+    from sm12x.qualify.render_hash import recipe_hash
+
     backed, measured = False, None
+    current = recipe_hash(recipe)
     for bundle in reversed(bundles(results, recipe.name)):
-        if _recipe_name(bundle) != recipe.name or check.problems(bundle):
+        # A bundle vouches for the render it measured: this recipe's, as given now.
+        if _recipe_name(bundle) != recipe.name or _hash(bundle) != current:
+            continue
+        if check.problems(bundle):
             continue
         backed = backed or not check.problems(bundle, for_verified=True)
         if measured is None:

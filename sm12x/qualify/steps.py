@@ -136,14 +136,18 @@ def held(samples: list[Sample], limit: int, dp: int) -> float:
 
 def full_load(ctx: Context, step: Step) -> Step:
     p = ctx.plan
+    dp, limit = p.target_for(step.name)
     # A quarter more streams than the ranks hold: the extra wait in sglang's queue,
     # so a rank stays full while a finished request's stream sends its next one.
-    streams = p.per_rank_limit * p.dp + max(p.dp, p.per_rank_limit * p.dp // 4)
+    streams = limit * dp + max(dp, limit * dp // 4)
     stop = threading.Event()
-    # The ramp (every stream admitted) gets a minute beyond the hold.
+    # The ramp (every stream admitted) gets a minute beyond the hold, within --deadline.
+    left = ctx.deadline_at - time.monotonic()
+    if left < p.hold_s:
+        raise TimeoutError(f"{step.name} (it needs {p.hold_s:g} s, {max(0.0, left):.0f} s left)")
     spec = load.Load(
         ctx.base_url, ctx.model, ctx.api_key, streams, 0, 64, p.full_load_output,
-        duration_s=p.hold_s + RAMP_S, stop=stop,
+        duration_s=min(p.hold_s + RAMP_S, left), stop=stop,
     )  # fmt: skip
     records: list[load.RequestRecord] = []
     thread = threading.Thread(target=lambda: records.extend(load.run(spec)), daemon=True)
@@ -157,18 +161,18 @@ def full_load(ctx: Context, step: Step) -> Step:
         while thread.is_alive():
             try:
                 text = client.get(f"{ctx.base_url}/metrics").text
-                ranks = _running(text, p.dp)
+                ranks = _running(text, dp)
             except (httpx.HTTPError, ValueError):
                 ranks = None
             if ranks is not None:
                 samples.append(Sample(t_s=round(time.monotonic() - t0, 3), running=ranks))
-            if held(samples, p.per_rank_limit, p.dp) >= p.hold_s:
+            if held(samples, limit, dp) >= p.hold_s:
                 stop.set()  # the streams finish the requests they hold
             time.sleep(SAMPLE_EVERY_S)
     thread.join(timeout=p.hold_s + RAMP_S + 60.0)
-    got = held(samples, p.per_rank_limit, p.dp)
+    got = held(samples, limit, dp)
     step.full_load = FullLoadReading(
-        per_rank_limit=p.per_rank_limit, dp_ranks=p.dp, hold_s=p.hold_s, samples=samples,
+        per_rank_limit=limit, dp_ranks=dp, hold_s=p.hold_s, samples=samples,
         held_s=got,
     )  # fmt: skip
     lost = [r for r in records if not r.ok]
@@ -177,9 +181,9 @@ def full_load(ctx: Context, step: Step) -> Step:
             "/metrics gave no sglang:num_running_reqs: start with --enable-metrics"
         )
     elif got < p.hold_s:
-        top = [max(s.running[i] for s in samples) for i in range(p.dp)]
+        top = [max(s.running[i] for s in samples) for i in range(dp)]
         step.problems.append(
-            f"num_running_reqs did not hold {p.per_rank_limit} on every DP rank for "
+            f"num_running_reqs did not hold {limit} on every DP rank for "
             f"{p.hold_s:g} s (longest {got:g} s; highest per rank {top}): the server does "
             "not admit the recipe's --max-running-requests"
         )

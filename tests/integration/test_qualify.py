@@ -263,6 +263,99 @@ def test_a_run_killed_mid_bench_resumes(mock, env):
     assert check.main(out) == 0
 
 
+def test_a_deadline_ends_the_run_resumably(mock, env):
+    """--deadline reached after the first step: one error line saying how to resume,
+    the finished step kept; the same command (a longer deadline) finishes the run."""
+    out = env / "bundle"
+    code, stdout, stderr = qualify(mock, out, "--deadline", "0")
+    errors = [line for line in stderr.splitlines() if "error:" in line]
+    assert code == 1 and len(errors) == 1, stderr[-3000:]
+    assert "--deadline 0 s reached at baseline/verify" in errors[0], errors
+    assert "run the same command again to resume" in errors[0], errors
+    assert not (out / "result.json").exists()
+    assert (out / ".work" / "steps" / "baseline--doctor.json").is_file()
+    code, stdout, stderr = qualify(mock, out)
+    assert code == 0, stdout + stderr[-3000:]
+    assert "baseline/doctor: skipped (kept from the run before)" in stderr, stderr[-3000:]
+    data = json.loads((out / "result.json").read_text())
+    assert [s["name"] for s in data["steps"]] == data["plan"]
+    assert check.main(out) == 0
+
+
+def _mock_command(port: int, *extra: str) -> str:
+    """`sm12x mock-server` as a boot command, this checkout's."""
+    import shlex
+
+    return shlex.join(
+        [sys.executable, "-m", "sm12x.cli", "mock-server", "--port", str(port), *extra]
+    )  # fmt: skip
+
+
+# The recipe's layout, decode steps of 10 ms.
+SERVING = ("--tp-size", "2", "--max-running-requests", "48", "--token-delay", "0.01")
+# The mock-server process's num_running_reqs dips below the limit between a full-load
+# request's end and its stream's next one more often than the in-process mock's (held
+# 0.3-1.0 s of a 1 s --hold on a loaded 2-core machine): these tests are about the
+# boot, so the hold is two samples.
+BOOTED = ("--full-load-output", "3000", "--hold", "0.25")
+
+
+@pytest.mark.slow
+def test_the_throughput_phase_tunes_relaunches_and_measures_again(env, monkeypatch):
+    """No --url: qualify boots each configuration itself, here with commands (as tune
+    boots, through verify's boot): the baseline mock; then, that one taken down,
+    `sm12x tune` (its two phases on a profiling mock, the second relaunched with
+    phase 1's table); the throughput configuration relaunched, and verify, full load
+    and bench again on it; at the end nothing is left serving."""
+    from tests.support import throughput as tp
+    from tests.support.mock_starts import free_port
+
+    monkeypatch.setenv("PATH", f"{tp.fake_nvidia_smi(env / 'bin', 'rtx-pro-6000-maxq-x2')}"
+                               f"{os.pathsep}{os.environ['PATH']}")  # fmt: skip
+    port, out, cache = free_port(), env / "bundle", env / "cache"
+    thr = "rtx-pro-6000-tp2-throughput"
+    # sglang's SPS profiler sends no key: the profiling server is started without one.
+    profiling = f"env -u SM12X_API_KEY {_mock_command(port, '--sps-profile', thr)}"
+    argv = [
+        "qualify", RECIPE, "--port", str(port), "--no-doctor", "--boot-timeout", "300",
+        "--boot-command", _mock_command(port, *SERVING), "--tune-boot-command", profiling,
+        "--throughput-boot-command", _mock_command(port, *SERVING), "--cache-dir", str(cache),
+        "--tune-args", "--batch-size 1 2 --fracs 0.125 1.0 --min-steady-steps 4 "
+        "--min-steady-seconds 0 --round-timeout 300",
+        "--out", str(out), *SMALL, *BOOTED, "--deadline", "1500",
+    ]  # fmt: skip
+    import contextlib
+    import io
+
+    o, e = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
+        code = cli.main(argv)
+    stdout, stderr = o.getvalue(), e.getvalue()
+    assert code in (0, 2), stdout + stderr[-4000:]
+    assert "tune: phase 2, the profiling server relaunched with " in stderr, stderr[-4000:]
+    assert f"booting {thr} (throughput): `" in stderr, stderr[-4000:]
+    data = json.loads((out / "result.json").read_text())
+    steps = {s["name"]: s for s in data["steps"]}
+    assert steps.pop("baseline/doctor")["verdict"] == "skipped"  # --no-doctor
+    assert all(s["verdict"] == "pass" for s in steps.values()), {
+        n: (s["verdict"], s["problems"]) for n, s in steps.items()
+    }
+    said = stderr.splitlines()
+    booted = [n for n, line in enumerate(said) if "sm12x qualify: booting " in line]
+    stopped = [n for n, line in enumerate(said) if "the server qualify booted is stopped" in line]
+    # The baseline is down before tune boots; the throughput server is down at the end.
+    assert len(booted) == 2 and len(stopped) == 2, stderr[-4000:]
+    assert booted[0] < stopped[0] < booted[1] < stopped[1], stderr[-4000:]
+    assert f"booting {RECIPE} (baseline): `" in said[booted[0]]
+    from sm12x.tune.main import answers
+
+    assert not answers(f"http://127.0.0.1:{port}")
+    assert data["settings"]["mode"] == "boot-command" and data["provenance"]["mock"] is True
+    assert steps["throughput/bench"]["bench"]["recipe"]["name"] == thr
+    assert list(cache.glob(f"sps/{thr}/**/*.json"))  # the table tune wrote
+    assert check.main(out) == 0
+
+
 def test_a_mock_bundle_never_backs_verified(healthy, tmp_path):
     from sm12x.qualify import status
     from tests.unit.test_qualify_status import verified
@@ -293,3 +386,21 @@ def test_the_support_matrix_follows_the_bundles(healthy, tmp_path):
     assert matrix.figures_cell(
         load_recipe(RECIPE), lambda r: status.evidence(r, tmp_path / "none")
     ) == matrix._published(load_recipe(RECIPE))
+    # docs/recipes.md's table (links from docs/ up to results/) shows it beside the anchors'.
+    (row,) = [
+        line
+        for line in matrix.status_table([load_recipe(RECIPE)], evidence, "../").splitlines()
+        if line.startswith(f"| `{RECIPE}`")
+    ]
+    assert "measured (mock): C1 " in row and "(../results/" in row and "C32 2,089" in row, row
+    # A render change (one flag's value): the bundle no longer vouches for the recipe,
+    # its figure leaves both tables and a `verified` status reads untested.
+    recipe = verified(RECIPE)
+    flag = recipe.flags["--max-running-requests"]
+    changed = recipe.model_copy(
+        update={"flags": {**recipe.flags, "--max-running-requests": flag.model_copy(update={"value": 40})}}
+    )  # fmt: skip
+    assert status.evidence(changed, tmp_path) == (False, None)
+    assert matrix.figures_cell(changed, evidence) == matrix._published(changed)
+    assert "no bundle yet" in matrix.status_table([changed], evidence)
+    assert matrix.status_cell(changed, evidence).startswith("untested (its render")
