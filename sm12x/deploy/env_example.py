@@ -37,6 +37,11 @@ EXAMPLES = {
     "model_dir": "/srv/models/DeepSeek-V4-Flash-0731",
     "port": str(DEFAULT_PORT),
 }
+# What the .env file says of a setting beyond its help.
+NOTES = {
+    "api_key": "compose hands it to the servers as a file (a Compose secret, "
+    "SM12X_API_KEY_FILE in the container), so `docker compose config` never shows it",
+}
 # What only compose reads (no sm12x command): (what it is, the value written).
 COMPOSE_ONLY = {
     "COMPOSE_PROFILES": (
@@ -53,12 +58,9 @@ COMPOSE_ONLY = {
     ),
     "SM12X_GRAFANA_ADMIN_PASSWORD": (
         "the monitoring profile: Grafana's admin password, which Grafana needs to start "
-        "(there is no default)",
+        "(there is no default); compose hands it to Grafana as a file (a Compose "
+        "secret), so `docker compose config` never shows it",
         "",
-    ),
-    "SM12X_GRAFANA_BIND": (
-        "the monitoring profile: where Grafana listens (port 3000); 127.0.0.1 keeps it local",
-        "127.0.0.1",
     ),
     "SM12X_PROMETHEUS_RETENTION": (
         "the monitoring profile: how long Prometheus keeps its samples (Prometheus itself "
@@ -88,7 +90,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "SM12X_MONITORING_RIG",
             "SM12X_GRAFANA_ADMIN_PASSWORD",
-            "SM12X_GRAFANA_BIND",
+            "grafana_bind",
             "SM12X_PROMETHEUS_RETENTION",
         ),
     ),
@@ -106,6 +108,8 @@ def _setting(name: str) -> tuple[str, list[str], str]:
     plain = "" if default in (None, ()) or isinstance(default, bool) else str(default)
     said = info.default not in (None, "none")
     help_text = info.help + (f" (default: {info.default})" if said else "")
+    if name in NOTES:
+        help_text = f"{help_text.rstrip('.')}; {NOTES[name]}"
     return env_name(name), _comment(help_text), EXAMPLES.get(name, plain)
 
 
