@@ -83,6 +83,25 @@ def _k8s() -> dict[Path, str]:
     }
 
 
+def _compose_text() -> tuple[list, str]:
+    from sm12x.deploy import compose_yaml
+    from sm12x.recipe import load_all
+
+    recipes = load_all()
+    return recipes, compose_yaml.render(recipes)
+
+
+def _compose() -> dict[Path, str]:
+    return {ROOT / "compose.yaml": _compose_text()[1]}
+
+
+def _env_example() -> dict[Path, str]:
+    from sm12x.deploy import env_example
+
+    recipes, text = _compose_text()
+    return {ROOT / ".env.example": env_example.render(recipes, text)}
+
+
 def _readme_block(replace: Callable[[str], str]) -> dict[Path, str]:
     path = ROOT / "README.md"
     return {path: replace(path.read_text(encoding="utf-8"))}
@@ -210,6 +229,20 @@ ENTRIES: tuple[Entry, ...] = (
         "fast",
         _k8s,
         (("deploy/k8s", "*.yaml"),),
+    ),
+    Entry(
+        "compose",
+        "compose.yaml: a service per recipe profile (sm12x/deploy/compose_yaml.py) in the "
+        "shared template sm12x/deploy/compose.template.yaml",
+        "fast",
+        _compose,
+    ),
+    Entry(
+        "env-example",
+        ".env.example: every variable compose.yaml reads, from the settings model and the "
+        "recipes' site variables (sm12x/deploy/env_example.py)",
+        "fast",
+        _env_example,
     ),
     Entry(
         "bench-schema",

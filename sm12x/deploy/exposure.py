@@ -2,7 +2,9 @@
 
 Closed by default: an API published beyond loopback (SM12X_BIND for the rigs,
 SM12X_ROUTER_BIND for the router) without SM12X_API_KEY is refused, unless
-SM12X_INSECURE_NO_API_KEY=1 says the operator means it. Compose's variable
+SM12X_INSECURE_NO_API_KEY=1 says the operator means it; so is the monitoring
+profile's Grafana beyond loopback (SM12X_GRAFANA_BIND) without its admin
+password. Compose's variable
 interpolation cannot express that rule (compose-go evaluates every nested
 `${VAR:?}` whether or not its branch is taken), so the rule is code: this
 command, run by the `exposure-check` service that every other service depends on
@@ -33,6 +35,21 @@ def _has_key(loaded: Loaded) -> bool:
     return s.api_key_set or s.key() is not None
 
 
+def grafana_problem(loaded: Loaded) -> str | None:
+    """Grafana (the monitoring profile) beyond loopback without its admin password.
+    Its login is the only thing in front of it (anonymous access is off), and
+    without a password it would not start anyway: say so before anything starts.
+    SM12X_INSECURE_NO_API_KEY is about the API, not this."""
+    s = loaded.settings
+    if is_loopback(s.grafana_bind) or s.grafana_admin_password_set:
+        return None
+    return (
+        f"Grafana (SM12X_GRAFANA_BIND) would listen on {s.grafana_bind} beyond loopback "
+        "with no admin password: set SM12X_GRAFANA_ADMIN_PASSWORD in .env, or "
+        "SM12X_GRAFANA_BIND=127.0.0.1"
+    )
+
+
 def problems(loaded: Loaded) -> list[str]:
     s = loaded.settings
     has_key = _has_key(loaded)
@@ -41,6 +58,9 @@ def problems(loaded: Loaded) -> list[str]:
         problem = exposure_problem(getattr(s, name), has_key, s.insecure_no_api_key, what)
         if problem:
             found.append(problem)
+    grafana = grafana_problem(loaded)
+    if grafana:
+        found.append(grafana)
     return found
 
 

@@ -341,6 +341,24 @@ class Settings(BaseSettings):
     router_metrics_port: Annotated[
         Port, Meta("the router's metrics port", commands=("router",), metavar="PORT")
     ] = DEFAULT_ROUTER_METRICS_PORT
+    grafana_bind: Annotated[
+        HostName,
+        Meta(
+            "where the monitoring profile's Grafana listens (port 3000); beyond loopback "
+            "it needs SM12X_GRAFANA_ADMIN_PASSWORD in .env",
+            commands=("exposure-check",),
+            metavar="ADDR",
+        ),
+    ] = "127.0.0.1"
+    grafana_admin_password_set: Annotated[
+        bool,
+        Meta(
+            "1: Grafana's admin password is set (compose gives the exposure check this, "
+            "never the password)",
+            commands=("exposure-check",),
+            metavar="1",
+        ),
+    ] = False
 
     @classmethod
     def settings_customise_sources(

@@ -21,7 +21,7 @@ from sm12x.deploy.router import RouterSettings, command, router_argv, shell
 from sm12x.settings import load
 from sm12x.versions import load_versions
 from tests.support.cli import assert_one_clear_error, run_sm12x
-from tests.support.compose import compose, config, with_values
+from tests.support.compose import compose, config, secrets_as_files, with_values
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_EXAMPLE = ROOT / ".env.example"
@@ -43,6 +43,11 @@ def router_service(env_file: Path) -> dict:
     services = config("router", env_file=env_file)["services"]
     assert sorted(services) == ["exposure-check", "router"]
     return services["router"]
+
+
+def router_env(env_file: Path, folder: Path) -> dict[str, str]:
+    """The router container's environment, its key secret written as a file."""
+    return secrets_as_files(config("router", env_file=env_file), "router", env_file, folder)
 
 
 def from_environ(env: dict[str, str]) -> RouterSettings:
@@ -80,9 +85,13 @@ def test_router_defaults_from_env_example(env_file):
         "SM12X_ROUTER_PORT": "8000",
         "SM12X_ROUTER_METRICS_BIND": "127.0.0.1",
         "SM12X_ROUTER_METRICS_PORT": "29000",
-        "SM12X_API_KEY": "",
+        "SM12X_API_KEY_FILE": "",
         "SM12X_INSECURE_NO_API_KEY": "",
     }
+    # The key travels as a secret file, never in the environment.
+    assert router_service(env_file)["secrets"] == [
+        {"source": "api-key", "target": "/run/secrets/sm12x-api-key"}
+    ]
 
 
 def test_router_healthcheck_is_one_token_through_it(env_file):
@@ -112,7 +121,8 @@ def test_env_values_become_the_routers_arguments(env_file, tmp_path, workers):
         SM12X_ROUTER_METRICS_PORT="29100",
         SM12X_API_KEY="sk-shared",
     )
-    env = router_service(custom)["environment"]
+    assert "sk-shared" not in str(router_service(custom))
+    env = router_env(custom, tmp_path)
     settings = from_environ(env)
     # The key is not on the command line; sm12x.keyed adds it in memory.
     assert "sk-shared" not in " ".join(command(settings, environ=env))
@@ -185,7 +195,7 @@ def test_the_router_on_the_host_reads_the_same_dotenv_as_the_container(env_file,
         SM12X_API_KEY="sk-both",
         SM12X_ROUTER_POLICY="round_robin",
     )
-    in_container = from_environ(router_service(custom)["environment"])
+    in_container = from_environ(router_env(custom, tmp_path))
     on_host = RouterSettings.from_settings(load(env_file=custom, environ={}))
     assert on_host == in_container
     result = run_sm12x("router", "--dry-run", "--env-file", str(custom))

@@ -498,12 +498,14 @@ def test_the_monitoring_profile_is_valid_loopback_and_pinned(env_file):
     env = grafana["environment"]
     assert env["GF_SERVER_HTTP_ADDR"] == "127.0.0.1"
     assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
-    assert env["GF_SECURITY_ADMIN_PASSWORD"] == ""  # none in .env.example: Grafana refuses
+    # None in .env.example: no password file named, and Grafana refuses to start.
+    assert env["GF_SECURITY_ADMIN_PASSWORD__FILE"] == ""
+    assert "GF_SECURITY_ADMIN_PASSWORD" not in env
     # `docker compose config` prints the entrypoint with compose's $$ escapes.
     script = grafana["entrypoint"][2].replace("$$", "$")
     refused = subprocess.run(
         ["sh", "-c", script],
-        env={"PATH": "/usr/bin:/bin", "GF_SECURITY_ADMIN_PASSWORD": ""},
+        env={"PATH": "/usr/bin:/bin", "GF_SECURITY_ADMIN_PASSWORD__FILE": ""},
         capture_output=True,
         text=True,
         timeout=30,

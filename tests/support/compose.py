@@ -75,3 +75,27 @@ def with_values(env_file: Path, tmp_path: Path, **values: str) -> Path:
     path = tmp_path / ".env"
     path.write_text(text)
     return path
+
+
+def secrets_as_files(project: dict, service: str, env_file: Path, folder: Path) -> dict[str, str]:
+    """The service's environment as its container sees it, with each Compose secret
+    written as Compose writes it: the file holds the value of the variable the
+    top-level secret names (`environment:`), from .env or the project name, and
+    is placed at the secret's target, here under `folder` (each variable naming
+    a target is pointed there)."""
+    from dotenv import dotenv_values
+
+    values = {k: v or "" for k, v in dotenv_values(env_file).items()}
+    values.setdefault("COMPOSE_PROJECT_NAME", project["name"])
+    spec = project["services"][service]
+    env = dict(spec.get("environment") or {})
+    for secret in spec.get("secrets") or []:
+        variable = project["secrets"][secret["source"]]["environment"]
+        target = secret.get("target") or f"/run/secrets/{secret['source']}"
+        if not target.startswith("/"):
+            target = f"/run/secrets/{target}"
+        path = folder / target.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(values[variable])  # KeyError: Compose refuses it too
+        env = {k: str(path) if v == target else v for k, v in env.items()}
+    return env

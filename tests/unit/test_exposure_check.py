@@ -61,3 +61,29 @@ def test_exposure_check_says_what_is_true(bind, key, opt_out, which):
     # Never the old claim where it is false, never a key in the output.
     assert "nothing is published" not in line
     assert "sk-table" not in result.stdout + result.stderr
+
+
+# Grafana (the monitoring profile): beyond loopback only with its admin password,
+# which compose tells the check as SM12X_GRAFANA_ADMIN_PASSWORD_SET=1; the API's
+# key and opt-out do not stand in for it (issue 45).
+GRAFANA = [
+    (bind, extra, not BINDS[bind] and "SM12X_GRAFANA_ADMIN_PASSWORD_SET" not in extra)
+    for bind in BINDS
+    for extra in (
+        {},
+        {"SM12X_GRAFANA_ADMIN_PASSWORD_SET": "1"},
+        {"SM12X_API_KEY_SET": "1", "SM12X_INSECURE_NO_API_KEY": "1"},
+    )
+]
+
+
+@pytest.mark.parametrize(("bind", "extra", "refused"), GRAFANA)
+def test_grafana_beyond_loopback_needs_its_password(bind, extra, refused):
+    result = run_sm12x("exposure-check", env={"SM12X_GRAFANA_BIND": bind, **extra})
+    if refused:
+        assert_one_clear_error(
+            result, f"Grafana (SM12X_GRAFANA_BIND) would listen on {bind}",
+            "SM12X_GRAFANA_ADMIN_PASSWORD",
+        )  # fmt: skip
+    else:
+        assert result.returncode == 0, result.stderr
