@@ -53,6 +53,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import gzip
+import hashlib
+import inspect
 import json
 import os
 import random
@@ -70,6 +73,7 @@ HERE = Path(__file__).resolve().parent
 # whose functions are compiled one by one (their modules import the serving stack).
 IMPORTED = (
     "sglang/srt/environ.py",
+    "sglang/srt/debug_utils/cuda_coredump.py",  # 0.5.17's environ imports it last
     "sglang/srt/speculative/ragged_verify.py",
     "sglang/kernels/ops/speculative/ragged_verify_kernels.py",
 )
@@ -90,16 +94,27 @@ COMPILED = {
         "verify_layout_graph_num_tokens_floor",
         "ragged_capture_num_tokens",
     ],
-    "sglang/srt/arg_groups/cuda_graph_hook.py": ["generate_decode_cuda_graph_batch_sizes"],
 }
+# The decode graph sizes: a function of its own in 0.5.23, a ServerArgs method in
+# 0.5.17 (the same body); the first that the tree holds is compiled as CAPTURE.
+CAPTURE_SOURCES = (
+    ("sglang/srt/arg_groups/cuda_graph_hook.py", "generate_decode_cuda_graph_batch_sizes"),
+    ("sglang/srt/server_args.py", "_generate_decode_cuda_graph_batch_sizes"),
+)
 PLAN_SOURCES = "sglang/kernels/jit/"
 
-# Geometry of the throughput recipes (DSPARK depth 7: 8 draft tokens per request;
-# --cuda-graph-max-bs-decode 64) and of DeepSeek-V4's pools.
+# Geometry of the largest compact recipe (rtx-pro-6000-tp4-throughput: DSPARK depth 7,
+# 8 draft tokens per request; --cuda-graph-max-bs-decode 64), the mixed-width
+# scenarios' rank; every compact recipe's own (recipes.json, written by prepare) sets
+# the tiers of the neighbour sweep. DeepSeek-V4's pools: the backend asserts
+# page_size == 256 and the pool keeps the SWA page equal to it (256-token logical
+# pages: deepseek_v4_memory_pool.py, linker_pool_assembler.py); the speculative rings
+# are get_compress_state_ring_size(ratio, any draft tokens): 16 for c4, 256 for c128.
 DRAFT_TOKENS = 8
-SWA_PAGE = {4: 128, 128: 256}
-SPEC_RING = {4: 16, 128: 256}  # get_compress_state_ring_size(ratio, 8 draft tokens)
+SWA_PAGE = {4: 256, 128: 256}
+SPEC_RING = {4: 16, 128: 256}
 MAX_TOKENS = 8192
+RECIPES = "recipes.json"
 
 
 def series_targets(version: str) -> list[str]:
@@ -125,7 +140,7 @@ def prepare(wheel: Path, out: Path) -> None:
     The packages above the imported modules are empty (sglang/__init__.py imports the
     serving stack)."""
     version = wheel.name.split("-")[1]
-    keep = {*IMPORTED, *COMPILED, *series_targets(version)}
+    keep = {*IMPORTED, *COMPILED, *(rel for rel, _ in CAPTURE_SOURCES), *series_targets(version)}
     for state in ("pristine", "patched"):
         tree = out / state
         with zipfile.ZipFile(wheel) as z:
@@ -158,7 +173,30 @@ def prepare(wheel: Path, out: Path) -> None:
             )
             if done.returncode != 0:
                 raise SystemExit(f"apply-patches failed on {tree}:\n{done.stderr}")
+    (out / RECIPES).write_text(json.dumps(recipe_geometry(), indent=1) + "\n")
     print(f"prepared {out}/pristine and {out}/patched from {wheel.name}")
+
+
+def recipe_geometry() -> dict[str, dict[str, int]]:
+    """Each compact recipe's rank: its largest decode graph (the lint's
+    largest_decode_graph: --cuda-graph-max-bs-decode clamped to the rank's requests)
+    and its verify width (DSPARK depth + 1). Read here by the project's own recipe
+    model, so the GPU machine needs none of it."""
+    sys.path.insert(0, str(HERE.parent))
+    from sm12x.recipe import load_recipe
+    from sm12x.recipe.lints import largest_decode_graph
+
+    out = {}
+    for path in sorted((HERE.parent / "recipes").glob("*.yaml")):
+        recipe = load_recipe(path, lint=False)
+        if recipe.dspark is not None and recipe.dspark.ragged_verify == "compact":
+            out[path.stem] = {
+                "max_bs": largest_decode_graph(recipe),
+                "draft": recipe.dspark.block_size + 1,
+            }
+    if not out:
+        raise SystemExit("no compact recipe under recipes/: nothing sets the tiers")
+    return out
 
 
 def compile_functions(tree: Path, namespace: dict[str, Any]) -> dict[str, Any]:
@@ -174,11 +212,30 @@ def compile_functions(tree: Path, namespace: dict[str, Any]) -> dict[str, Any]:
                 nodes.setdefault(node.name, node)
         missing = sorted(set(names) - set(nodes))
         if missing:
-            raise SystemExit(f"{rel}: no definition of {', '.join(missing)}: not sglang 0.5.23?")
+            raise SystemExit(
+                f"{rel}: no definition of {', '.join(missing)}: not sglang 0.5.17/0.5.23?"
+            )
         body = [ast.ImportFrom("__future__", [ast.alias("annotations")], 0), *nodes.values()]
         code = compile(ast.fix_missing_locations(ast.Module(body, [])), str(tree / rel), "exec")
         exec(code, namespace)
         found.update({name: namespace[name] for name in names})
+    for rel, name in CAPTURE_SOURCES:
+        if (tree / rel).is_file():
+            module = ast.parse((tree / rel).read_text(), filename=str(tree / rel))
+            node = next(
+                (n for n in ast.walk(module) if isinstance(n, ast.FunctionDef) and n.name == name),
+                None,
+            )
+            if node is None:
+                raise SystemExit(f"{rel}: no definition of {name}")
+            code = compile(
+                ast.fix_missing_locations(ast.Module([node], [])), str(tree / rel), "exec"
+            )
+            exec(code, namespace)
+            found["CAPTURE"] = namespace[name]
+            break
+    else:
+        raise SystemExit(f"{tree}: none of {[rel for rel, _ in CAPTURE_SOURCES]}")
     return found
 
 
@@ -228,36 +285,39 @@ def load_chain(trees: Path):
 
 @dataclass
 class Case:
+    """One batch on one ring and req_to_token state. path: "graph" (replay: the
+    runner's min(tier, max_bs) slots) or "eager" (bs = len(seq_lens)); tier: the
+    token bucket a DP neighbour or the SPS planner set (None: the batch's own floor);
+    max_bs and draft: the recipe's rank."""
+
     name: str
     ratio: int
     req_ring: bool
     stale: str
     seq_lens: list[int]
     widths: list[int]
+    path: str = "graph"
+    tier: int | None = None
+    recipe: str = "rtx-pro-6000-tp4-throughput"
+    max_bs: int = 64
+    draft: int = DRAFT_TOKENS
 
 
-def chain(
-    rv,
-    fns,
-    case: Case,
-    max_bs: int,
-    capture_bs: list[int],
-    dev: str = "cuda",
-    tier: int | None = None,
-    path: str = "graph",
-) -> dict:
+def chain(rv, fns, case: Case, dev: str = "cuda") -> dict:
     """Steps 1-2 of the module docstring: what the compress planner is handed. On
     "cpu" sglang's own torch implementations of the two kernels run instead of its
-    Triton ones (the CPU model tests/unit/test_full_rank_model.py checks).
+    Triton ones (the CPU model tests/patch/test_full_rank_compact.py checks).
 
-    tier: a tier the SPS planner or a DP neighbour set (any of the runner's token
-    buckets that holds the batch's rows); None: the batch's own floor, rounded up. path "eager": the verify replays no graph
-    and the backend pads the layout to bs = len(seq_lens) (no padding slot)."""
+    The runner's graph sizes and token buckets are the tree's own for the case's
+    max_bs and draft width. case.tier: a bucket the SPS planner (tier_num_tokens) or a
+    DP neighbour's larger batch set, any that holds the batch's rows; None: the
+    batch's own floor, rounded up. case.path "eager": the verify replays no graph and
+    the backend pads the layout to bs = len(seq_lens) (no padding slot)."""
     import torch
 
-    runner = types.SimpleNamespace(
-        max_bs=max_bs, captured_req_width=DRAFT_TOKENS, capture_bs=capture_bs
-    )
+    draft, max_bs = case.draft, case.max_bs
+    capture_bs = capture_sizes(fns, max_bs)
+    runner = types.SimpleNamespace(max_bs=max_bs, captured_req_width=draft, capture_bs=capture_bs)
     runner.capture_num_tokens = fns["_build_ragged_verify_token_buckets"](runner)
     runner.ragged_verify_mode = True
     model_runner = types.SimpleNamespace(decode_cuda_graph_runner=runner)
@@ -265,28 +325,24 @@ def chain(
     floor = fns["verify_layout_graph_num_tokens_floor"](
         num_reqs=n,
         ragged_verify_mode=rv.RaggedVerifyMode.COMPACT,
-        verify_num_draft_tokens=DRAFT_TOKENS,
+        verify_num_draft_tokens=draft,
         model_runner=model_runner,
     )
     own = rv.round_up_grid(floor, fns["ragged_capture_num_tokens"](model_runner=model_runner))
-    if tier is None:
-        tier = own
-    elif tier < sum(case.widths) or tier not in runner.capture_num_tokens:
-        # The DSPARK planner's own tier (verify_layout_graph_num_tokens_floor's
-        # tier_num_tokens: min(tier, requests x draft tokens)) can set any bucket that
-        # holds the batch's rows; a DP neighbour's larger batch any bucket above.
+    tier = own if case.tier is None else case.tier
+    if case.tier is not None and (tier < sum(case.widths) or tier not in runner.capture_num_tokens):
         raise ValueError(f"tier {tier}: not a bucket holding the batch's rows")
     layout = rv.RaggedVerifyLayout.from_verify_lens_device(
         verify_lens=torch.tensor(case.widths, dtype=torch.int32, device=dev), graph_num_tokens=tier
     )
-    slots = fns["_ragged_capture_slots"](runner, tier) if path == "graph" else n
+    slots = fns["_ragged_capture_slots"](runner, tier) if case.path == "graph" else n
     backend = types.SimpleNamespace(
         online_c128_mtp=types.SimpleNamespace(enabled=lambda: False),
         has_c128=True,
         needs_cpu_seq_lens=False,
-        speculative_num_draft_tokens=DRAFT_TOKENS,
-        extend_seq_lens_buffer=torch.zeros(max_bs, dtype=torch.int32, device=dev),
-        extend_start_loc_buffer=torch.zeros(max_bs, dtype=torch.int32, device=dev),
+        speculative_num_draft_tokens=draft,
+        extend_seq_lens_buffer=torch.zeros(max(max_bs, n), dtype=torch.int32, device=dev),
+        extend_start_loc_buffer=torch.zeros(max(max_bs, n), dtype=torch.int32, device=dev),
     )
     backend._make_target_verify_c128_metadata = types.MethodType(
         fns["_make_target_verify_c128_metadata"], backend
@@ -307,7 +363,11 @@ def chain(
     )
     # The backend's own next step.
     stand_in_attention(backend)
-    made = fns["make_forward_metadata_from_raw_verify"](backend, raw, graph_backed=True)
+    # 0.5.23's graph_backed only steers the indexer (the compressor's plan is always
+    # built for a graph-sized num_q); 0.5.17's method has no such argument.
+    make = fns["make_forward_metadata_from_raw_verify"]
+    extra = {"graph_backed": True} if "graph_backed" in inspect.signature(make).parameters else {}
+    made = make(backend, raw, **extra)
     handed = {}
     for ratio in (4, 128):
         _, r, kw = made[f"c{ratio}_compress_metadata"]
@@ -356,7 +416,7 @@ def tables(case: Case, handed: dict):
     n = len(case.widths)
     r2t = torch.zeros((n + 1, MAX_TOKENS), dtype=torch.int32)
     pos = torch.arange(MAX_TOKENS, dtype=torch.int32)
-    live_len = [s + DRAFT_TOKENS for s in case.seq_lens]
+    live_len = [s + case.draft for s in case.seq_lens]
     # Request in row r (1..n) owns full locations (r - 1) * MAX_TOKENS + SWA page + p.
     own = [(r - 1) * MAX_TOKENS + SWA_PAGE[4] + pos for r in range(1, n + 1)]
     for r in range(1, n + 1):
@@ -447,22 +507,31 @@ def analyse(case: Case, handed: dict, writes: list[tuple[int, int]], r2t, f2s) -
     }
 
 
-def cases(seeds: int, max_bs: int) -> list[tuple[str, int, list[int], list[int]]]:
+def cases(seeds: int, max_bs: int, draft: int) -> list[tuple[str, int, list[int], list[int]]]:
     """(scenario, seed, seq_lens, widths): a full rank (max_bs requests), one request
-    short of it (the recipe invariant), a light batch, each with widths 1..8 drawn
-    per request; plus every request at full width (no leftover) as a control."""
+    short of it, a light batch, each with widths 1..draft drawn per request; every
+    request at full width (no leftover) as a control; and a full rank whose last
+    request verifies 3 rows after requests one row short of full width: the tier
+    (max_bs x draft) leaves it max_bs + draft - 1 rows, well past the draft width (71
+    at max_bs 64, draft 8)."""
     out = []
     for scenario, count in (("full", max_bs), ("full-minus-one", max_bs - 1), ("light", 16)):
         for seed in range(seeds):
             rng = random.Random(1000 * count + seed)
             seqs = [rng.randrange(2 * 256, MAX_TOKENS - 1024) for _ in range(count)]
-            widths = [rng.randint(1, DRAFT_TOKENS) for _ in range(count)]
+            widths = [rng.randint(1, draft) for _ in range(count)]
             out.append((scenario, seed, seqs, widths))
     rng = random.Random(7)
-    out.append(("full-uniform", 0, [rng.randrange(512, 7000) for _ in range(max_bs)], [8] * max_bs))
-    # The issue's minimal case, as a full rank: one request of width 3 last.
     out.append(
-        ("full-last-width-3", 0, [3000 + 37 * i for i in range(max_bs)], [8] * (max_bs - 1) + [3])
+        ("full-uniform", 0, [rng.randrange(512, 7000) for _ in range(max_bs)], [draft] * max_bs)
+    )
+    out.append(
+        (
+            "full-last-width-3",
+            0,
+            [3000 + 37 * i for i in range(max_bs)],
+            [draft - 1] * (max_bs - 1) + [3],
+        )
     )
     return out
 
@@ -472,7 +541,93 @@ def capture_sizes(fns, max_bs: int) -> list[int]:
     resolved = types.SimpleNamespace(
         disable_cuda_graph_padding=False, speculative_algorithm="DSPARK"
     )
-    return fns["generate_decode_cuda_graph_batch_sizes"](resolved, max_bs)
+    return fns["CAPTURE"](resolved, max_bs)
+
+
+def buckets(fns, max_bs: int, draft: int) -> list[int]:
+    """The runner's token buckets (its verify tiers) for a recipe's rank."""
+    runner = types.SimpleNamespace(
+        max_bs=max_bs, captured_req_width=draft, capture_bs=capture_sizes(fns, max_bs)
+    )
+    return list(fns["_build_ragged_verify_token_buckets"](runner))
+
+
+def rings(tree: Path) -> list[tuple[int, bool]]:
+    """The rings a tree's planner has: c4 on shared SWA pages, c4 per request (0.5.23's
+    plan only), c128."""
+    sys.path.insert(0, str(HERE))
+    import dsv4_kernel_check as kc
+
+    per_request = kc.has_req_ring(tree)
+    return [(4, False), *([(4, True)] if per_request else []), (128, False)]
+
+
+def case_list(fns, seeds: int, recipes: dict, ring_list: list[tuple[int, bool]]) -> list[Case]:
+    """Every case the run covers, on both paths (graph replay and eager).
+
+    The mixed-width scenarios (cases()) on the largest compact recipe's rank, on every
+    ring and both req_to_token states. Then, for every compact recipe, its own tiers:
+    a full rank and one request, all of width 1, on every token bucket that holds the
+    batch (the tree's _build_ragged_verify_token_buckets over its decode graph sizes:
+    any of them the SPS planner or a DP neighbour's larger batch can set), on every
+    ring with reused rows (the state in which ghost rows can land on another
+    request's slots)."""
+    out = []
+    ref_name, ref = max(recipes.items(), key=lambda kv: (kv[1]["max_bs"] * kv[1]["draft"], kv[0]))
+    geometry = {"recipe": ref_name, "max_bs": ref["max_bs"], "draft": ref["draft"]}
+    for path in ("graph", "eager"):
+        for scenario, seed, seqs, widths in cases(seeds, ref["max_bs"], ref["draft"]):
+            for ratio, req_ring in ring_list:
+                for stale in ("fresh", "reused"):
+                    out.append(
+                        Case(
+                            f"{scenario}/{seed}",
+                            ratio,
+                            req_ring,
+                            stale,
+                            seqs,
+                            widths,
+                            path,
+                            **geometry,
+                        )
+                    )
+    for name, g in sorted(recipes.items()):
+        for count in (g["max_bs"], 1):
+            seqs = [3000 + 37 * i for i in range(count)]
+            for tier in buckets(fns, g["max_bs"], g["draft"]):
+                if tier < count:
+                    continue
+                for path in ("graph", "eager"):
+                    for ratio, req_ring in ring_list:
+                        out.append(
+                            Case(
+                                f"tiers-{name}/n{count}-t{tier}",
+                                ratio,
+                                req_ring,
+                                "reused",
+                                seqs,
+                                [1] * count,
+                                path,
+                                tier,
+                                name,
+                                g["max_bs"],
+                                g["draft"],
+                            )
+                        )
+    return out
+
+
+def load_recipes(trees: Path) -> dict:
+    path = trees / RECIPES
+    if not path.is_file():
+        raise SystemExit(f"{path}: missing; run `prepare` again (it writes the recipes' ranks)")
+    return json.loads(path.read_text())
+
+
+def writes_digest(writes: list) -> str:
+    """The write plan, sorted, as a SHA-256: the record keeps this, not the plan."""
+    text = json.dumps(sorted([int(r), int(loc)] for r, loc in writes))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def run(args) -> int:
@@ -482,13 +637,17 @@ def run(args) -> int:
     import dsv4_kernel_check as kc
 
     rv, by_state = load_chain(args.tree)
-    # c_plan.cuh is the same in both trees (the series changes store.cuh only there).
-    planner = kc.plan_module(args.tree / "pristine", args.build)
-    capture_bs = capture_sizes(by_state["pristine"], args.max_bs)
+    recipes = load_recipes(args.tree)
+    version = tree_version(args.tree / "pristine")
     results = []
     for state, fns in by_state.items():
-        for case in case_list(args.seeds, args.max_bs):
-            handed = chain(rv, fns, case, args.max_bs, capture_bs)
+        tree = args.tree / state
+        # One build per distinct c_plan.cuh (0.5.17's series patches it; 0.5.23's not).
+        source = kc.kernel_root(tree) / "csrc/deepseek_v4/c_plan.cuh"
+        digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
+        planner = kc.plan_module(tree, args.build / digest)
+        for case in case_list(fns, args.seeds, recipes, rings(tree)):
+            handed = chain(rv, fns, case)
             r2t, f2s = tables(case, handed)
             dev = "cuda"
             plan_c, plan_w = planner.plan_prefill(
@@ -508,51 +667,77 @@ def run(args) -> int:
             torch.cuda.synchronize()
             plan_w = torch.from_dlpack(plan_w).cpu().view(torch.int32).reshape(-1, 2)
             writes = [(rid, loc) for rid, loc in plan_w.tolist() if rid != -1]
+            analysis = analyse(case, handed, writes, r2t, f2s)
             results.append(
                 {
                     "state": state,
                     "case": vars(case),
                     "scenario": case.name.split("/")[0],
-                    **handed,
-                    "writes": writes,
-                    **analyse(case, handed, writes, r2t, f2s),
+                    **{k: v for k, v in handed.items() if k not in ("rows", "seqs")},
+                    "writes": len(writes),
+                    "writes_sha256": writes_digest(writes),
+                    **analysis,
                 }
             )
     meta = {
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
-        "sglang": next(iter((args.tree / "pristine").glob("sglang-*.dist-info")), Path("?")).name,
-        "max_bs": args.max_bs,
-        "capture_bs": capture_bs,
+        "sglang": version,
+        "recipes": recipes,
         "draft_tokens": DRAFT_TOKENS,
+        "swa_page": SWA_PAGE,
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"meta": meta, "cases": results}))
+    write_record(args.json, {"meta": meta, "cases": results})
     print(summary(meta, results))
     return 0
 
 
+def tree_version(tree: Path) -> str:
+    found = sorted(tree.glob("sglang-*.dist-info"))
+    if not found:
+        raise SystemExit(f"{tree}: no sglang-*.dist-info; run `prepare` again")
+    return found[0].name.split("-")[1].removesuffix(".dist")
+
+
+def write_record(path: Path, record: dict) -> None:
+    text = json.dumps(record, separators=(",", ":"))
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(text.encode(), mtime=0))
+    else:
+        path.write_text(text)
+
+
+def read_record(path: Path) -> dict:
+    data = path.read_bytes()
+    return json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
+
+
+def ring_name(case: dict) -> str:
+    if case["ratio"] == 128:
+        return "c128"
+    return "c4 per-request" if case["req_ring"] else "c4 shared"
+
+
 def summary(meta: dict, results: list[dict]) -> str:
-    """The run's table, one row per tree, scenario, ring and req_to_token state."""
+    """The run's table: one row per tree, scenario and path, over its rings and
+    req_to_token states (the JSON has every case)."""
     lines = [
-        f"{meta['gpu']}, torch {meta['torch']}, {meta['sglang']}, max_bs {meta['max_bs']}",
+        f"{meta['gpu']}, torch {meta['torch']}, sglang {meta['sglang']}",
         "",
-        "| tree | scenario | ring | req_to_token past the row | cases | last request's extend, max (layout / compressor) | needed rows missing | ghost rows over live slots (own / other request) | ghost rows in the padding sink | cases with another request's slot overwritten |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| tree | scenario | path | cases | last request's extend, max (layout / compressor) | needed rows missing | ghost rows over live slots (own / other request) | ghost rows in the padding sink | cases with another request's slot overwritten |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     groups: dict[tuple, list[dict]] = {}
     for r in results:
-        c = r["case"]
-        ring = "c128" if c["ratio"] == 128 else ("c4 per-request" if c["req_ring"] else "c4 shared")
-        groups.setdefault((r["state"], r["scenario"], ring, c["stale"]), []).append(r)
-    for (state, scenario, ring, stale), rows in groups.items():
-        n = len(rows[0]["case"]["widths"])
-        layout = max(r["layout_extends"][n - 1] for r in rows)
-        handed = max(r["extends"][n - 1] for r in rows)
+        groups.setdefault((r["state"], r["scenario"], r["case"]["path"]), []).append(r)
+    for (state, scenario, path), rows in groups.items():
+        layout = max(r["layout_extends"][len(r["case"]["widths"]) - 1] for r in rows)
+        handed = max(r["extends"][len(r["case"]["widths"]) - 1] for r in rows)
         own = sum(r["ghost_writes"]["own"] for r in rows)
         other = sum(r["ghost_writes"]["other"] for r in rows)
         lines.append(
-            f"| {state} | {scenario} | {ring} | {stale} | {len(rows)} | {layout} / {handed} | "
+            f"| {state} | {scenario} | {path} | {len(rows)} | {layout} / {handed} | "
             f"{sum(r['missing_needed'] for r in rows)} | {own} / {other} | "
             f"{sum(r['ghost_writes']['padding'] for r in rows)} | "
             f"{sum(1 for r in rows if r['ghost_writes']['other'])} |"
@@ -560,52 +745,51 @@ def summary(meta: dict, results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-RECORD = HERE.parent / "docs/benchmarks/dsv4-full-rank-h200/full-rank-h200.json"
+RECORD_DIR = HERE.parent / "docs/benchmarks/dsv4-full-rank-h200"
+RECORDS = {v: RECORD_DIR / f"full-rank-{v}.json.gz" for v in ("0.5.17", "0.5.23")}
 DOC = HERE.parent / "docs/benchmarks.md"
 BEGIN = "<!-- full-rank-table: generated by `python -m tools.regen` from the record; edit that -->"
 END = "<!-- /full-rank-table -->"
 
 
-def doc_block(record: dict) -> str:
-    """docs/benchmarks.md's counts and table for a run's JSON: the batches (distinct
-    scenario and seed), the cases per tree, and summary()'s table."""
-    cases = record["cases"]
-    trees = sorted({c["state"] for c in cases})
-    batches = len({c["case"]["name"] for c in cases})
-    per_tree = {t: sum(1 for c in cases if c["state"] == t) for t in trees}
-    if len(set(per_tree.values())) != 1:
-        raise ValueError(f"{RECORD}: the trees ran different cases: {per_tree}")
-    rows = summary(record["meta"], cases).splitlines()[2:]
-    return "\n".join(
-        [
-            BEGIN,
-            f"The record holds {batches} batches, {per_tree[trees[0]]} cases per tree "
-            f"({len(cases)} in all; max_bs {record['meta']['max_bs']}, "
-            f"{record['meta']['draft_tokens']} draft tokens).",
+def doc_block(records: dict[str, dict]) -> str:
+    """docs/benchmarks.md's counts and tables for each track's run: the batches
+    (distinct scenario, seed and tier), the cases per tree and path, and summary()'s
+    table."""
+    out = [BEGIN]
+    for version, record in sorted(records.items()):
+        cases = record["cases"]
+        meta = record["meta"]
+        trees = sorted({c["state"] for c in cases})
+        per_tree = {t: sum(1 for c in cases if c["state"] == t) for t in trees}
+        if len(set(per_tree.values())) != 1:
+            raise ValueError(f"{RECORDS[version]}: the trees ran different cases: {per_tree}")
+        mixed = {c["case"]["name"] for c in cases if not c["scenario"].startswith("tiers-")}
+        tiers = {c["case"]["name"] for c in cases if c["scenario"].startswith("tiers-")}
+        paths = sorted({c["case"]["path"] for c in cases})
+        ranks = ", ".join(
+            f"{name} {g['max_bs']} x {g['draft']}" for name, g in sorted(meta["recipes"].items())
+        )
+        out += [
             "",
-            *rows,
-            END,
+            f"sglang {version} ({meta['gpu']}): {len(mixed)} mixed-width batches and "
+            f"{len(tiers)} tier batches, {per_tree[trees[0]]} cases per tree on the "
+            f"{' and '.join(paths)} paths ({len(cases)} in all). Ranks (largest decode "
+            f"graph x verify width): {ranks}.",
+            "",
+            *summary(meta, cases).splitlines()[2:],
         ]
-    )
+    return "\n".join([*out, END])
 
 
-def replace_doc_block(text: str, record: dict | None = None) -> str:
-    """text with its full-rank block regenerated from the record."""
+def replace_doc_block(text: str, records: dict[str, dict] | None = None) -> str:
+    """text with its full-rank block regenerated from the records."""
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
         raise ValueError(f"{DOC} has no {BEGIN!r} ... {END!r} block")
-    record = record if record is not None else json.loads(RECORD.read_text())
-    return text[:start] + doc_block(record) + text[end + len(END) :]
-
-
-def case_list(seeds: int, max_bs: int) -> list[Case]:
-    """Every case the run covers: each scenario on each ring and req_to_token state."""
-    out = []
-    for scenario, seed, seqs, widths in cases(seeds, max_bs):
-        for ratio, req_ring in ((4, False), (4, True), (128, False)):
-            for stale in ("fresh", "reused"):
-                out.append(Case(f"{scenario}/{seed}", ratio, req_ring, stale, seqs, widths))
-    return out
+    if records is None:
+        records = {v: read_record(p) for v, p in RECORDS.items()}
+    return text[:start] + doc_block(records) + text[end + len(END) :]
 
 
 def chain_cpu(args) -> int:
@@ -615,59 +799,31 @@ def chain_cpu(args) -> int:
     import torch
 
     rv, by_state = load_chain(args.tree)
-    capture_bs = capture_sizes(by_state["pristine"], args.max_bs)
+    recipes = load_recipes(args.tree)
     out = []
-    if args.neighbour:
-        print(json.dumps(neighbour_tiers(rv, by_state, args.max_bs, capture_bs)))
-        return 0
     with torch.inference_mode():
         for state, fns in by_state.items():
-            for case in case_list(args.seeds, args.max_bs):
-                handed = chain(rv, fns, case, args.max_bs, capture_bs, dev="cpu")
+            for case in case_list(fns, args.seeds, recipes, rings(args.tree / state)):
+                handed = chain(rv, fns, case, dev="cpu")
                 out.append({"state": state, "case": vars(case), **handed})
-    print(json.dumps({"max_bs": args.max_bs, "capture_bs": capture_bs, "cases": out}))
-    return 0
-
-
-def neighbour_tiers(rv, by_state, max_bs: int, capture_bs: list[int]) -> dict:
-    """Every tier of the runner's token buckets, as a DP neighbour can set it, on both
-    paths: a full rank of width-1 requests, one request and 16 requests of width 1, in
-    both trees; what the layout and the compressor give the last request."""
-    import torch
-
-    fns = by_state["pristine"]
-    runner = types.SimpleNamespace(
-        max_bs=max_bs, captured_req_width=DRAFT_TOKENS, capture_bs=capture_bs
+    capture = {
+        name: capture_sizes(by_state["pristine"], g["max_bs"]) for name, g in recipes.items()
+    }
+    tiers = {
+        name: buckets(by_state["pristine"], g["max_bs"], g["draft"]) for name, g in recipes.items()
+    }
+    print(
+        json.dumps(
+            {
+                "sglang": tree_version(args.tree / "pristine"),
+                "recipes": recipes,
+                "capture_bs": capture,
+                "buckets": tiers,
+                "cases": out,
+            }
+        )
     )
-    buckets = fns["_build_ragged_verify_token_buckets"](runner)
-    out = []
-    with torch.inference_mode():
-        for count in (max_bs, 16, 1):
-            case = Case(
-                f"n{count}", 4, False, "fresh", [3000 + 37 * i for i in range(count)], [1] * count
-            )
-            for tier in buckets:
-                for path in ("graph", "eager"):
-                    for state, state_fns in by_state.items():
-                        try:
-                            handed = chain(
-                                rv, state_fns, case, max_bs, capture_bs, "cpu", tier, path
-                            )
-                        except ValueError:  # the tier cannot hold the batch
-                            continue
-                        out.append(
-                            {
-                                "state": state,
-                                "path": path,
-                                "requests": count,
-                                "tier": tier,
-                                "slots": handed["slots"],
-                                "last_layout": handed["layout_extends"][count - 1],
-                                "last_compressor": handed["extends"][count - 1],
-                                "max_compressor": max(handed["extends"]),
-                            }
-                        )
-    return {"buckets": buckets, "capture_bs": capture_bs, "max_bs": max_bs, "cases": out}
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -678,22 +834,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out", type=Path)
     r = sub.add_parser("run", help="run the chain and the planner on the GPU")
     r.add_argument("--tree", type=Path, required=True)
-    r.add_argument("--json", type=Path, required=True)
+    r.add_argument("--json", type=Path, required=True, help="the record (.json or .json.gz)")
     r.add_argument("--build", type=Path, default=Path("/tmp/sm12x-full-rank-build"))
-    r.add_argument("--seeds", type=int, default=8)
-    r.add_argument("--max-bs", type=int, default=64)
+    r.add_argument("--seeds", type=int, default=6)
     c = sub.add_parser("chain-cpu", help="steps 1-2 of every case on the CPU, as JSON")
     c.add_argument("--tree", type=Path, required=True)
     c.add_argument("--seeds", type=int, default=6)
-    c.add_argument("--max-bs", type=int, default=64)
-    c.add_argument(
-        "--neighbour",
-        action="store_true",
-        help="every token bucket as a DP neighbour's tier, graph and eager paths",
-    )
     args = parser.parse_args(argv)
     if hasattr(args, "tree"):
         args.tree = args.tree.resolve()  # the JIT build #includes the sources by path
+        if not (args.tree / "pristine").is_dir():
+            raise SystemExit(f"{args.tree}: no pristine/ tree; run `prepare WHEEL {args.tree}`")
     if args.command == "chain-cpu":
         return chain_cpu(args)
     if args.command == "prepare":

@@ -373,7 +373,9 @@ def _compact_full_rank(recipe: Recipe) -> Iterator[Finding]:
     """Compact ragged verify at a DP rank that holds as many requests as its largest
     decode graph: the last request is handed the graph tier's leftover rows.
 
-    Read in sglang 0.5.23. A compact verify replays a token-keyed graph: its tier is
+    Read in sglang 0.5.23; 0.5.17 pads the same way (benchmarks/dsv4_full_rank_check.py
+    runs both trees' own chains, on graph replay and eager, at every tier each
+    compact recipe's rank can be set to). A compact verify replays a token-keyed graph: its tier is
     graph_num_tokens, at least num_reqs x (gamma + 1) (dspark_planner.py
     verify_layout_graph_num_tokens_floor) rounded up to a captured tier, and its slots
     are min(graph_num_tokens, max_bs) (decode_cuda_graph_runner.py
@@ -389,7 +391,10 @@ def _compact_full_rank(recipe: Recipe) -> Iterator[Finding]:
     1, so graph_num_tokens >= 2n >= n + 1, and the slots min(graph_num_tokens, max_bs)
     >= n + 1. With n == max_bs there is none (slots = max_bs = n), and the leftover is
     positive whenever a request verifies fewer than gamma + 1 rows (more than max_bs
-    requests cannot replay a graph: ragged_layout_exceeds_captured_grid).
+    requests cannot replay a graph: ragged_layout_exceeds_captured_grid). That holds at
+    every tier above the batch's rows, not only the top one: the SPS planner's own
+    tier or a larger one a DP neighbour's batch sets (64 width-1 requests on tier 80:
+    17 rows to the last).
 
     That is graph replay. The eager path (a verify that replays no graph, its tier set
     by a DP neighbour's batch through the MLP sync) pads with bs = len(seq_lens): it

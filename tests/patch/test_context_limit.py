@@ -37,6 +37,8 @@ DRAFT = 8
 # tests/unit/test_lints.py holds it). Graph: a full rank of width-1 requests on the
 # largest tier; eager: one width-1 request on the same tier (a neighbour's).
 MAX_BS = 64
+PAGE = 256  # the backend's page_size (asserted): the page table's column width
+ALIGNED = 4 * PAGE - 4 - DRAFT  # a context whose request row ends on a page boundary
 
 
 def cases() -> list[dict]:
@@ -52,9 +54,13 @@ def cases() -> list[dict]:
         "ctx": CONTEXT,
     }
     eager = {**graph, "path": "eager", "widths": [1], "seq_lens": [last]}
-    # The c4 boundary: one request at exactly P = ctx + 4 with its full verify.
+    # The c4 boundary: one request at exactly P = ctx + 4 with its full verify, on a
+    # tier a neighbour sets (twice its rows). At CONTEXT the row (1,036) ends inside a
+    # page; at ALIGNED it ends on a page boundary (1,012 + 4 + 8 = 4 x 256), where the
+    # leftover rows' c4 lengths need one page-table column more than the row holds.
     boundary = {**eager, "widths": [DRAFT], "tier": 2 * DRAFT}
-    return [graph, eager, boundary]
+    aligned = {**boundary, "ctx": ALIGNED, "seq_lens": [ALIGNED + 4]}
+    return [graph, eager, boundary, aligned]
 
 
 @pytest.fixture(scope="module")
@@ -129,23 +135,39 @@ def test_patched_padding_rows_stay_in_their_row_and_real_rows_are_unchanged(prob
 @pytest.mark.parametrize("version", ["0.5.17", "0.5.23"])
 def test_the_c4_indexer_boundary_on_the_eager_path(probed, version):
     """One request at exactly P = context + 4 with its full verify on the eager path:
-    its real rows end at the row's last column and their c4 lengths ask for no page
-    column the table lacks, on either tree. Its padding rows (the tier's leftover)
-    ask for more pristine, not patched."""
+    its real rows end at the row's last column and their c4 lengths (the indexer's
+    compressed lengths, 64 to a page-table column) ask for no column the table lacks,
+    on either tree. Its padding rows (the tier's leftover) run 8 rows past the row
+    pristine: where the row ends on a page boundary they need one column more than
+    the row's page table holds (the indexer would read past the row); patched (0025)
+    they stop at the row's end."""
     for patched in (False, True):
-        (run,) = [
-            r for r in probed[version, patched] if r["case"]["tier"] == 2 * DRAFT and not r["clean"]
-        ]
-        real = [i for i, r in enumerate(run["real"]) if r]
-        padding = [i for i, r in enumerate(run["real"]) if not r]
-        assert padding and len(real) == DRAFT
-        assert max(run["seq_lens_casual"][i] for i in real) == run["row_width"]
-        assert max(run["c4_columns"][i] for i in real) <= run["page_table_columns"]
+        found = {
+            r["case"]["ctx"]: r
+            for r in probed[version, patched]
+            if r["case"]["tier"] == 2 * DRAFT and not r["clean"]
+        }
+        assert sorted(found) == [ALIGNED, CONTEXT]
+        for ctx, run in found.items():
+            real = [i for i, r in enumerate(run["real"]) if r]
+            padding = [i for i, r in enumerate(run["real"]) if not r]
+            assert padding and len(real) == DRAFT
+            assert run["row_width"] == ctx + 4 + DRAFT
+            assert run["page_table_columns"] == -(-run["row_width"] // PAGE)
+            assert max(run["seq_lens_casual"][i] for i in real) == run["row_width"]
+            assert max(run["c4_columns"][i] for i in real) <= run["page_table_columns"]
+            if patched:
+                assert max(run["c4_columns"]) <= run["page_table_columns"]
+                assert past_row(run) == []
+            else:
+                assert past_row(run), "pristine: the leftover reads past the row"
+        aligned = found[ALIGNED]
+        over = [i for i, c in enumerate(aligned["c4_columns"]) if c > aligned["page_table_columns"]]
         if patched:
-            assert max(run["c4_columns"]) <= run["page_table_columns"]
-            assert past_row(run) == []
+            assert over == []
         else:
-            assert past_row(run), "pristine: the leftover reads past the row"
+            assert max(aligned["c4_columns"]) == aligned["page_table_columns"] + 1
+            assert over and not any(aligned["real"][i] for i in over)
 
 
 def test_the_cases_take_the_largest_tier_of_the_compact_recipes():

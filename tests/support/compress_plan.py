@@ -44,6 +44,9 @@ class Geometry:
     ratio: int
     ring: int
     req_ring: bool = False
+    # The SWA page the pool keeps, where it is not the kernel harness's SWA_PAGE (the
+    # full-rank chain models the served pool's 256).
+    page: int | None = None
 
     @property
     def overlap(self) -> bool:
@@ -55,7 +58,7 @@ class Geometry:
 
     @property
     def swa_page(self) -> int:
-        return SWA_PAGE[self.ratio]
+        return self.page if self.page is not None else SWA_PAGE[self.ratio]
 
 
 def boundary(g: Geometry, seq_len: int) -> int:

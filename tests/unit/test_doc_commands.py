@@ -191,18 +191,19 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
         "same script"
     ),
     "benchmarks/dsv4_compact_check.sh --v41 .devtrees out": NotHere("needs a CUDA GPU and nvcc"),
-    "python benchmarks/dsv4_full_rank_check.py prepare .cache/wheels/sglang-0.5.23-*.whl "
-    ".devtrees/full-rank": NotHere(
-        GPU_BENCH + "; tests/patch/test_full_rank_compact.py runs the same prepare on the wheel"
-    ),
-    "python benchmarks/dsv4_full_rank_check.py run --tree .devtrees/full-rank --json "
-    "out/full-rank-h200.json --seeds 6": NotHere("needs a CUDA GPU and nvcc"),
-    "python benchmarks/dsv4_full_rank_check.py chain-cpu --tree .devtrees/full-rank --seeds 6": NotHere(
-        "needs the prepared tree; tests/patch/test_full_rank_compact.py runs it on one it "
-        "prepares (wheels tier)"
-    ),
-    "python benchmarks/dsv4_full_rank_check.py chain-cpu --tree .devtrees/full-rank "
-    "--neighbour": NotHere(
+    **{
+        f"python benchmarks/dsv4_full_rank_check.py prepare .cache/wheels/sglang-{v}-*.whl "
+        f".devtrees/full-rank/{v}": NotHere(
+            GPU_BENCH + "; tests/patch/test_full_rank_compact.py runs the same prepare on the wheel"
+        )
+        for v in ("0.5.17", "0.5.23")
+    },
+    **{
+        f"python benchmarks/dsv4_full_rank_check.py run --tree .devtrees/full-rank/{v} --json "
+        f"out/full-rank-{v}.json.gz": NotHere("needs a CUDA GPU and nvcc")
+        for v in ("0.5.17", "0.5.23")
+    },
+    "python benchmarks/dsv4_full_rank_check.py chain-cpu --tree .devtrees/full-rank/0.5.23": NotHere(
         "needs the prepared tree; tests/patch/test_full_rank_compact.py runs it on one it "
         "prepares (wheels tier)"
     ),
