@@ -35,10 +35,10 @@ from sm12x.launch.render import (
     build_launch,
 )
 from sm12x.recipe import Recipe, load_all, load_recipe, warnings_for
-from sm12x.recipe.lints import home_track, track_refusal
+from sm12x.recipe.tracks import chosen_track, installed_fix, track_refusal
 from sm12x.settings import Loaded
 from sm12x.sglang_parser import parser_for
-from sm12x.versions import load_versions, track_of_sglang
+from sm12x.versions import load_versions
 
 AUTO = "auto"
 
@@ -59,14 +59,12 @@ def select_recipe(
 
 def following(loaded: Loaded, recipe: Recipe) -> Loaded:
     """The settings with the recipe's own track where SM12X_TRACK does not say one
-    (sm12x.recipe.lints.home_track): a recipe that runs only on the current
+    (sm12x.recipe.tracks.chosen_track): a recipe that runs only on the current
     track is rendered and judged for it, as its compose profile and manifest run it."""
-    if loaded.settings.track is not None:
+    track = chosen_track(recipe, loaded.settings.track)
+    if track == loaded.settings.track_name:
         return loaded
-    home = home_track(recipe)
-    if home == loaded.settings.track_name:
-        return loaded
-    return replace(loaded, settings=loaded.settings.model_copy(update={"track": home}))
+    return replace(loaded, settings=loaded.settings.model_copy(update={"track": track}))
 
 
 def refuse_track(recipe: Recipe, loaded: Loaded) -> None:
@@ -304,15 +302,7 @@ def check_track(loaded: Loaded, dry_run: bool, recipe: Recipe | None = None) -> 
         )
         return
     if have != want:
-        other = track_of_sglang(have)
-        if other and (recipe is None or track_refusal(recipe, other) is None):
-            fix = f"set SM12X_TRACK={other}"
-        elif other:
-            # That image's track cannot run the recipe (an SM12X_IMAGE of the
-            # pinned track under a current-only profile): the image must change.
-            fix = f"point SM12X_IMAGE at the {track} track's image (or unset it)"
-        else:
-            fix = f"install sglang {want}"
+        fix = installed_fix(recipe, track, have)
         message = (
             f"SM12X_TRACK={track} (from {loaded.origin('track')}) serves sglang {want}, "
             f"but this Python has sglang {have}: run the {track} track's image "

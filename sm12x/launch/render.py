@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from sm12x import launch_env as environment
 from sm12x.errors import UserError
-from sm12x.recipe.lints import home_track
 from sm12x.recipe.model import Recipe
+from sm12x.recipe.tracks import chosen_track
 from sm12x.settings import Loaded
 from sm12x.sps_tables import relative_path
 
@@ -285,16 +285,10 @@ PROFILING_MODES = {
 }
 
 
-def track_for(recipe: Recipe) -> str:
-    """The track a render without SM12X_TRACK is for: the recipe's own
-    (sm12x.recipe.lints.home_track)."""
-    return home_track(recipe)
-
-
 def tuned_table_path(recipe: Recipe, ctx: LaunchContext) -> Value:
     """Where `sm12x tune` stores this recipe's table for the context's track
     (sm12x.sps_tables): under SM12X_CACHE_DIR, a placeholder when it is unset."""
-    relative = relative_path(recipe, ctx.track or track_for(recipe))
+    relative = relative_path(recipe, chosen_track(recipe, ctx.track))
     if ctx.cache_dir:
         return f"{ctx.cache_dir.rstrip('/')}/{relative}"
     return EnvRef("SM12X_CACHE_DIR", f"/{relative}")

@@ -49,6 +49,7 @@ from sm12x.fields import NonNegativeFloat, PositiveFloat, PositiveFraction, opti
 from sm12x.launch import configuration, gpus
 from sm12x.launch.main import AUTO, following, select_recipe
 from sm12x.recipe import Recipe
+from sm12x.recipe.tracks import track_refusal
 from sm12x.settings import Loaded
 from sm12x.tune import probe, proof
 from sm12x.tune.profiler import (
@@ -211,7 +212,7 @@ def tuned_recipe(loaded: Loaded, err: Console) -> tuple[Recipe, Loaded]:
             )
         recipe = found[0]
     loaded = following(loaded, recipe)
-    problem = configuration.track_problem(recipe, loaded.settings.track_name)
+    problem = track_refusal(recipe, loaded.settings.track_name)
     if problem:
         raise UserError(problem)  # it ends with the one setting that fixes it
     return recipe, loaded

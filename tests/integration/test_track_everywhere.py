@@ -23,7 +23,7 @@ import yaml
 from sm12x.deploy import k8s
 from sm12x.deploy.compose import profiles
 from sm12x.recipe import load_all
-from sm12x.recipe.lints import recipe_tracks
+from sm12x.recipe.tracks import recipe_tracks
 from sm12x.versions import load_versions, tracks
 from tests.support.cli import assert_one_clear_error, fresh_imports, run_sm12x
 from tests.support.compose import ROOT, config
@@ -82,10 +82,10 @@ def with_its_table(recipe, cache: Path) -> dict[str, str]:
     from sm12x import sps_tables as store
     from sm12x.launch import main as launch_main
     from sm12x.launch.configuration import reads_tuned_table
-    from sm12x.launch.render import track_for
+    from sm12x.recipe.tracks import home_track
 
     if reads_tuned_table(recipe):
-        track = track_for(recipe)
+        track = home_track(recipe)
         # As a fresh process sees it (the launch is one): a module before this
         # one in the worker (test_tune's wheel trees) must not change the key.
         with fresh_imports(ROOT):

@@ -288,11 +288,11 @@ def test_the_table_key_counts_dp_attention_ranks_in_either_spelling():
 
 
 def test_a_render_without_a_track_names_the_recipe_s_own_track():
-    from sm12x.launch.render import track_for
     from sm12x.recipe import load_recipe
+    from sm12x.recipe.tracks import home_track
 
-    assert track_for(load_recipe("rtx-pro-6000-tp4-throughput")) == "current"
-    assert track_for(load_recipe("rtx-pro-6000-tp4")) == default_track()
+    assert home_track(load_recipe("rtx-pro-6000-tp4-throughput")) == "current"
+    assert home_track(load_recipe("rtx-pro-6000-tp4")) == default_track()
 
 
 def test_render_refuses_a_throughput_recipe_without_its_table_as_the_launch_does(

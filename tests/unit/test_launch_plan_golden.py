@@ -26,7 +26,7 @@ from sm12x.errors import UserError
 from sm12x.launch import main as launch_main
 from sm12x.launch.render import LaunchContext, build_launch
 from sm12x.recipe import load_all
-from sm12x.recipe.lints import recipe_tracks
+from sm12x.recipe.tracks import recipe_tracks
 from sm12x.versions import load_versions, tracks
 from tests.support.cli import run_sm12x
 from tools.golden import context as compose_context

@@ -21,8 +21,8 @@ from sm12x.recipe.lints import (
     FEATURE_SINCE,
     RETIRED_ENV,
     _release,
-    recipe_tracks,
 )
+from sm12x.recipe.tracks import recipe_tracks
 from sm12x.versions import load_versions
 from tests.support.sglang_cli import env_vars, server_flags
 from tools import golden
