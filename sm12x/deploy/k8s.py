@@ -12,7 +12,7 @@
 
 Launch arguments are not written here. Like every compose service, each pod
 runs the image's `sm12x launch` with SM12X_RECIPE=<name>, which renders the sglang
-command from the recipe inside the container (sm12x.launch.render.build_launch).
+command from the recipe inside the container (sm12x.launch.plan).
 So a manifest cannot drift from the recipe the image carries, and a recipe
 change needs a new image, not new manifests. What Kubernetes itself must know
 is taken from the recipe here: GPUs per node, node count, CPU architecture,

@@ -245,7 +245,8 @@ def _profiled(args: argparse.Namespace):
     sglang resolves the recipe's flags (sm12x.recipe.derived: the DP ranks, one
     rank's request pool, the largest decode graph a rank replays)."""
     from sm12x.launch import configuration
-    from sm12x.launch.render import LaunchContext, build_launch
+    from sm12x.launch.plan import build_launch
+    from sm12x.launch.render import LaunchContext
     from sm12x.mock.sps import SpsConfig
     from sm12x.recipe import RecipeError, load_recipe
     from sm12x.recipe.derived import largest_decode_graph, per_rank_requests

@@ -80,7 +80,7 @@ def with_its_table(recipe, cache: Path) -> dict[str, str]:
     looks it up."""
     from sm12x import __version__
     from sm12x import sps_tables as store
-    from sm12x.launch import main as launch_main
+    from sm12x.launch import choice as launch_choice
     from sm12x.launch.configuration import reads_tuned_table
     from sm12x.recipe.tracks import home_track
 
@@ -89,10 +89,10 @@ def with_its_table(recipe, cache: Path) -> dict[str, str]:
         # As a fresh process sees it (the launch is one): a module before this
         # one in the worker (test_tune's wheel trees) must not change the key.
         with fresh_imports(ROOT):
-            installed = launch_main.installed_sglang()
+            installed = launch_choice.installed_sglang()
         sglang = installed or load_versions(track)["SGLANG_VERSION"]
         key = store.key_for(
-            recipe, track=track, sglang=sglang, sm12x=__version__, gpu=launch_main.gpu_name()
+            recipe, track=track, sglang=sglang, sm12x=__version__, gpu=launch_choice.gpu_name()
         )
         # The additive table `sm12x tune` makes (sglang's dspark_sps.py reads it).
         additive = {"bias_seconds": 0.012, "bs_probes": [1, 8], "alpha_seconds": [0.0, 0.001],

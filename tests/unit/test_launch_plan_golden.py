@@ -23,8 +23,10 @@ import pytest
 
 from sm12x.deploy import k8s
 from sm12x.errors import UserError
+from sm12x.launch import choice as launch_choice
 from sm12x.launch import main as launch_main
-from sm12x.launch.render import LaunchContext, build_launch
+from sm12x.launch.plan import build_launch
+from sm12x.launch.render import LaunchContext
 from sm12x.recipe import load_all
 from sm12x.recipe.tracks import recipe_tracks
 from sm12x.versions import load_versions, tracks
@@ -71,10 +73,10 @@ def _cli(*args: str, env: dict[str, str]) -> dict:
 def _exec(monkeypatch, environ: dict[str, str], *argv: str) -> list:
     calls: list = []
     monkeypatch.setattr(os, "execvpe", lambda f, a, e: calls.append([f, list(a), dict(e)]))
-    monkeypatch.setattr(launch_main.gpus, "query_gpus", _no_gpus)
+    monkeypatch.setattr(launch_choice.gpus, "query_gpus", _no_gpus)
     track = environ["SM12X_TRACK"]
     monkeypatch.setattr(
-        launch_main, "installed_sglang", lambda: load_versions(track)["SGLANG_VERSION"]
+        launch_choice, "installed_sglang", lambda: load_versions(track)["SGLANG_VERSION"]
     )
     parser = argparse.ArgumentParser()
     launch_main.add_arguments(parser)
@@ -93,7 +95,7 @@ def _exec(monkeypatch, environ: dict[str, str], *argv: str) -> list:
 
 
 def _no_gpus(*_):
-    raise launch_main.gpus.GpuQueryError("no nvidia-smi in the golden")
+    raise launch_choice.gpus.GpuQueryError("no nvidia-smi in the golden")
 
 
 def capture(monkeypatch) -> dict:

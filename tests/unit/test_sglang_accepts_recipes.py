@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from sm12x.launch.render import EnvRef, build_launch
+from sm12x.launch.plan import build_launch
+from sm12x.launch.render import EnvRef
 from sm12x.mock import wheels
 from sm12x.recipe import load_all
 from sm12x.recipe.lints import (
