@@ -184,7 +184,7 @@ def recipe_geometry() -> dict[str, dict[str, int]]:
     model, so the GPU machine needs none of it."""
     sys.path.insert(0, str(HERE.parent))
     from sm12x.recipe import load_recipe
-    from sm12x.recipe.lints import largest_decode_graph
+    from sm12x.recipe.derived import largest_decode_graph
 
     out = {}
     for path in sorted((HERE.parent / "recipes").glob("*.yaml")):

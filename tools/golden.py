@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sm12x.launch.render import LaunchContext, build_launch
+from sm12x.launch.plan import build_launch
+from sm12x.launch.render import LaunchContext
 from sm12x.recipe import Recipe, load_all
 
 ROOT = Path(__file__).resolve().parents[1]

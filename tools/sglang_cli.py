@@ -325,12 +325,12 @@ _PARSE = """
 import json, sys
 from sm12x.selftest.env import stub_torchvision
 stub_torchvision()
-from sm12x.launch.judge import _suppressing
+from sm12x.launch.judge import recording
 from sm12x.sglang_parser import ParserError, real_parser
 out = []
 for tokens in json.loads(sys.argv[1]):
     try:
-        out.append({"set": vars(_suppressing(real_parser()).parse_args(tokens))})
+        out.append({"set": vars(recording(real_parser()).parse_args(tokens))})
     except ParserError as exc:
         out.append({"error": str(exc)})
 print(json.dumps(out, default=repr))

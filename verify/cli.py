@@ -294,7 +294,7 @@ def _full_load(args) -> fullload.FullLoad | None:
     if args.full_load_concurrency:
         streams, source = args.full_load_concurrency, "--full-load-concurrency"
     if recipe is not None:
-        from sm12x.recipe.lints import attention_dp, dp_size
+        from sm12x.recipe.derived import attention_dp, dp_size
 
         dp = max(dp_size(recipe), attention_dp(recipe))
         flag = recipe.flag_value("--max-running-requests")

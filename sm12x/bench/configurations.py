@@ -38,7 +38,7 @@ from sm12x.bench.result import BenchResult
 from sm12x.errors import UserError
 from sm12x.launch.configuration import configurations
 from sm12x.recipe import Recipe, load_recipe
-from sm12x.recipe.lints import track_refusal
+from sm12x.recipe.tracks import track_refusal
 from sm12x.settings import Loaded
 
 KINDS = ("baseline", "throughput")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sm12x.deploy.compose import AUTO, profiles
 from sm12x.recipe import Recipe
-from sm12x.recipe.lints import home_track, recipe_tracks
+from sm12x.recipe.tracks import home_track, recipe_tracks
 from sm12x.settings.model import DEFAULT_PORT
 from sm12x.versions import default_track, read_versions, tracks
 

@@ -12,7 +12,7 @@
 
 Launch arguments are not written here. Like every compose service, each pod
 runs the image's `sm12x launch` with SM12X_RECIPE=<name>, which renders the sglang
-command from the recipe inside the container (sm12x.launch.render.build_launch).
+command from the recipe inside the container (sm12x.launch.plan).
 So a manifest cannot drift from the recipe the image carries, and a recipe
 change needs a new image, not new manifests. What Kubernetes itself must know
 is taken from the recipe here: GPUs per node, node count, CPU architecture,
@@ -53,7 +53,7 @@ from sm12x.deploy.router import DEFAULT_METRICS_PORT, DEFAULT_PORT
 from sm12x.errors import UserError
 from sm12x.fields import AbsPath, ImageRef, K8sName, K8sNetworkName, K8sResourceName, Track
 from sm12x.recipe import Recipe, load_all, load_recipe
-from sm12x.recipe.lints import home_track, track_refusal
+from sm12x.recipe.tracks import home_track, track_refusal
 from sm12x.versions import load_versions
 
 # The Kubernetes version the manifests are validated against (tests, with
@@ -155,7 +155,7 @@ class K8sOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     namespace: K8sName = "sm12x"
-    # None: each recipe's own track's image (sm12x.recipe.lints.home_track). Given
+    # None: each recipe's own track's image (sm12x.recipe.tracks.home_track). Given
     # (SM12X_IMAGE or SM12X_TRACK), it is `track`'s image, and a recipe that does
     # not run on that track is refused rather than written to crash-loop.
     image: ImageRef | None = None

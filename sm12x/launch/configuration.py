@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from sm12x.errors import UserError
 from sm12x.recipe import Recipe, load_all
-from sm12x.recipe.lints import track_refusal
+from sm12x.recipe.tracks import track_refusal
 from sm12x.sps.tables import Lookup
 
 CHOICES = ("auto", "baseline", "throughput")
@@ -42,12 +42,6 @@ def configurations(rig: str, recipes: Sequence[Recipe] | None = None) -> dict[st
 
 def reads_tuned_table(recipe: Recipe) -> bool:
     return recipe.dspark.sps_table == "tuned" and recipe.dspark.sps_table_path is None
-
-
-def track_problem(recipe: Recipe, track: str) -> str | None:
-    """Why the recipe cannot run on `track`, ending in the setting that would
-    let it (sm12x.recipe.lints.track_refusal, the one line every command says)."""
-    return track_refusal(recipe, track)
 
 
 def cost(throughput: Recipe, baseline: Recipe | None) -> str:
@@ -108,7 +102,7 @@ def resolve(
                 f"SM12X_CONFIGURATION=baseline does not apply: {named.name} is itself "
                 f"the {named.configuration_kind} configuration of {named.rig}"
             )
-        problem = track_problem(named, track)
+        problem = track_refusal(named, track)
         if problem:
             raise UserError(problem)  # a track refusal is an error, in a dry run too
         if reads_tuned_table(named) and not profiling:
@@ -117,7 +111,7 @@ def resolve(
                 return refuse(refusal(named, baseline, lookup, "SM12X_RECIPE"), named)
         return Resolved(named, notice)
 
-    problem = track_problem(named, track)
+    problem = track_refusal(named, track)
     if problem:
         raise UserError(problem)
     throughput = siblings.get("throughput")
@@ -127,7 +121,7 @@ def resolve(
                 f"rig {named.rig} has no configuration that reads a tuned SPS "
                 "table: there is nothing to profile for it"
             )
-        problem = track_problem(throughput, track)
+        problem = track_refusal(throughput, track)
         if problem:
             raise UserError(problem)
         return Resolved(
@@ -148,7 +142,7 @@ def resolve(
     if choice == "baseline":
         return Resolved(named)
 
-    problem = track_problem(throughput, track)
+    problem = track_refusal(throughput, track)
     if problem is None and reads_tuned_table(throughput):
         lookup = find(throughput)
         if lookup.table is None:

@@ -1,9 +1,10 @@
 """What sglang will run, judged by what its own parser makes of the arguments.
 
-The launcher renders the recipe, appends the flags after `--`, and parses
-the result with the track's sglang parser (sm12x.sglang_parser), so
-every spelling sglang accepts (an alias, a prefix argparse expands,
-`--flag=value`) is judged by the dest it sets:
+The launch plan renders the recipe, appends the flags after `--`, and parses
+the result ONCE with the track's sglang parser (sm12x.sglang_parser),
+recording which dest each token set (parse(): Parsed, Token), so every
+spelling sglang accepts (an alias, a prefix argparse expands,
+`--flag=value`) is judged by the dest it sets, with no second parse:
 
 - a dest the recipe or the launcher already sets is refused after `--`
   (sglang keeps the last of a repeated flag: a second copy silently wins);
@@ -18,11 +19,14 @@ every spelling sglang accepts (an alias, a prefix argparse expands,
   line;
 - a recipe's own flags by their dests too: one dest set twice is refused and
   the lints read the names sglang resolves;
-- non-finite numbers are refused, and the recipe with the parsed flags added
-  (under the names the lints read) must pass the recipe's lints.
+- a value of the wrong type or outside its choices is refused by the parse,
+  free text and integers are bounded per token (sm12x.launch.bounds),
+  non-finite numbers are refused, and the recipe as sglang reads it (its
+  flags and those after `--` under the names the lints read) must pass the
+  recipe's lints, linted once.
 
 The address sglang binds is read from the parsed arguments too, for the
-exposure rule (sm12x.launch.main.check_exposure).
+exposure rule (sm12x.launch.plan.check_exposure).
 """
 
 from __future__ import annotations
@@ -30,16 +34,20 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from sm12x.apikey import ENV as KEY_ENV
 from sm12x.apikey import FILE_ENV, is_loopback
 from sm12x.errors import UserError
-from sm12x.launch.render import HEAD_ADDR_ENV, NODE_RANK_ENV, LaunchPlan
+from sm12x.launch.bounds import check_bounds
+from sm12x.launch.render import HEAD_ADDR_ENV, NODE_RANK_ENV, RenderedArg
 from sm12x.recipe.extra import WHY, check_userinfo, check_values, parse_extra
 from sm12x.recipe.lints import CANONICAL_FLAGS, DERIVED_FLAGS, lint_recipe
 from sm12x.recipe.load import RecipeError, validate_recipe
+from sm12x.recipe.model import Recipe
 from sm12x.sglang_parser import JudgeParser, ParserError
 
 
@@ -188,23 +196,144 @@ class Judged:
     listeners: tuple[str, ...]
 
 
-def _suppressing(parser: JudgeParser) -> JudgeParser:
-    """The parser made to report only what the arguments set (no defaults,
-    nothing required): what a token sets is then what the namespace holds."""
+class Rendered(Protocol):
+    """What the judge reads of the launch plan (sm12x.launch.plan.LaunchPlan)."""
+
+    @property
+    def recipe(self) -> Recipe: ...
+
+    @property
+    def args(self) -> tuple[RenderedArg, ...]: ...
+
+    def argv(self, environ: Mapping[str, str] | None = None) -> list[str]: ...
+
+
+RECIPE, EXTRA = "recipe", "after --"
+
+
+@dataclass(frozen=True)
+class Token:
+    """One flag of the command as sglang's parser took it: where it was written
+    (the rendered recipe or after `--`), its name as written, the dest it set,
+    the value it stored and the parser's action (its type and choices)."""
+
+    source: str
+    name: str
+    dest: str
+    value: object
+    action: argparse.Action
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """The one parse of a launch: what the whole command sets, and each token's dest."""
+
+    values: dict[str, object]
+    tokens: tuple[Token, ...]
+
+    def of(self, source: str) -> tuple[Token, ...]:
+        return tuple(t for t in self.tokens if t.source == source)
+
+
+def _recorded_call(self, parser, namespace, values, option_string=None):
+    type(self).__mro__[1].__call__(self, parser, namespace, values, option_string)
+    stored = getattr(namespace, self.dest, None)
+    if isinstance(self, argparse._AppendAction):
+        stored = [values]
+    parser.sm12x_records.append((self, stored))
+
+
+def recording(parser: JudgeParser) -> JudgeParser:
+    """The parser made to report only what the arguments set (no defaults, nothing
+    required), recording which action each option token called, in order: what a
+    token sets is then known from the one parse, with no second one per flag."""
+    parser.sm12x_records = []  # type: ignore[attr-defined]
     for action in parser._actions:
         action.default = argparse.SUPPRESS
         action.required = False
+        cls = type(action)
+        if not getattr(cls, "sm12x_recording", False):
+            action.__class__ = type(
+                cls.__name__, (cls,), {"__call__": _recorded_call, "sm12x_recording": True}
+            )
     return parser
 
 
-def _parse(parser: JudgeParser, tokens: Sequence[str], where: str, source: str) -> dict:
+def _refusal(exc: ParserError, where: str, source: str) -> UserError:
+    text = _shorten(str(exc))
+    if "invalid choice" in text:
+        fix = "give one of the values it lists"
+    elif " value: " in text and "invalid" in text:
+        fix = "give a value of the type it names"
+    else:
+        fix = (
+            "write the flags as that release spells them (`python -m sglang.launch_server --help`)"
+        )
+    return UserError(f"{where}: {source} refuses it ({text}); {fix}")
+
+
+def _shorten(text: str) -> str:
+    """argparse quotes a refused value whole: a long one is cut, so that the line
+    stays one line."""
+    return re.sub(r"'([^']{60})[^']{20,}'", r"'\1...'", text)
+
+
+def parse(
+    parser: JudgeParser,
+    plan: Rendered,
+    argv: Sequence[str],
+    tokens: Sequence[str],
+    source: str,
+) -> Parsed:
+    """THE parse of a launch: the rendered command and the flags after `--`
+    together, once, by the track's sglang parser; each option token's dest kept
+    for every later check (sglang_parser.JudgeParser.parse_args is called once)."""
+    flags = parse_extra(tokens)
+    for flag in flags:
+        check_values(flag)
+    written = [(RECIPE, arg.flag) for arg in plan.args]
+    written += [(EXTRA, flag.name) for flag in flags]
+    # Each flag after -- as one group: `--name=value` where it has one value, so that
+    # a value is never taken for a flag and argparse names the flag as written.
+    grouped = [
+        part
+        for flag in flags
+        for part in (
+            [f"{flag.name}={flag.values[0]}"]
+            if len(flag.values) == 1
+            else [flag.name, *flag.values]
+        )
+    ]
+    parser = recording(parser)
     try:
-        return vars(parser.parse_args(list(tokens)))
+        values = vars(parser.parse_args([*argv, *grouped]))
     except ParserError as exc:
+        done = len(parser.sm12x_records)  # type: ignore[attr-defined]
+        raise _refusal(exc, _blamed(exc, done, plan, flags), source) from None
+    records = parser.sm12x_records  # type: ignore[attr-defined]
+    if len(records) != len(written):
         raise UserError(
-            f"{where}: {source} refuses it ({exc}); write the flags as that "
-            "release spells them (`python -m sglang.launch_server --help`)"
-        ) from None
+            f"after --, {' '.join(f.name for f in flags)}: sglang's parser takes these flags "
+            "other than they are written (a value that looks like a flag?); write each value "
+            "as --flag=value"
+        )
+    kept = tuple(
+        Token(where, name, action.dest, value, action)
+        for (where, name), (action, value) in zip(written, records, strict=True)
+    )
+    return Parsed(values, kept)
+
+
+def _blamed(exc: ParserError, done: int, plan: Rendered, flags: Sequence) -> str:
+    """Where the one parse failed: the flag after `--` it stopped at, or one it
+    names; else the rendered command."""
+    rendered = len(plan.args)
+    if rendered <= done < rendered + len(flags):
+        return f"{EXTRA}, {flags[done - rendered].name}"
+    for flag in flags:
+        if re.search(rf"{re.escape(flag.name)}(?![\w-])", str(exc)):
+            return f"{EXTRA}, {flag.name}"
+    return f"the command rendered from recipe {plan.recipe.name}"
 
 
 def _flag_of(parser: JudgeParser, dest: str) -> str:
@@ -222,19 +351,6 @@ def _dests(parser: JudgeParser, flags: Mapping[str, object]) -> dict[str, str]:
     """dest -> flag for flag names as written (a recipe's, DERIVED_FLAGS)."""
     table = parser._option_string_actions
     return {table[name].dest: name for name in flags if name in table}
-
-
-def _written(parser: JudgeParser, plan: LaunchPlan) -> dict[str, str]:
-    """dest -> the flag as the recipe or the renderer wrote it (`--api` for api_key)."""
-    written = {}
-    for arg in plan.args:
-        value = arg.value if isinstance(arg.value, str) else PLACEHOLDERS[NODE_RANK_ENV]
-        tokens = [arg.flag] if arg.value is None else [arg.flag, value]
-        try:
-            written.update(dict.fromkeys(vars(parser.parse_args(tokens)), arg.flag))
-        except ParserError:
-            continue  # the whole command's parse says what is wrong
-    return written
 
 
 def _recipe_value(value: object) -> str | int | float | None:
@@ -289,124 +405,85 @@ def _config_refusal(where: str, name: str) -> UserError:
     )
 
 
-def judge_recipe(parser: JudgeParser, plan: LaunchPlan, argv: Sequence[str], source: str) -> dict:
-    """What the rendered command sets, dest -> value; refuses keys and --config."""
+def judge_recipe(parser: JudgeParser, plan: Rendered, parsed: Parsed) -> dict:
+    """What the rendered command sets, dest -> value; refuses keys and --config, a
+    dest set twice (sglang keeps the last), and names the flags sglang resolves
+    under another name (the lints read those)."""
     where = f"recipe {plan.recipe.name}"
-    rendered = _parse(parser, argv, f"the command rendered from {where}", source)
-    flags = _written(parser, plan)
-    for dest, value in rendered.items():
-        name = flags.get(dest, "--" + dest.replace("_", "-"))
-        if dest in KEY_DESTS and _secret_set(dest, value):
-            raise _key_refusal(f"in {where}", f"flags.{name}", dest)
-        if dest == CONFIG_DEST:
-            raise _config_refusal(f"in {where}", f"flags.{name}")
-        if not _finite(value):
-            raise UserError(
-                f"in {where}, flags.{name} {value}: not a finite number; give a real value"
-            )
-    _judge_recipe_flags(parser, plan, where)
-    return rendered
-
-
-def _judge_recipe_flags(parser: JudgeParser, plan: LaunchPlan, where: str) -> None:
-    """A recipe's flags judged as the flags after `--` are: each by the dest
-    sglang's parser gives it (a prefix, an alias), a dest set twice refused
-    (sglang keeps the last), and the lints run on the names sglang resolves."""
     recipe = plan.recipe
+    rendered: dict[str, object] = {}
     seen: dict[str, str] = {}
     renamed: dict[str, str] = {}
-    for arg in plan.args:
-        value = arg.value if isinstance(arg.value, str) else PLACEHOLDERS[NODE_RANK_ENV]
-        tokens = [arg.flag] if arg.value is None else [f"{arg.flag}={value}"]
-        try:
-            dests = list(vars(parser.parse_args(tokens)))
-        except ParserError:
-            continue  # the whole command's parse says what is wrong
-        for dest in dests:
-            if dest in seen and seen[dest] != arg.flag:
-                first, second = (
-                    (f"flags.{n}" if n in recipe.flags else f"the rendered {n}")
-                    for n in (seen[dest], arg.flag)
-                )
-                raise UserError(
-                    f"in {where}, {second} sets what {first} sets (sglang's {dest}), and "
-                    f"{REPEATED}; keep one"
-                )
-            seen[dest] = arg.flag
-            if arg.flag in recipe.flags:
-                lint_name = _flag_of(parser, dest)
-                if lint_name != arg.flag:
-                    renamed[arg.flag] = lint_name
-    if not renamed:
-        return
-    data = _recipe_data(recipe)
-    data["flags"] = {renamed.get(k, k): v for k, v in data["flags"].items()}
-    try:
-        merged = validate_recipe(data, f"{where} as sglang reads it")
-    except RecipeError as exc:
-        raise UserError(exc.message) from None
-    errors = [f for f in lint_recipe(merged) if f.level == "error"]
-    if errors:
-        said = ", ".join(f"{k} is {v}" for k, v in renamed.items())
-        raise UserError(
-            f"in {where} as sglang reads it ({said}), it fails its lints: "
-            + "; ".join(str(f) for f in errors)
-        )
+    for token in parsed.of(RECIPE):
+        dest, value = token.dest, token.value
+        if dest in KEY_DESTS and _secret_set(dest, value):
+            raise _key_refusal(f"in {where}", f"flags.{token.name}", dest)
+        if dest == CONFIG_DEST:
+            raise _config_refusal(f"in {where}", f"flags.{token.name}")
+        if not _finite(value):
+            raise UserError(
+                f"in {where}, flags.{token.name} {value}: not a finite number; give a real value"
+            )
+        check_bounds(token, f"in {where}, flags.{token.name}")
+        if dest in seen and seen[dest] != token.name:
+            first, second = (
+                (f"flags.{n}" if n in recipe.flags else f"the rendered {n}")
+                for n in (seen[dest], token.name)
+            )
+            raise UserError(
+                f"in {where}, {second} sets what {first} sets (sglang's {dest}), and "
+                f"{REPEATED}; keep one"
+            )
+        seen[dest] = token.name
+        rendered[dest] = value
+        if token.name in recipe.flags:
+            lint_name = _flag_of(parser, dest)
+            if lint_name != token.name:
+                renamed[token.name] = lint_name
+    return {"values": rendered, "written": seen, "renamed": renamed}
 
 
-def judge_extra(
-    parser: JudgeParser, plan: LaunchPlan, rendered: dict, tokens: Sequence[str], source: str
-) -> dict:
+def judge_extra(parser: JudgeParser, plan: Rendered, recipe_side: dict, parsed: Parsed) -> dict:
     """What the flags after `--` set, dest -> value, each checked."""
-    where = "after --"
+    where = EXTRA
     recipe = plan.recipe
-    owned = _written(parser, plan)
+    rendered, owned = recipe_side["values"], recipe_side["written"]
     derived = _dests(parser, DERIVED_FLAGS)
     set_here: dict[str, str] = {}
     values: dict = {}
-    for flag in parse_extra(tokens):
-        check_values(flag)
-        token = (
-            [f"{flag.name}={flag.values[0]}"]
-            if len(flag.values) == 1
-            else [flag.name, *flag.values]
-        )
-        for dest, value in _parse(parser, token, f"{where}, {flag.name}", source).items():
-            if dest in KEY_DESTS and _secret_set(dest, value):
-                raise _key_refusal(where, flag.name, dest)
-            if dest == CONFIG_DEST:
-                raise _config_refusal(where, flag.name)
-            if dest in derived:
-                name = derived[dest]
-                raise UserError(
-                    f"{where}, {flag.name} is refused: {name} is rendered from "
-                    f"{DERIVED_FLAGS[name]}; change that instead ({REPEATED})"
-                )
-            if dest in rendered:
-                name = owned.get(dest, _flag_of(parser, dest))
-                shown = recipe.flag_value(name) if name in recipe.flags else rendered[dest]
-                raise UserError(
-                    f"{where}, {flag.name} is refused: recipe {recipe.name} sets {name} "
-                    f"({'a switch' if shown is None else repr(shown)}) and a second copy "
-                    "would silently win; copy the recipe, change it there and run it with "
-                    "--recipe FILE"
-                )
-            if dest in set_here:
-                twice = (
-                    "is given twice"
-                    if set_here[dest] == flag.name
-                    else (f"sets what {set_here[dest]} sets (sglang's {dest})")
-                )
-                raise UserError(f"{where}, {flag.name} {twice}: keep one")
-            if not _finite(value):
-                raise UserError(
-                    f"{where}, {flag.name} {value}: not a finite number; give a real value"
-                )
-            set_here[dest] = flag.name
-            values[dest] = value
-    # The whole list at once too: what one group leaves dangling, the next may not take.
-    _parse(parser, tokens, where, source)
-    _lint_with(parser, plan, values)
+    for token in parsed.of(EXTRA):
+        dest, value, name = token.dest, token.value, token.name
+        if dest in KEY_DESTS and _secret_set(dest, value):
+            raise _key_refusal(where, name, dest)
+        if dest == CONFIG_DEST:
+            raise _config_refusal(where, name)
+        if dest in derived:
+            flag = derived[dest]
+            raise UserError(
+                f"{where}, {name} is refused: {flag} is rendered from "
+                f"{DERIVED_FLAGS[flag]}; change that instead ({REPEATED})"
+            )
+        if dest in rendered:
+            flag = owned.get(dest, _flag_of(parser, dest))
+            shown = recipe.flag_value(flag) if flag in recipe.flags else rendered[dest]
+            raise UserError(
+                f"{where}, {name} is refused: recipe {recipe.name} sets {flag} "
+                f"({'a switch' if shown is None else repr(shown)}) and a second copy "
+                "would silently win; copy the recipe, change it there and run it with "
+                "--recipe FILE"
+            )
+        if dest in set_here:
+            twice = (
+                "is given twice"
+                if set_here[dest] == name
+                else (f"sets what {set_here[dest]} sets (sglang's {dest})")
+            )
+            raise UserError(f"{where}, {name} {twice}: keep one")
+        if not _finite(value):
+            raise UserError(f"{where}, {name} {value}: not a finite number; give a real value")
+        check_bounds(token, f"{where}, {name}")
+        set_here[dest] = name
+        values[dest] = value
     return values
 
 
@@ -418,28 +495,40 @@ def _recipe_data(recipe) -> dict:
     return data
 
 
-def _lint_with(parser: JudgeParser, plan: LaunchPlan, values: Mapping[str, object]) -> None:
-    """The recipe with the parsed flags added, under the names the lints read."""
-    if not values:
+def lint_as_parsed(
+    parser: JudgeParser, plan: Rendered, renamed: Mapping[str, str], values: Mapping[str, object]
+) -> None:
+    """The recipe as sglang reads it, linted once: its flags under the names sglang
+    resolves them to, and the flags after `--` added under the names the lints read."""
+    if not renamed and not values:
         return
     recipe = plan.recipe
     data = _recipe_data(recipe)
+    data["flags"] = {renamed.get(k, k): v for k, v in data["flags"].items()}
     for dest, value in values.items():
         entry: dict = {"why": WHY}
         shown = _recipe_value(value)
         if shown is not None:
             entry["value"] = shown
         data["flags"][_flag_of(parser, dest)] = entry
+    said = ", ".join(f"{k} is {v}" for k, v in renamed.items())
+    where = "the flags after --" if values else f"recipe {recipe.name} as sglang reads it"
     try:
-        merged = validate_recipe(data, "the flags after --")
+        merged = validate_recipe(data, where)
     except RecipeError as exc:
         raise UserError(exc.message) from None
     errors = [f for f in lint_recipe(merged) if f.level == "error"]
-    if errors:
+    if not errors:
+        return
+    found = "; ".join(str(f) for f in errors)
+    if values:
+        also = f" (as sglang reads it: {said})" if said else ""
         raise UserError(
-            f"with the flags after --, recipe {recipe.name} fails its lints: "
-            + "; ".join(str(f) for f in errors)
+            f"with the flags after --, recipe {recipe.name}{also} fails its lints: {found}"
         )
+    raise UserError(
+        f"in recipe {recipe.name} as sglang reads it ({said}), it fails its lints: {found}"
+    )
 
 
 # What a listener dest holds when it opens nothing (sglang's defaults).
@@ -522,19 +611,21 @@ def check_refused_env(env: Mapping[str, str]) -> None:
 def judge(
     parser: JudgeParser,
     source: str,
-    plan: LaunchPlan,
+    plan: Rendered,
     tokens: Sequence[str],
     environ: Mapping[str, str],
     exec_env: Mapping[str, str],
-) -> Judged:
-    """Every check above, on the command the launcher would exec."""
+) -> tuple[Judged, Parsed]:
+    """Every check above, on the command the launcher would exec, from one parse."""
     filled = {**PLACEHOLDERS, **environ}
-    check_userinfo(plan.argv(filled), "sglang", f"recipe {plan.recipe.name}")
+    argv = plan.argv(filled)
+    check_userinfo(argv, "sglang", f"recipe {plan.recipe.name}")
     check_userinfo(tokens, "sglang", "after --")
-    parser = _suppressing(parser)
-    rendered = judge_recipe(parser, plan, plan.argv(filled), source)
-    extra = judge_extra(parser, plan, rendered, tokens, source)
-    final = {**rendered, **extra}
+    parsed = parse(parser, plan, argv, tokens, source)
+    recipe_side = judge_recipe(parser, plan, parsed)
+    extra = judge_extra(parser, plan, recipe_side, parsed)
+    lint_as_parsed(parser, plan, recipe_side["renamed"], extra)
+    final = parsed.values
     host = str(final.get("host", "127.0.0.1"))
     check_refused_env(exec_env)
     check_endpoints(final)
@@ -545,4 +636,4 @@ def judge(
             "second listener is refused unless sglang binds loopback (SM12X_HOST=127.0.0.1), "
             "since it checks no API key; remove it, or reach it through an SSH tunnel"
         )
-    return Judged(host=host, listeners=tuple(opened))
+    return Judged(host=host, listeners=tuple(opened)), parsed

@@ -1,9 +1,9 @@
 """Recipe + launch context -> the sglang command line and its environment.
 
-This is the one function that turns a recipe into argv/env
-(build_launch). `sm12x launch` (the image entrypoint, hence every compose
-service), `sm12x render` and the Kubernetes renderer all call it, so a flag
-is written once, in the recipe.
+This is the one function that turns a recipe into argv/env (render), which
+the launch plan (sm12x.launch.plan) holds: `sm12x launch` (the image
+entrypoint, hence every compose service), `sm12x render` and tune's
+profiling boot all go through it, so a flag is written once, in the recipe.
 
 Values the site supplies at launch time (API key, head address, NIC names)
 are EnvRef placeholders: printed as "$NAME" so a dry run never shows a
@@ -17,10 +17,9 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sm12x import launch_env as environment
 from sm12x.errors import UserError
-from sm12x.recipe.lints import home_track
 from sm12x.recipe.model import Recipe
+from sm12x.recipe.tracks import chosen_track
 from sm12x.settings import Loaded
 from sm12x.sps.tables import relative_path
 
@@ -132,99 +131,7 @@ CACHE_ENV = {
 }
 
 
-@dataclass(frozen=True)
-class LaunchPlan:
-    recipe: Recipe
-    context: LaunchContext
-    args: tuple[RenderedArg, ...]
-    env: tuple[RenderedEnv, ...]
-
-    # --- argv / env --------------------------------------------------------
-
-    def argv(self, environ: Mapping[str, str] | None = None) -> list[str]:
-        """sglang's arguments. Without environ, placeholders print as "$NAME"."""
-        out: list[str] = []
-        for arg in self.args:
-            out.append(arg.flag)
-            if arg.value is not None:
-                out.append(_value(arg.value, environ))
-        return out
-
-    def program(self) -> list[str]:
-        """What follows the interpreter: `-m sglang.launch_server`, through
-        sm12x.keyed when clients must send a key."""
-        if self.context.api_key:
-            return ["-m", KEYED_MODULE, SGLANG_MODULE]
-        return ["-m", SGLANG_MODULE]
-
-    def command(
-        self, python: str = "python3", environ: Mapping[str, str] | None = None
-    ) -> list[str]:
-        return [python, *self.program(), *self.argv(environ)]
-
-    def env_dict(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-        return {e.name: _value(e.value, environ) for e in self.env}
-
-    def unresolved(self, environ: Mapping[str, str]) -> list[EnvRef]:
-        """Placeholders the environment does not fill (the launcher refuses to exec)."""
-        refs = [a.value for a in self.args if isinstance(a.value, EnvRef)]
-        refs += [e.value for e in self.env if isinstance(e.value, EnvRef)]
-        return [r for r in refs if r.resolve(environ) is None]
-
-    def exec_env(self, environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-        """The process environment for exec, and notes on values it replaced."""
-        merged = dict(environ)
-        notes = []
-        for e in self.env:
-            if isinstance(e.value, EnvRef) and e.value.resolve(environ) is None:
-                continue  # unresolved: the launcher refuses to exec (see unresolved())
-            value = _value(e.value, environ)
-            if e.fixed and environ.get(e.name) not in (None, value):
-                notes.append(
-                    f"recipe {self.recipe.name} sets {e.name}={value}, replacing "
-                    f"{environ[e.name]!r} from the environment"
-                )
-            merged[e.name] = value
-        return merged, notes
-
-    def launch_env(
-        self, environ: Mapping[str, str], given: Mapping[str, str] | None = None
-    ) -> dict[str, str]:
-        """Exactly the environment sglang starts with (sm12x.launch_env):
-        the allowlisted part of `environ`, the settings' `given` and the recipe's
-        rendered variables. Raises UserError naming a caller variable sglang reads
-        that none of them gives."""
-        rendered = {
-            e.name: _value(e.value, environ)
-            for e in self.env
-            if not (isinstance(e.value, EnvRef) and e.value.resolve(environ) is None)
-        }
-        return environment.build(environ, {**(given or {}), **rendered})
-
-    # --- printing ------------------------------------------------------------
-
-    def shell(self, python: str = "python3") -> str:
-        """The command as a shell snippet, ready to paste (secrets stay "$NAME")."""
-        lines = [f"{e.name}={_shell(e.value)}" for e in self.env]
-        lines.append(" ".join([python, *self.program()]))
-        for arg in self.args:
-            piece = arg.flag if arg.value is None else f"{arg.flag} {_shell(arg.value)}"
-            lines.append(f"  {piece}")
-        return " \\\n".join(lines) + "\n"
-
-    def explain(self) -> str:
-        """Each flag and variable with the reason it is there."""
-        rows = [f"# {e.name}: {e.why}" for e in self.env]
-        rows += [f"# {a.flag}: {a.why}" for a in self.args]
-        if self.context.api_key:
-            rows.append(
-                f"# --api-key: clients must send SM12X_API_KEY; {KEYED_MODULE} hands it to "
-                "sglang in memory, never on the command line"
-            )
-        return "\n".join(rows) + "\n"
-
-
-def _value(value: Value, environ: Mapping[str, str] | None) -> str:
+def value_of(value: Value, environ: Mapping[str, str] | None) -> str:
     if isinstance(value, EnvRef):
         if environ is None:
             return value.shell().strip('"')
@@ -235,7 +142,7 @@ def _value(value: Value, environ: Mapping[str, str] | None) -> str:
     return value
 
 
-def _shell(value: Value) -> str:
+def shell_of(value: Value) -> str:
     return value.shell() if isinstance(value, EnvRef) else shlex.quote(value)
 
 
@@ -285,16 +192,10 @@ PROFILING_MODES = {
 }
 
 
-def track_for(recipe: Recipe) -> str:
-    """The track a render without SM12X_TRACK is for: the recipe's own
-    (sm12x.recipe.lints.home_track)."""
-    return home_track(recipe)
-
-
 def tuned_table_path(recipe: Recipe, ctx: LaunchContext) -> Value:
     """Where `sm12x tune` stores this recipe's table for the context's track
     (sm12x.sps.tables): under SM12X_CACHE_DIR, a placeholder when it is unset."""
-    relative = relative_path(recipe, ctx.track or track_for(recipe))
+    relative = relative_path(recipe, chosen_track(recipe, ctx.track))
     if ctx.cache_dir:
         return f"{ctx.cache_dir.rstrip('/')}/{relative}"
     return EnvRef("SM12X_CACHE_DIR", f"/{relative}")
@@ -368,8 +269,11 @@ def speculative_env(recipe: Recipe, ctx: LaunchContext) -> list[RenderedEnv]:
     return [RenderedEnv(RAGGED_VERIFY_ENV, mode, why, fixed=True)]
 
 
-def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> LaunchPlan:
-    """The sglang argv and environment for one node of a recipe."""
+def render(
+    recipe: Recipe, context: LaunchContext | None = None
+) -> tuple[LaunchContext, tuple[RenderedArg, ...], tuple[RenderedEnv, ...]]:
+    """The sglang argv and environment for one node of a recipe (the launch plan,
+    sm12x.launch.plan, holds them)."""
     ctx = context or LaunchContext()
     args: list[RenderedArg] = []
 
@@ -454,4 +358,4 @@ def build_launch(recipe: Recipe, context: LaunchContext | None = None) -> Launch
                     name, ctx.cache_dir.rstrip("/") + sub, f"SM12X_CACHE_DIR: {why}", fixed=True
                 )
             )
-    return LaunchPlan(recipe=recipe, context=ctx, args=tuple(args), env=tuple(env))
+    return ctx, tuple(args), tuple(env)

@@ -13,26 +13,14 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from sm12x import settings
 from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.fields import build_model
-from sm12x.launch.judge import judge
-from sm12x.launch.main import (
-    AUTO,
-    choose_configuration,
-    following,
-    installed_sglang,
-    refuse_track,
-    select_recipe,
-)
-from sm12x.launch.render import LaunchContext, build_launch
+from sm12x.launch import plan as launch_plan
 from sm12x.patches import series as patch_series
-from sm12x.recipe import warnings_for
-from sm12x.sglang_parser import parser_for
 from sm12x.versions import load_versions, track_of_sglang
 
 K8S_VALUES = (
@@ -100,40 +88,16 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.explain:
         sys.stdout.write(settings.explain(loaded, "render"))
-    recipe, why = select_recipe(loaded.settings.recipe, origin=loaded.origin("recipe"))
-    if loaded.settings.recipe == AUTO:
-        print(f"sm12x render: {why}", file=sys.stderr)
-    # The recipe's own track unless SM12X_TRACK names one, and a track that
-    # cannot run it refused first (its flags would fail in the other parser).
-    loaded = following(loaded, recipe)
-    refuse_track(recipe, loaded)
-    # As the launch decides: a throughput configuration without its tuned table
-    # is refused here too (one line, non-zero), not printed as a command that
-    # would run slow; `sm12x launch --dry-run` shows that command with the refusal.
-    recipe = choose_configuration(
-        recipe,
-        loaded,
-        profiling=False,
-        dry_run=False,
-        say=lambda text: print(f"sm12x render: {text}", file=sys.stderr),
-    )
-    for finding in warnings_for(recipe):
-        print(f"sm12x render: {finding}", file=sys.stderr)
-    ctx = LaunchContext.from_settings(loaded)
-    if args.no_spec:
-        ctx = replace(ctx, speculative=False)
-    plan = build_launch(recipe, ctx)
+    say = lambda text: print(f"sm12x render: {text}", file=sys.stderr)  # noqa: E731
+    # As the launch plans it, once: a throughput configuration without its tuned
+    # table is refused here (`sm12x launch --dry-run` shows it with the refusal).
+    plan = launch_plan.plan(loaded, command="render", say=say, no_spec=args.no_spec)
+    assert plan.loaded is not None
+    loaded = plan.loaded
     track = loaded.settings.track_name
-    # The command is judged as `sm12x launch` judges it: by sglang's parser
-    # (here, where sglang is seldom installed, the track's description of it).
-    parser, source = parser_for(load_versions(track)["SGLANG_VERSION"], installed_sglang())
-    judge(parser, source, plan, [], loaded.variables(), {e.name: str(e.value) for e in plan.env})
     sglang = args.sglang or load_versions(track)["SGLANG_VERSION"]
     if args.explain:
-        site = [n for n, var in recipe.env.items() if var.from_host]
-        sys.stdout.write(
-            settings.explain_variables(loaded, site, f"{recipe.name}'s site variables")
-        )
+        sys.stdout.write(launch_plan.explain_site(plan))
     source = "--sglang" if args.sglang else f"the {track} track, versions.env"
     sys.stdout.write(patches_comment(sglang, source))
     if args.explain:

@@ -142,7 +142,7 @@ def served_recipe(line: str, version: str, tp: int, dp: int) -> str | None:
     release (the first by name). /server_info says it (sm12x_recipe), so that
     `sm12x bench --url` against the mock needs no --recipe."""
     from sm12x.recipe import load_all
-    from sm12x.recipe.lints import track_refusal
+    from sm12x.recipe.tracks import track_refusal
     from sm12x.versions import track_of_sglang
 
     track = track_of_sglang(version)

@@ -242,13 +242,15 @@ def _profiled(args: argparse.Namespace):
     """(the SpsConfig, the sglang version, the line) of --sps-profile RECIPE: the
     stand-in booted as `sm12x launch --sps-profile` renders the recipe, its
     profiling variables read as sglang reads them, the layout and limits as
-    sglang resolves the recipe's flags (sm12x.recipe.lints: the DP ranks, one
+    sglang resolves the recipe's flags (sm12x.recipe.derived: the DP ranks, one
     rank's request pool, the largest decode graph a rank replays)."""
     from sm12x.launch import configuration
-    from sm12x.launch.render import LaunchContext, build_launch
+    from sm12x.launch.plan import build_launch
+    from sm12x.launch.render import LaunchContext
     from sm12x.mock.sps import SpsConfig
     from sm12x.recipe import RecipeError, load_recipe
-    from sm12x.recipe.lints import home_track, largest_decode_graph, per_rank_requests
+    from sm12x.recipe.derived import largest_decode_graph, per_rank_requests
+    from sm12x.recipe.tracks import home_track
     from sm12x.sps.tables import layout
     from sm12x.versions import load_versions
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from sm12x.launch import configuration
 from sm12x.recipe import Recipe
-from sm12x.recipe.lints import attention_dp, dp_size
+from sm12x.recipe.derived import attention_dp, dp_size
 
 BASELINE = ("doctor", "verify", "full-load", "bench", "long-context")
 THROUGHPUT = ("tune", "relaunch", "verify", "full-load", "bench")

@@ -8,7 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from sm12x.launch.render import LaunchContext, build_launch
+from sm12x.launch.plan import build_launch
+from sm12x.launch.render import LaunchContext
 from sm12x.recipe import Recipe
 from sm12x.versions import tracks
 

@@ -14,7 +14,7 @@ from sm12x import __version__, settings
 from sm12x.bench import provenance
 from sm12x.bench.main import served_id
 from sm12x.errors import UserError
-from sm12x.launch.main import following, select_recipe
+from sm12x.launch.choice import following, select_recipe
 from sm12x.qualify import chart, facts, steps, throughput
 from sm12x.qualify.boot import Booter
 from sm12x.qualify.bundle import Folder, QualifyResult, RecipeRef, Step

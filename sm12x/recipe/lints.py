@@ -16,10 +16,12 @@ from typing import Any, Literal
 
 from sm12x.patches import series as patch_series
 from sm12x.recipe import fit
+from sm12x.recipe.derived import attention_dp, dp_size, largest_decode_graph, per_rank_requests
 from sm12x.recipe.errors import RecipeError
 from sm12x.recipe.lines import V41_FLASH, serves
 from sm12x.recipe.model import Recipe
-from sm12x.versions import default_track, load_versions, tracks
+from sm12x.recipe.tracks import recipe_tracks
+from sm12x.versions import load_versions, tracks
 
 Level = Literal["error", "warning"]
 
@@ -88,39 +90,6 @@ RETIRED_ENV = {
     "runs the V2 worker) and only logs a warning: drop it",
     "SGLANG_ENABLE_THINKING": "sglang >= 0.5.16 renamed it: write SGLANG_DEFAULT_THINKING",
 }
-
-
-def recipe_tracks(recipe: Recipe) -> tuple[str, ...]:
-    """The tracks a recipe runs on: its own list, else every track (unknown names
-    are the `tracks` lint's to report, and skipped here)."""
-    known = tracks()
-    return known if recipe.tracks is None else tuple(t for t in recipe.tracks if t in known)
-
-
-def home_track(recipe: Recipe) -> str:
-    """The track a recipe runs on where SM12X_TRACK does not say: the default
-    track, unless the recipe runs only on others (then its first). What compose's
-    profile, `sm12x render` and `render --k8s` use for it."""
-    default = default_track()
-    own = recipe_tracks(recipe)
-    return default if default in own or not own else own[0]
-
-
-def track_refusal(recipe: Recipe, track: str) -> str | None:
-    """Why the recipe cannot run on `track` (its sglang lacks what the recipe
-    needs), ending in the one setting that lets it; None when it can. Every
-    command that refuses a recipe for its track says this line, once, first."""
-    own = recipe_tracks(recipe)
-    if track in own or not own:
-        return None
-    have = load_versions(track)["SGLANG_VERSION"]
-    want = load_versions(own[0])["SGLANG_VERSION"]
-    line = recipe.model.model_line
-    need = f"; {line.title} needs sglang >= {line.min_sglang}" if not serves(line, have) else ""
-    return (
-        f"{recipe.name} runs only on the {' and '.join(own)} track (sglang {want}), not on "
-        f"SM12X_TRACK={track} (sglang {have}{need}): set SM12X_TRACK={own[0]}"
-    )
 
 
 @lint("tracks")
@@ -301,22 +270,6 @@ def _tp_size(recipe: Recipe) -> Iterator[Finding]:
         )
 
 
-def dp_size(recipe: Recipe) -> int:
-    """--dp-size as written (1 when absent; a non-integer is the dp-attention lint's)."""
-    value = recipe.flag_value("--dp-size")
-    return value if isinstance(value, int) and value >= 1 else 1
-
-
-def attention_dp(recipe: Recipe) -> int:
-    """The DP attention ranks: --attn-dp-size (sglang >= 0.5.23's spelling), else
-    --dp-size with --enable-dp-attention (the older one), else 1 (sglang turns DP
-    attention off at width 1)."""
-    value = recipe.flag_value("--attn-dp-size")
-    if recipe.has_flag("--attn-dp-size"):
-        return value if isinstance(value, int) and value >= 1 else 1
-    return dp_size(recipe) if recipe.has_flag("--enable-dp-attention") else 1
-
-
 @lint("cuda-graph-bs")
 def _cuda_graph_bs(recipe: Recipe) -> Iterator[Finding]:
     # The decode graph's batch is one DP rank's batch: with DP attention each rank
@@ -343,29 +296,6 @@ def _cuda_graph_bs(recipe: Recipe) -> Iterator[Finding]:
             "batches that can never run only cost memory and boot time; lower it to at "
             f"most {limit} or raise --max-running-requests",
         )
-
-
-def per_rank_requests(recipe: Recipe) -> int:
-    """One DP rank's request limit, as sglang 0.5.23 divides it: max(1,
-    max_running_requests // attn_dp_size) (mem_cache/kv_cache_configurator.py
-    resolve_max_num_reqs, the size of the rank's req_to_token pool and the scheduler's
-    running limit: tp_worker.get_worker_info)."""
-    return max(1, recipe.max_running_requests // attention_dp(recipe))
-
-
-def largest_decode_graph(recipe: Recipe) -> int:
-    """The largest decode graph a rank replays: --cuda-graph-max-bs-decode, clamped to
-    the rank's request pool, as sglang's get_batch_sizes_to_capture clamps it
-    (model_executor/runner/base_cuda_graph_runner.py: every captured batch is at most
-    req_to_token_pool.size, the pool size itself is added when the cap is above it).
-    That function aligns the pool up to the attention TP width where DP attention
-    gathers; taken here without that rounding, so this figure is never above
-    sglang's (the lint errs towards refusing). Without
-    the flag sglang's own cap (memory_hook.py) is at least as large as what it is
-    clamped to here, so the pool bounds it."""
-    rank = per_rank_requests(recipe)
-    value = recipe.flag_value("--cuda-graph-max-bs-decode")
-    return min(value, rank) if isinstance(value, int) and value >= 1 else rank
 
 
 @lint("compact-full-rank")

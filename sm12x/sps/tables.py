@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from sm12x import bounded
-from sm12x.recipe.lints import attention_dp, dp_size
+from sm12x.recipe.derived import attention_dp, dp_size
 from sm12x.recipe.model import Recipe
 
 FOLDER = "sps"

@@ -46,8 +46,9 @@ from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.fields import NonNegativeFloat, PositiveFloat, PositiveFraction, option_type
 from sm12x.launch import configuration, gpus
-from sm12x.launch.main import AUTO, following, select_recipe
+from sm12x.launch.choice import AUTO, following, select_recipe
 from sm12x.recipe import Recipe
+from sm12x.recipe.tracks import track_refusal
 from sm12x.settings import Loaded
 from sm12x.sps import tables as store
 from sm12x.tune import probe, proof
@@ -211,7 +212,7 @@ def tuned_recipe(loaded: Loaded, err: Console) -> tuple[Recipe, Loaded]:
             )
         recipe = found[0]
     loaded = following(loaded, recipe)
-    problem = configuration.track_problem(recipe, loaded.settings.track_name)
+    problem = track_refusal(recipe, loaded.settings.track_name)
     if problem:
         raise UserError(problem)  # it ends with the one setting that fixes it
     return recipe, loaded
@@ -569,7 +570,7 @@ def relaunch_command(
 def launch_line(args: argparse.Namespace, tuned: Recipe) -> str:
     """What `sm12x launch` runs with the user's own settings (recipe, configuration,
     track: read again, before tune followed the tuned recipe), now the table is there."""
-    from sm12x.launch.main import gpu_name
+    from sm12x.launch.choice import gpu_name
 
     def table_finder(user: Loaded):
         def find(recipe: Recipe) -> store.Lookup:

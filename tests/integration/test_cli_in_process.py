@@ -109,7 +109,7 @@ def test_fresh_imports_hide_a_stub_sglang_from_code_called_directly(monkeypatch)
     for an installed sglang sees none inside, and the stub outside."""
     import types
 
-    from sm12x.launch.main import installed_sglang
+    from sm12x.launch.choice import installed_sglang
 
     monkeypatch.setitem(sys.modules, "sglang", types.ModuleType("sglang"))
     with pytest.raises(ValueError, match="__spec__ is None"):

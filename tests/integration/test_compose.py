@@ -18,7 +18,7 @@ import yaml
 
 from sm12x.deploy.compose import profiles as compose_profiles
 from sm12x.recipe import load_all
-from sm12x.recipe.lints import home_track, recipe_tracks
+from sm12x.recipe.tracks import home_track, recipe_tracks
 from sm12x.settings import Settings, env_name, load, meta
 from sm12x.settings.model import DEFAULT_PORT
 from sm12x.versions import default_track, load_versions, tracks

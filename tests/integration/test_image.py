@@ -42,7 +42,7 @@ import pytest
 
 from sm12x.patches import series as patch_series
 from sm12x.recipe import load_all
-from sm12x.recipe.lints import recipe_tracks
+from sm12x.recipe.tracks import recipe_tracks
 from sm12x.versions import default_track, load_versions, tracks
 from tests.support import calibrate, containers, flashinfer_index, standin, trees
 from tools import golden

@@ -29,7 +29,8 @@ import yaml
 from sm12x.deploy import k8s
 from sm12x.deploy.router import RouterSettings, command
 from sm12x.keyed import with_key
-from sm12x.launch.render import LaunchContext, build_launch
+from sm12x.launch.plan import build_launch
+from sm12x.launch.render import LaunchContext
 from sm12x.recipe import load_all
 from sm12x.settings import Settings, env_name, load, meta
 from tests.support.cli import assert_one_clear_error, run_sm12x

@@ -23,7 +23,7 @@ import yaml
 from sm12x.deploy import k8s
 from sm12x.deploy.compose import profiles
 from sm12x.recipe import load_all
-from sm12x.recipe.lints import recipe_tracks
+from sm12x.recipe.tracks import recipe_tracks
 from sm12x.versions import load_versions, tracks
 from tests.support.cli import assert_one_clear_error, fresh_imports, run_sm12x
 from tests.support.compose import ROOT, config
@@ -79,20 +79,20 @@ def with_its_table(recipe, cache: Path) -> dict[str, str]:
     refuses one without it, as the launch does), keyed as this machine's launch
     looks it up."""
     from sm12x import __version__
-    from sm12x.launch import main as launch_main
-    from sm12x.launch.configuration import reads_tuned_table
-    from sm12x.launch.render import track_for
     from sm12x.sps import tables as store
+    from sm12x.launch import choice as launch_choice
+    from sm12x.launch.configuration import reads_tuned_table
+    from sm12x.recipe.tracks import home_track
 
     if reads_tuned_table(recipe):
-        track = track_for(recipe)
+        track = home_track(recipe)
         # As a fresh process sees it (the launch is one): a module before this
         # one in the worker (test_tune's wheel trees) must not change the key.
         with fresh_imports(ROOT):
-            installed = launch_main.installed_sglang()
+            installed = launch_choice.installed_sglang()
         sglang = installed or load_versions(track)["SGLANG_VERSION"]
         key = store.key_for(
-            recipe, track=track, sglang=sglang, sm12x=__version__, gpu=launch_main.gpu_name()
+            recipe, track=track, sglang=sglang, sm12x=__version__, gpu=launch_choice.gpu_name()
         )
         # The additive table `sm12x tune` makes (sglang's dspark_sps.py reads it).
         additive = {"bias_seconds": 0.012, "bs_probes": [1, 8], "alpha_seconds": [0.0, 0.001],

@@ -25,8 +25,8 @@ import pytest
 
 from sm12x import __version__
 from sm12x.errors import UserError
+from sm12x.launch import choice as launch_choice
 from sm12x.launch import gpus
-from sm12x.launch import main as launch_main
 from sm12x.launch.configuration import resolve
 from sm12x.mock.server import MockServer
 from sm12x.mock.sps import SpsConfig
@@ -76,7 +76,8 @@ def config(table: str | None = None, **changes) -> SpsConfig:
     renders the fixture: its profiling variables read as sglang reads them
     (static verify for phase 1; compact with the table for phase 2)."""
     recipe = load_recipe(tp.FIXTURE)
-    from sm12x.launch.render import LaunchContext, build_launch
+    from sm12x.launch.plan import build_launch
+    from sm12x.launch.render import LaunchContext
 
     plan = build_launch(recipe, LaunchContext(sps_profile=True, sps_table=table))
     argv = plan.argv()
@@ -493,7 +494,7 @@ def test_tune_without_a_cache_folder_says_where_tables_go(machine, monkeypatch):
 
 def test_gpus_are_read_from_nvidia_smi(machine):
     assert gpus.query_gpus()[0].name == tp.gpu_name()
-    assert launch_main.gpu_name() == tp.gpu_name()
+    assert launch_choice.gpu_name() == tp.gpu_name()
 
 
 def test_boot_mode_refuses_when_a_server_already_answers(machine):

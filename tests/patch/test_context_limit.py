@@ -175,7 +175,7 @@ def test_the_cases_take_the_largest_tier_of_the_compact_recipes():
     its draft tokens) over the compact recipes, and that recipe verifies 8 rows: the
     largest leftover, so the largest overshoot, any recipe can meet."""
     from sm12x.recipe import load_recipe
-    from sm12x.recipe.lints import largest_decode_graph
+    from sm12x.recipe.derived import largest_decode_graph
 
     tiers = {}
     for path in sorted((trees.REPO / "recipes").glob("*.yaml")):

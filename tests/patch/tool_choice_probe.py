@@ -44,7 +44,7 @@ import tempfile
 import types
 from pathlib import Path
 
-from sm12x.launch.render import build_launch
+from sm12x.launch.plan import build_launch
 from sm12x.recipe import load_all
 from sm12x.selftest.env import stub_torchvision
 

@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from sm12x.launch.render import build_launch  # noqa: E402
+from sm12x.launch.plan import build_launch  # noqa: E402
 from sm12x.mock import serving as sglang_serving  # noqa: E402
 from sm12x.mock import wheels  # noqa: E402
 from sm12x.recipe import Recipe  # noqa: E402

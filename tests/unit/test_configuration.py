@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import sys
 from pathlib import Path
 
 import pytest
 
-from sm12x import __version__
+from sm12x import __version__, settings
+from sm12x.sps import tables as store
 from sm12x.errors import UserError
+from sm12x.launch import choice as launch_choice
 from sm12x.launch import gpus, render_cmd
 from sm12x.launch import main as launch_main
-from sm12x.launch.render import LaunchContext, build_launch
+from sm12x.launch import plan as launch_plan
+from sm12x.launch.plan import build_launch
+from sm12x.launch.render import LaunchContext
 from sm12x.recipe import load, load_recipe
 from sm12x.sps import tables as store
 from sm12x.versions import default_track, load_versions
@@ -29,27 +33,43 @@ def rig(tmp_path, monkeypatch):
     """The shipped recipes plus the throughput fixture, a cache folder, 4 GPUs."""
     folder = tp.recipes_with_it(tmp_path / "recipes")
     monkeypatch.setattr(load, "recipes_dir", lambda: folder)
-    monkeypatch.setattr(launch_main.gpus, "query_gpus", lambda *_: GPUS)
-    monkeypatch.setattr(launch_main, "installed_sglang", lambda: PINNED_SGLANG)
+    monkeypatch.setattr(launch_choice.gpus, "query_gpus", lambda *_: GPUS)
+    monkeypatch.setattr(launch_choice, "installed_sglang", lambda: PINNED_SGLANG)
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
     return tmp_path
 
 
 def launch(rig: Path, monkeypatch, *argv: str, **env: str):
-    """`sm12x launch ARGV` in-process: (argv exec'd, env) and what it said on stderr."""
-    calls = []
-    monkeypatch.setattr(os, "execvpe", lambda file, args, e: calls.append((args, e)))
+    """`sm12x launch ARGV`'s plan, built directly: (the argv it execs, the environment
+    sglang starts with), or the plan itself for a dry run; what it said is on stderr."""
     parser = argparse.ArgumentParser()
     launch_main.add_arguments(parser)
+    args = parser.parse_args(list(argv))
     environ = {
         "SM12X_RECIPE": tp.RIG,
         "SM12X_MODEL_DIR": str(rig / "model"),
         "SM12X_CACHE_DIR": str(rig / "cache"),
         **env,
     }
-    assert launch_main.run(parser.parse_args(list(argv)), environ) == 0
-    return calls[0] if calls else None
+    loaded = settings.from_args(args, "launch", environ=environ)
+    dry_run = args.dry_run or args.explain
+    plan = launch_plan.plan(
+        loaded,
+        command="launch",
+        say=launch_main._say,
+        dry_run=dry_run,
+        no_spec=args.no_spec,
+        sps_profile=args.sps_profile,
+        sps_table=args.sps_table,
+        extra=args.extra,
+        environ=environ,
+    )
+    if dry_run:
+        return plan
+    assert plan.loaded is not None and plan.sglang_env is not None
+    argv_ = plan.command(sys.executable, environ=plan.loaded.variables()) + list(plan.extra)
+    return argv_, dict(plan.sglang_env)
 
 
 # sglang's two table kinds as its loader reads them (dspark_sps.py): the additive
@@ -175,12 +195,13 @@ def test_naming_the_throughput_recipe_means_throughput(rig, monkeypatch):
 def test_a_dry_run_shows_the_throughput_command_with_the_refusal_as_a_warning(
     rig, monkeypatch, capsys
 ):
-    assert launch(rig, monkeypatch, "--dry-run", SM12X_CONFIGURATION="throughput") is None
-    out, err = capsys.readouterr()
+    plan = launch(rig, monkeypatch, "--dry-run", SM12X_CONFIGURATION="throughput")
+    out = plan.shell()
     assert "--speculative-dspark-block-size 7" in out
     assert "SGLANG_RAGGED_VERIFY_MODE=compact" in out
     expected = rig / "cache" / "sps" / tp.THROUGHPUT / f"g7-tp4-dp4-ep4-{default_track()}.json"
     assert str(expected) in out
+    err = capsys.readouterr().err
     assert "warning:" in err and "there is no tuned SPS table" in err
 
 
@@ -207,8 +228,8 @@ def test_a_recipe_limited_to_another_track_is_refused_or_skipped(tmp_path, monke
     )
     folder = tp.recipes_with_it(tmp_path / "recipes", text)
     monkeypatch.setattr(load, "recipes_dir", lambda: folder)
-    monkeypatch.setattr(launch_main.gpus, "query_gpus", lambda *_: GPUS)
-    monkeypatch.setattr(launch_main, "installed_sglang", lambda: PINNED_SGLANG)
+    monkeypatch.setattr(launch_choice.gpus, "query_gpus", lambda *_: GPUS)
+    monkeypatch.setattr(launch_choice, "installed_sglang", lambda: PINNED_SGLANG)
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
     with pytest.raises(UserError, match="runs only on the current track"):
@@ -288,11 +309,11 @@ def test_the_table_key_counts_dp_attention_ranks_in_either_spelling():
 
 
 def test_a_render_without_a_track_names_the_recipe_s_own_track():
-    from sm12x.launch.render import track_for
     from sm12x.recipe import load_recipe
+    from sm12x.recipe.tracks import home_track
 
-    assert track_for(load_recipe("rtx-pro-6000-tp4-throughput")) == "current"
-    assert track_for(load_recipe("rtx-pro-6000-tp4")) == default_track()
+    assert home_track(load_recipe("rtx-pro-6000-tp4-throughput")) == "current"
+    assert home_track(load_recipe("rtx-pro-6000-tp4")) == default_track()
 
 
 def test_render_refuses_a_throughput_recipe_without_its_table_as_the_launch_does(

@@ -15,8 +15,10 @@ import os
 import pytest
 
 from sm12x.errors import UserError
+from sm12x.launch import choice as launch_choice
 from sm12x.launch import main as launch_main
-from sm12x.launch.judge import _suppressing
+from sm12x.launch import plan as launch_plan
+from sm12x.launch.judge import recording
 from sm12x.sglang_parser import (
     ParserError,
     from_description,
@@ -49,7 +51,7 @@ SPELLINGS = [
 
 
 def _described(version: str, tokens: list[str]) -> dict:
-    parser = _suppressing(from_description(load_description(version)))
+    parser = recording(from_description(load_description(version)))
     try:
         return {"set": {k: v for k, v in vars(parser.parse_args(tokens)).items()}}
     except ParserError as exc:
@@ -184,17 +186,17 @@ def _run_launch(monkeypatch, tmp_path, environ: dict, container: bool, veth: boo
     """`sm12x launch` in-process (exec captured) on bare metal or in a container."""
     calls = []
     monkeypatch.setattr(os, "execvpe", lambda *a: calls.append(a))
-    monkeypatch.setattr(launch_main, "installed_sglang", lambda: "")
+    monkeypatch.setattr(launch_choice, "installed_sglang", lambda: "")
     marker = tmp_path / "dockerenv"
     if container:
         marker.write_text("")
-    monkeypatch.setattr(launch_main, "CONTAINER_MARKERS", (str(marker),))
+    monkeypatch.setattr(launch_plan, "CONTAINER_MARKERS", (str(marker),))
     net = tmp_path / "net"
     for name, (index, link) in {"lo": ("1", "1"), "eth0": ("7", "8" if veth else "7")}.items():
         (net / name).mkdir(parents=True)
         (net / name / "ifindex").write_text(index)
         (net / name / "iflink").write_text(link)
-    monkeypatch.setattr(launch_main, "NET_CLASS", net)
+    monkeypatch.setattr(launch_plan, "NET_CLASS", net)
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
     env = {

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from sm12x.errors import UserError
+from sm12x.launch import choice as launch_choice
 from sm12x.launch import main as launch_main
-from sm12x.launch.render import EnvRef, LaunchContext, build_launch
+from sm12x.launch.plan import build_launch
+from sm12x.launch.render import EnvRef, LaunchContext
 from sm12x.recipe import load_recipe
 from sm12x.settings import load
 from sm12x.versions import load_versions
@@ -48,9 +50,9 @@ def launch(
     `sglang` (default: the default track's, as in its image)."""
     calls = []
     monkeypatch.setattr(os, "execvpe", lambda file, args, env: calls.append((file, args, env)))
-    monkeypatch.setattr(launch_main.gpus, "query_gpus", _no_nvidia_smi)
+    monkeypatch.setattr(launch_choice.gpus, "query_gpus", _no_nvidia_smi)
     installed = sglang or load_versions()["SGLANG_VERSION"]
-    monkeypatch.setattr(launch_main, "installed_sglang", lambda: installed)
+    monkeypatch.setattr(launch_choice, "installed_sglang", lambda: installed)
     argv = ["--dry-run"] * dry_run + ["--no-spec"] * no_spec + (["--", *extra] if extra else [])
     assert launch_main.run(launch_args(*argv), environ) == 0
     return calls
@@ -61,7 +63,7 @@ def context(environ: dict[str, str]) -> LaunchContext:
 
 
 def _no_nvidia_smi(*_):
-    raise launch_main.gpus.GpuQueryError("no nvidia-smi in tests")
+    raise launch_choice.gpus.GpuQueryError("no nvidia-smi in tests")
 
 
 def model_dir(tmp_path: Path) -> str:
@@ -312,8 +314,10 @@ def test_a_named_recipe_that_does_not_fit_the_gpus_is_warned_about(monkeypatch, 
     environ = {"SM12X_RECIPE": "rtx-pro-6000-tp4", "SM12X_MODEL_DIR": model_dir(tmp_path)}
     calls = []
     monkeypatch.setattr(os, "execvpe", lambda *a: calls.append(a))
-    monkeypatch.setattr(launch_main.gpus, "query_gpus", lambda *_: h100)
-    monkeypatch.setattr(launch_main, "installed_sglang", lambda: load_versions()["SGLANG_VERSION"])
+    monkeypatch.setattr(launch_choice.gpus, "query_gpus", lambda *_: h100)
+    monkeypatch.setattr(
+        launch_choice, "installed_sglang", lambda: load_versions()["SGLANG_VERSION"]
+    )
     assert launch_main.run(launch_args(), environ) == 0
     assert calls  # a warning, not a refusal: the user named the recipe
     err = capsys.readouterr().err
@@ -466,8 +470,8 @@ def test_launch_serves_the_track_s_sglang_and_refuses_another(monkeypatch, tmp_p
 def test_launch_without_sglang_says_where_to_run_it(monkeypatch, tmp_path):
     environ = {"SM12X_RECIPE": "rtx-pro-6000-tp4", "SM12X_MODEL_DIR": model_dir(tmp_path)}
     monkeypatch.setattr(os, "execvpe", lambda *a: None)
-    monkeypatch.setattr(launch_main.gpus, "query_gpus", _no_nvidia_smi)
-    monkeypatch.setattr(launch_main, "installed_sglang", lambda: None)
+    monkeypatch.setattr(launch_choice.gpus, "query_gpus", _no_nvidia_smi)
+    monkeypatch.setattr(launch_choice, "installed_sglang", lambda: None)
     with pytest.raises(
         UserError,
         match=r"sglang is not installed for .*: run sm12x launch in "

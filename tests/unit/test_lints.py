@@ -710,11 +710,14 @@ def verify_row_findings(recipe):
 @pytest.fixture
 def image_sglang(monkeypatch):
     """image_sglang(version): the lint sees versions.env pinning that sglang."""
-    from sm12x.recipe import lints
+    from sm12x.recipe import lints, tracks
 
     def pin(version: str) -> None:
-        monkeypatch.setattr(lints, "tracks", lambda: ("pinned",))
-        monkeypatch.setattr(lints, "load_versions", lambda track=None: {"SGLANG_VERSION": version})
+        for module in (lints, tracks):
+            monkeypatch.setattr(module, "tracks", lambda: ("pinned",))
+            monkeypatch.setattr(
+                module, "load_versions", lambda track=None: {"SGLANG_VERSION": version}
+            )
 
     return pin
 
@@ -780,11 +783,14 @@ sglang = ["0.5.17"]
 
 def test_every_track_s_sglang_is_judged_and_named(monkeypatch):
     """A recipe runs on every track's image: the lint asks each track's sglang."""
-    from sm12x.recipe import lints
+    from sm12x.recipe import lints, tracks
 
     pins = {"pinned": "0.5.17", "current": "0.5.18"}
-    monkeypatch.setattr(lints, "tracks", lambda: tuple(pins))
-    monkeypatch.setattr(lints, "load_versions", lambda track=None: {"SGLANG_VERSION": pins[track]})
+    for module in (lints, tracks):
+        monkeypatch.setattr(module, "tracks", lambda: tuple(pins))
+        monkeypatch.setattr(
+            module, "load_versions", lambda track=None: {"SGLANG_VERSION": pins[track]}
+        )
     (finding,) = verify_row_findings(build(depth(4)))
     assert "the current track's sglang 0.5.18" in finding.message
     assert "pinned" not in finding.message
@@ -1048,7 +1054,7 @@ def test_the_series_names_the_compact_full_rank_fix(tmp_path):
 
 
 def test_the_largest_decode_graph_follows_the_rank_s_pool():
-    from sm12x.recipe.lints import largest_decode_graph, per_rank_requests
+    from sm12x.recipe.derived import largest_decode_graph, per_rank_requests
 
     tp4 = build(lambda d: None, TP4_THROUGHPUT)
     assert (per_rank_requests(tp4), largest_decode_graph(tp4)) == (64, 64)

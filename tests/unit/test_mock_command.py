@@ -304,9 +304,10 @@ def test_sps_profile_boots_the_stand_in_as_the_launch_renders_the_recipe(name):
     read as sglang reads them: what tune then checks the server against."""
     import argparse
 
-    from sm12x.launch.render import LaunchContext, build_launch
+    from sm12x.launch.plan import build_launch
+    from sm12x.launch.render import LaunchContext
     from sm12x.recipe import load_recipe
-    from sm12x.recipe.lints import largest_decode_graph, per_rank_requests
+    from sm12x.recipe.derived import largest_decode_graph, per_rank_requests
     from sm12x.sps.tables import layout
 
     parser = argparse.ArgumentParser()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sm12x.recipe import lint_recipe, list_recipes, load_recipe
-from sm12x.recipe.lints import attention_dp
+from sm12x.recipe.derived import attention_dp
 from sm12x.recipe.load import validate_recipe
 from sm12x.recipe.model import DEEPSEEK_V4_DEFAULT_MAX_RUNNING_REQUESTS
 from tests.support.cli import raw_recipe

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from sm12x.launch.render import EnvRef, build_launch
+from sm12x.launch.plan import build_launch
+from sm12x.launch.render import EnvRef
 from sm12x.mock import wheels
 from sm12x.recipe import load_all
 from sm12x.recipe.lints import (
@@ -21,8 +22,8 @@ from sm12x.recipe.lints import (
     FEATURE_SINCE,
     RETIRED_ENV,
     _release,
-    recipe_tracks,
 )
+from sm12x.recipe.tracks import recipe_tracks
 from sm12x.versions import load_versions
 from tools import golden
 from tools.sglang_cli import env_vars, server_flags

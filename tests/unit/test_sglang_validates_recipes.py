@@ -20,14 +20,10 @@ import math
 import pytest
 
 from sm12x.recipe import Recipe, load_all
-from sm12x.recipe.lints import (
-    INDEXER_MIN_QUERY,
-    attention_dp,
-    claimed_defaults,
-    per_rank_requests,
-    recipe_tracks,
-)
+from sm12x.recipe.derived import attention_dp, per_rank_requests
+from sm12x.recipe.lints import INDEXER_MIN_QUERY, claimed_defaults
 from sm12x.recipe.load import validate_recipe
+from sm12x.recipe.tracks import recipe_tracks
 from sm12x.sglang_parser import load_description
 from sm12x.versions import load_versions
 from tests.support.cli import raw_recipe
