@@ -25,6 +25,7 @@ from sm12x.apikey import ENV as KEY_ENV
 from sm12x.apikey import exposure_problem
 from sm12x.cli import Command
 from sm12x.errors import UserError
+from sm12x.gpucode import firstboot
 from sm12x.launch import configuration, gpus
 from sm12x.launch.judge import Judged, judge
 from sm12x.launch.render import (
@@ -420,6 +421,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     check_model_path(plan)
     check_track(loaded, dry_run=False, recipe=recipe)
     command = plan.command(python=python, environ=variables) + extra
+    firstboot.announce(recipe.hardware.compute_capability, launch_env, _say)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execvpe(python, command, launch_env)
