@@ -8,6 +8,7 @@ import json
 import pytest
 
 from sm12x.gpucode import firstboot
+from tools import jit_kernels
 from verify.boot import compiling
 
 TIMES = {
@@ -88,3 +89,21 @@ def test_the_announcement_is_what_the_boot_wait_reads(home, monkeypatch):
     )
     assert compiling(line) == "sparse_mla_sm120"
     assert compiling("Loading safetensors checkpoint shards: 50%") is None
+
+
+def test_the_measured_times_are_the_compile_sets_modules():
+    """jit_times.json (tools/jit_kernels --write) names only modules of the compile
+    set, each with a time, and the default track's attention, compressor and
+    top-k modules for both arches a first boot compiles for."""
+    times = json.loads(firstboot.TIMES.read_text())
+    for track, (sglang, _) in jit_kernels.TRACKS.items():
+        names = {m.name for m in jit_kernels.modules(track)}
+        for arch, measured in times.get(sglang, {}).items():
+            assert set(measured) <= names, (sglang, arch)
+            assert all(e["seconds"] > 0 for e in measured.values())
+            assert {e["owner"] for e in measured.values()} <= {"flashinfer", "sglang"}
+    pinned = jit_kernels.TRACKS["pinned"][0]
+    for arch in ("sm_120f", "sm_121a"):
+        assert {"sparse_mla_sm120", "dpsk_v4_compress_4_v2", "dpsk_v4_topk_v2"} <= set(
+            times[pinned][arch]
+        )
