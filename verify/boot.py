@@ -87,6 +87,19 @@ KNOWN_FAILURES = [
 READY = re.compile(r"The server is fired up and ready to roll")
 WEIGHTS = re.compile(r"Loading safetensors checkpoint shards:\s*(\d+)%")
 GRAPHS = re.compile(r"Capturing batches \(bs=\d+[^)]*\):\s*(\d+)%|Capture cuda graph begin")
+# A JIT compile at first boot (minutes, and sglang says nothing meanwhile):
+# flashinfer >= 0.7's own line (jit/core.py, "Building JIT module %s; this can
+# take several minutes on first use.") and sm12x launch's announcement
+# (sm12x/gpucode/firstboot.py PREFIX), which names the module for older ones.
+COMPILING = re.compile(
+    r"Building JIT module (\S+?);|sm12x: first boot compiles JIT module \w+ (\S+)"
+)
+
+
+def compiling(line: str) -> str | None:
+    """The JIT module a log line says is being compiled, or None."""
+    m = COMPILING.search(line)
+    return (m.group(1) or m.group(2)) if m else None
 
 
 class BootFailure(Exception):
@@ -262,6 +275,8 @@ def boot(
                         total=100,
                         completed=int(m.group(1) or 0),
                     )
+                elif module := compiling(line):
+                    progress.update(stage, description=f"compiling JIT kernels: {module}")
                 elif READY.search(line):
                     progress.update(stage, description="ready, waiting for /health")
             code = server.exited()

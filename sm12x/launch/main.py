@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 from sm12x import settings
 from sm12x.cli import Command
+from sm12x.gpucode import firstboot
 from sm12x.launch import plan as launch_plan
 
 
@@ -58,6 +59,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
     launch_plan.check_model_path(plan)
     launch_plan.check_track(loaded, dry_run=False, recipe=plan.recipe, say=_say)
     command = plan.command(python=python, environ=loaded.variables()) + extra
+    firstboot.announce(plan.recipe.hardware.compute_capability, plan.sglang_env, _say)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execvpe(python, command, dict(plan.sglang_env))

@@ -29,6 +29,10 @@ WHEELS = {
     ("0.4.10", "aarch64"): "2c48d45eb3d6399000fb1d71e792128911f0d906f0dc61724348e96c2aac0429",
 }
 TOOLS = ("nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm")
+# The JIT kernels' compiler (tools/jit_kernels.py and the tier's one compile):
+# nvcc, its front end, NVVM and the runtime headers at TEST_CUDA_TOOLS_VERSION,
+# CCCL at its own number, and tvm-ffi's headers at sglang 0.5.17's pin.
+COMPILER = ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-runtime")
 DOWNLOAD = "python3 -m tests.support.kernel_wheels --download"
 
 
@@ -40,11 +44,15 @@ def filename(version: str, arch: str) -> str:
     return f"sglang_kernel-{version}-cp310-abi3-manylinux2014_{arch}.whl"
 
 
-def tools_version() -> str:
+def pin(key: str) -> str:
     for line in (REPO / "versions.env").read_text().splitlines():
-        if line.startswith("TEST_CUDA_TOOLS_VERSION="):
+        if line.startswith(f"{key}="):
             return line.split("=", 1)[1].strip()
-    raise SystemExit("versions.env has no TEST_CUDA_TOOLS_VERSION")
+    raise SystemExit(f"versions.env has no {key}")
+
+
+def tools_version() -> str:
+    return pin("TEST_CUDA_TOOLS_VERSION")
 
 
 def sha256(path: Path) -> str:
@@ -99,15 +107,18 @@ def download() -> None:
         )
         print(f"ok: {path.name}")
     bin_dir = tool_dir()
-    if not all((bin_dir / t).is_file() for t in ("cuobjdump", "nvdisasm")):
+    # One install: --target --upgrade replaces the nvidia/ tree it shares.
+    if not all((bin_dir / t).is_file() for t in ("cuobjdump", "nvdisasm", "nvcc", "ptxas")):
         pip(
             "install",
             "--target",
             str(root / "cuda"),
             "--upgrade",
-            *(f"{t}=={tools_version()}" for t in TOOLS),
+            *(f"{t}=={tools_version()}" for t in TOOLS + COMPILER),
+            f"nvidia-cuda-cccl=={pin('TEST_CUDA_CCCL_VERSION')}",
+            f"apache-tvm-ffi=={pin('TEST_TVM_FFI_VERSION')}",
         )
-    print(f"ok: cuobjdump, nvdisasm {tools_version()} in {bin_dir}")
+    print(f"ok: cuobjdump, nvdisasm, nvcc {tools_version()} in {bin_dir}")
 
 
 def tool_dir() -> Path:

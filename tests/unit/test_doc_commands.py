@@ -176,6 +176,15 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
     "scripts/test -m kernels": NotHere(
         "the kernels tier of the test suite (this test runs inside the suite)"
     ),
+    "python -m tools.jit_kernels --arch sm_121a": NotHere(
+        "compiles the sm_12x JIT kernels with nvcc from the kernels cache: minutes per "
+        "module on 2 cores; tests/kernels/test_jit_decode.py compiles one unit the same way"
+    ),
+    "python -m tools.jit_kernels --arch sm_120f": NotHere("as --arch sm_121a"),
+    "python -m tools.jit_kernels --arch sm_120f --arch sm_121a --reuse --write": NotHere(
+        "rewrites docs/benchmarks.md and sm12x/gpucode/jit_times.json from the kept runs; "
+        "tests/unit/test_firstboot.py reads what it wrote"
+    ),
     "python -m tools.kernel_resources --write": NotHere(
         "rewrites docs/benchmarks.md from the downloaded wheels; tests/kernels/"
         "test_resources.py runs its reading on all four"
