@@ -78,8 +78,20 @@ DYNAMIC: tuple[tuple[str, str], ...] = (
     ("sglang/check_env.py::*", "sglang's environment report tool"),
     ("sglang/kernel_api_logging.py::*", "kernel API logging switches (0.5.17)"),
     ("sglang/kernels/*", "kernel switches named by the kernel's own prefix (not a listener)"),
-    ("sglang/srt/*", "a module's own helper or a copy of the environment it restores; names it "
-     "builds are the module's own switches (the runtime cross-check records import-time reads)"),
+    ("sglang/srt/debug_utils/cuda_coredump.py::_inject_env", "CUDA's coredump variables it sets"),
+    ("sglang/srt/disaggregation/mooncake/utils.py::*", "PYTORCH_CUDA_ALLOC_CONF-style lists"),
+    ("sglang/srt/distributed/device_communicators/custom_all_reduce_utils.py::*",
+     "copies variables into a child process's environment"),
+    ("sglang/srt/hardware_backend/npu/*", "an Ascend NPU library path"),
+    ("sglang/srt/layers/moe/flashinfer_megamoe_autotune.py::*", "restores a variable it set"),
+    ("sglang/srt/managers/scheduler.py::Scheduler.init_deterministic_inference_config",
+     "a size variable named by the attention backend (SGLANG_*_SIZE)"),
+    ("sglang/srt/mem_cache/storage/*", "a KV-cache storage backend's config path or switches"),
+    ("sglang/srt/observability/metrics_collector.py::*", "histogram bucket variables"),
+    ("sglang/srt/observability/trace.py::*", "OpenTelemetry's protocol variable"),
+    ("sglang/srt/rust_extensions/loader.py::*", "a tuple of build variables it records"),
+    ("sglang/srt/weight_cache/daemon.py::*", "PYTORCH_CUDA_ALLOC_CONF"),
+    ("sglang/srt/distributed/device_communicators/*", "a communicator's own switches"),
 )  # fmt: skip
 
 
@@ -111,5 +123,42 @@ def unjudged() -> list[str]:
         f"SERVERS: {pattern}'s gate {gate} is neither a SURFACE name nor one of {SPECIAL}"
         for pattern, gate, _ in SERVERS
         if gate not in SURFACE and gate not in SPECIAL
+    ]
+    return problems
+
+
+def stale(version: str, inventory: sglang_tree.Inventory) -> list[str]:
+    """What `inventory` (a track's tree, or a copy of it) holds that the committed
+    files and tables do not: a variable read missing from sglang_env.json, a
+    variable-path route missing from sglang_routes.json, or a server or computed
+    read no row judges. Empty for the pinned wheel's own tree."""
+    import json
+
+    from sm12x.launch import routes as launch_routes
+    from sm12x.launch_env import READS_FILE
+
+    reads = json.loads(READS_FILE.read_text(encoding="utf-8")).get(version, {})
+    routed = json.loads(launch_routes.ROUTES_FILE.read_text(encoding="utf-8"))
+    routed = routed.get(version, {}).get("routes", {})
+    problems = [
+        f"sglang {version}: {name} ({where}) is read but not in sm12x/launch/sglang_env.json"
+        for name, where in sorted(inventory.reads.items())
+        if name not in reads
+    ]
+    problems += [
+        f"sglang {version}: the route at {where} takes its path from "
+        f"{variable or 'a value that is no variable'}, not in sm12x/launch/sglang_routes.json"
+        for where, (variable, _) in sorted(inventory.routes.items())
+        if variable is None or variable not in routed
+    ]
+    problems += [
+        f"sglang {version}: server {key} ({', '.join(calls)}) is not judged"
+        for key, calls in sorted(inventory.servers.items())
+        if _judgment(key, SERVERS) is None
+    ]
+    problems += [
+        f"sglang {version}: computed read {key}:{lines[0]} is not judged"
+        for key, lines in sorted(inventory.dynamic.items())
+        if _judgment(key, DYNAMIC) is None
     ]
     return problems
