@@ -162,8 +162,9 @@ def _route_path(call: ast.Call) -> ast.AST | None:
 
 
 class _Walker(ast.NodeVisitor):
-    def __init__(self, scan: Scan, bound: dict, sockets: bool) -> None:
+    def __init__(self, scan: Scan, bound: dict, sockets: bool, constants: dict) -> None:
         self.scan, self.bound, self.sockets = scan, bound, sockets
+        self.constants = constants
         self.where: list[str] = []
 
     def _function(self) -> str:
@@ -188,6 +189,18 @@ class _Walker(ast.NodeVisitor):
             if isinstance(decorator, ast.Call) and _callee(decorator) in ROUTE_METHODS:
                 self._route(decorator)
         self._scoped(node, node.name)
+
+    def visit_Dict(self, node: ast.Dict) -> None:
+        # {"SGLANG_X": _DeprecatedEnv(...)}: a registry of names read by key.
+        for key, value in zip(node.keys, node.values, strict=True):
+            if (
+                key is not None
+                and _literal(key)
+                and isinstance(value, ast.Call)
+                and ENV_CALL.search(_callee(value))
+            ):
+                self.scan.reads.append((_literal(key) or "", key.lineno, "Env registry"))
+        self.generic_visit(node)
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
 
@@ -224,11 +237,19 @@ class _Walker(ast.NodeVisitor):
         ):
             self.scan.servers.append((self._function(), node.lineno, f".{callee}"))
 
+    def _named(self, node: ast.AST) -> str | None:
+        """A computed read's name when its argument is a module's string constant
+        (`os.getenv(PREFILL_ENV)` with `PREFILL_ENV = "SGLANG_..."`)."""
+        arg = node.args[0] if isinstance(node, ast.Call) and node.args else None
+        arg = node.slice if isinstance(node, ast.Subscript) else arg
+        return self.constants.get(arg.id) if isinstance(arg, ast.Name) else None
+
     def _read(self, node: ast.AST) -> None:
         read = env_read(node)
         if read is None:
             return
         name, _, form = read
+        name = name or self._named(node)
         if name is not None:
             self.scan.reads.append((name, node.lineno, form))
         elif form in ("getenv", "getter", "environ.get", "environ.pop", "environ.setdefault"):
@@ -240,8 +261,23 @@ class _Walker(ast.NodeVisitor):
             if read is not None and read[0] is not None:
                 self.scan.reads.append((read[0], node.lineno, read[2]))
             elif read is not None and read[2] == "environ[]":
-                self.scan.dynamic.append((self._function(), node.lineno))
+                named = self._named(node)
+                if named is not None:
+                    self.scan.reads.append((named, node.lineno, read[2]))
+                else:
+                    self.scan.dynamic.append((self._function(), node.lineno))
         super().generic_visit(node)
+
+
+def _constants(tree: ast.Module) -> dict[str, str]:
+    """Module-level names bound to a string that looks like a variable's name."""
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], _literal(node.value)
+            if isinstance(target, ast.Name) and value is not None:
+                found[target.id] = value
+    return found
 
 
 def _imports_sockets(tree: ast.Module) -> bool:
@@ -264,7 +300,16 @@ def _scan_cached(digest: str, source: str) -> Scan:
     except SyntaxError:
         return Scan()
     scan = Scan()
-    _Walker(scan, _module_env(tree), _imports_sockets(tree)).visit(tree)
+    _Walker(scan, _module_env(tree), _imports_sockets(tree), _constants(tree)).visit(tree)
+    if scan.dynamic:
+        # A computed read: any name-like string of the module may be its name
+        # (environ.py's cache redirect reads the keys of a dict another
+        # function returns), so each counts as read.
+        scan.reads += [
+            (n.value, n.lineno, "computed")  # type: ignore[attr-defined]
+            for n in ast.walk(tree)
+            if _literal(n) is not None
+        ]
     for prefix, fields in _prefix_classes(tree):
         scan.reads += [(prefix + name.upper(), line, "_env_prefix") for name, line in fields]
     scan.reads.sort(key=lambda r: (r[1], r[0]))
