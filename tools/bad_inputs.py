@@ -387,8 +387,20 @@ CASES: list[Case] = [
     Case(
         "env-dumper-port",
         ("launch", "--dry-run", "--recipe", "rtx-pro-6000-tp4"),
-        ("DUMPER_SERVER_PORT is set in the environment", "recipe's env:"),
+        ("DUMPER_SERVER_PORT is refused", "0.0.0.0", "unset it"),
         env={"DUMPER_SERVER_PORT": "40000"},
+    ),
+    Case(
+        "env-route-under-health",
+        ("launch", "--dry-run", "--recipe", "rtx-pro-6000-tp4"),
+        ("SGLANG_OLLAMA_CHAT_ROUTE=/health/chat is refused", "without the key"),
+        env={"SGLANG_OLLAMA_CHAT_ROUTE": "/health/chat"},
+    ),
+    Case(
+        "env-route-under-ready",
+        ("launch", "--dry-run", "--recipe", "rtx-pro-6000-tp4-v41"),
+        ("AIP_PREDICT_ROUTE=/ready_generate is refused", "/ready"),
+        env={"AIP_PREDICT_ROUTE": "/ready_generate", "SM12X_TRACK": "current"},
     ),
     Case(
         "env-sglang-namespace",

@@ -160,6 +160,12 @@ def _listeners() -> dict[Path, str]:
     return {sglang_surface.DOC: sglang_surface.render_doc()}
 
 
+def _sglang_routes() -> dict[Path, str]:
+    from tests.support import sglang_routes
+
+    return sglang_routes.render()
+
+
 def _sglang_env_reads() -> dict[Path, str]:
     from tests.support import sglang_env_reads
 
@@ -336,6 +342,13 @@ ENTRIES: tuple[Entry, ...] = (
         "found in its whole tree (what sm12x launch refuses from a caller)",
         "wheels",
         _sglang_env_reads,
+    ),
+    Entry(
+        "sglang-routes",
+        "sm12x/launch/sglang_routes.json: each track's routes whose path a variable sets and "
+        "the prefixes sglang's own auth middleware serves without the key",
+        "wheels",
+        _sglang_routes,
     ),
     Entry(
         "listeners",

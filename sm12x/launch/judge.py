@@ -44,6 +44,7 @@ from sm12x.apikey import FILE_ENV, is_loopback
 from sm12x.errors import UserError
 from sm12x.launch.bounds import check_bounds
 from sm12x.launch.render import HEAD_ADDR_ENV, NODE_RANK_ENV, RenderedArg
+from sm12x.launch.routes import check_routes
 from sm12x.recipe.extra import WHY, check_userinfo, check_values, parse_extra
 from sm12x.recipe.lints import CANONICAL_FLAGS, DERIVED_FLAGS, lint_recipe
 from sm12x.recipe.load import RecipeError, validate_recipe
@@ -64,6 +65,8 @@ from sm12x.sglang_parser import JudgeParser, ParserError
 #       "endpoint" refused unless every endpoint the value names is loopback
 #       (the listener binds its own address, by default all interfaces);
 #       "refused" refused in any form, with why;
+#       "route" sets a route's path: refused under a prefix sglang's auth
+#       middleware serves without the key (sm12x.launch.routes);
 #       "secret" refused on a command line, why naming the route that is not;
 #       "owned" set by sm12x (host, port, the key) and refused after --;
 #       "none" the name matches, but no socket is opened and nothing secret
@@ -139,6 +142,62 @@ SURFACE: dict[str, Surface] = {
     "SGLANG_HTTP_SERVER_APP_PATH": Surface(
         "refused", "it swaps the HTTP app that checks the API key for any importable one"
     ),
+    # Found in the whole tree (tests/support/sglang_tree.py), not environ.py.
+    "DUMPER_SERVER_PORT": Surface(
+        "refused",
+        "sglang's tensor dumper (srt/debug_utils/dumper.py) starts an HTTP server on "
+        "0.0.0.0 whatever --host says, and a ZMQ RPC socket on tcp://*, neither with a key; "
+        "its configure route turns on tensor dumps of every request into a folder the "
+        "caller names",
+    ),
+    "DUMPER_GRAFTER_ENABLE": Surface(
+        "refused",
+        "the dumper's grafter joins a process group with another run (a rendezvous on its "
+        "master port, no key) and rewrites tensors from it",
+    ),
+    "DUMPER_GRAFTER_MASTER_ADDRESS": Surface(
+        "none", "read only by the grafter, which DUMPER_GRAFTER_ENABLE (refused) turns on"
+    ),
+    "DUMPER_GRAFTER_MASTER_PORT": Surface(
+        "none", "read only by the grafter, which DUMPER_GRAFTER_ENABLE (refused) turns on"
+    ),
+    "UMBP_PEER_SERVICE_PORT": Surface(
+        "loopback", "the UMBP KV-cache store's peer service (--hicache-storage-backend umbp)"
+    ),
+    "UMBP_IO_ENGINE_PORT": Surface(
+        "loopback", "the UMBP KV-cache store's I/O engine (--hicache-storage-backend umbp)"
+    ),
+    "MOONCAKE_MASTER_METRICS_PORT": Surface(
+        "loopback", "the Mooncake store's metrics port (--hicache-storage-backend mooncake)"
+    ),
+    "SGLANG_OLLAMA_CHAT_ROUTE": Surface("route", "the Ollama chat route (generation)"),
+    "SGLANG_OLLAMA_GENERATE_ROUTE": Surface("route", "the Ollama generate route (generation)"),
+    "SGLANG_OLLAMA_ROOT_ROUTE": Surface("route", "the Ollama root route"),
+    "SGLANG_OLLAMA_TAGS_ROUTE": Surface("route", "the Ollama model list"),
+    "SGLANG_OLLAMA_SHOW_ROUTE": Surface("route", "the Ollama model details"),
+    "AIP_PREDICT_ROUTE": Surface("route", "Vertex AI's predict route (generation)"),
+    "EXA_API_KEY": Surface(
+        "none", "a key for Exa's web search that sglang reads from its environment, never argv"
+    ),
+    "SGLANG_S3_SECRET_ACCESS_KEY": Surface(
+        "none", "the diffusion server's S3 key, read from its environment, never argv"
+    ),
+    "CRUSOE_API_KEY": Surface("none", "sglang's frontend language client, not the server"),
+    "OPENAI_API_KEY": Surface("none", "sglang's benchmark client, not the server"),
+    "API_KEY": Surface("none", "sglang's benchmark client, not the server"),
+    "HF_TOKEN": Surface("none", "a Hugging Face token read from the environment, never argv"),
+    "SGLANG_DIFFUSION_SLACK_TOKEN": Surface("none", "sglang's diffusion test reports"),
+    "TEST_ENHANCER_KEY": Surface("none", "a diffusion unit test"),
+    "SGLANG_TEST_SERVER_PORT": Surface("none", "a diffusion test script"),
+    "MASTER_ADDR": Surface("none", "torch's rendezvous in the diffusion runtime's tests"),
+    "MASTER_PORT": Surface("none", "torch's rendezvous in the diffusion runtime's tests"),
+    "MOONCAKE_TE_META_DATA_SERVER": Surface("none", "a Mooncake server sglang connects to"),
+    "MOONCAKE_CHECK_SERVER": Surface("none", "a switch: check the Mooncake server is up"),
+    "ASCEND_MF_STORE_URL": Surface("none", "an Ascend store sglang connects to"),
+    "SGLANG_S3_ENDPOINT_URL": Surface("none", "an S3 endpoint sglang uploads to"),
+    "RUNAI_STREAMER_S3_ENDPOINT": Surface("none", "an S3 endpoint weights stream from"),
+    "AWS_ENDPOINT_URL": Surface("none", "an S3 endpoint weights stream from"),
+    "SGLANG_USE_AITER_FP8_PER_TOKEN": Surface("none", "an AMD kernel switch (ends in TOKEN)"),
     # Matched by name, but no listener of their own and nothing secret.
     "nccl_port": Surface(
         "none", "NCCL's rendezvous between the ranks of one launch (docs/security.md, scope)"
@@ -174,7 +233,7 @@ SURFACE: dict[str, Surface] = {
     "disaggregation_decode_host_receive_threshold": Surface("none", "a host-memory threshold"),
     "media_url_max_file_size_mb": Surface("none", "a size cap on media sglang fetches"),
 }
-RULES = ("loopback", "endpoint", "refused", "secret", "owned", "none")
+RULES = ("loopback", "endpoint", "refused", "route", "secret", "owned", "none")
 KEY_DESTS = {d: s.why for d, s in SURFACE.items() if s.rule == "secret" and d.islower()}
 LISTENER_DESTS = {
     d: s.why for d, s in SURFACE.items() if s.rule in ("loopback", "endpoint") and d.islower()
@@ -628,6 +687,7 @@ def judge(
     final = parsed.values
     host = str(final.get("host", "127.0.0.1"))
     check_refused_env(exec_env)
+    check_routes(exec_env)
     check_endpoints(final)
     opened = listeners(final, exec_env)
     if opened and not is_loopback(host):

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sm12x.mock import wheels
+from tests.support import sglang_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "listeners.md"
@@ -42,7 +43,7 @@ NAMES = re.compile(
 )
 ENV_NAMES = re.compile(
     r"_(PORT|PORT_BASE|SERVER|ENDPOINT|URL|ADDR|APP_PATH|SOURCE_IP|PEERS|KEY|PASSWORD|SECRET"
-    r"|SOCKET_TEMPLATE)$|_GRPC_PORT|_USE_ZMQ$"
+    r"|SOCKET_TEMPLATE|ROUTE|TOKEN)$|_GRPC_PORT|_USE_ZMQ$|^DUMPER_.*(PORT|ADDRESS)$"
 )
 # Names of this kind that count tokens or name files, not sockets or secrets:
 # a dest ending in a count or a path is none of either.
@@ -84,7 +85,6 @@ def sglang(version: str) -> dict[str, Found]:
             for name in archive.namelist()
             if name.endswith(".py") and name.startswith(SGLANG_FILES)
         }
-        environ = archive.read("sglang/srt/environ.py").decode()
     from sm12x.launch.judge import SURFACE
 
     hidden = _hidden(sources["sglang/srt/server_args.py"])
@@ -101,11 +101,11 @@ def sglang(version: str) -> dict[str, Found]:
                 break
         else:
             found[dest] = Found(dest, "flag", "sglang/srt/server_args.py (add_cli_args)")
-    for match in re.finditer(r"^\s+((?:SGLANG|SGL)_\w+)\s*=\s*Env", environ, re.M):
-        name = match.group(1)
+    # Every variable the whole tree reads (tests/support/sglang_tree.py), not
+    # only environ.py's: the dumper's port and the route paths live elsewhere.
+    for name, where in sglang_tree.of_version(version).reads.items():
         if ENV_NAMES.search(name) or name in SURFACE:
-            line = environ.count("\n", 0, match.start()) + 1
-            found[name] = Found(name, "env", f"sglang/srt/environ.py:{line}")
+            found[name] = Found(name, "env", where.partition(" ")[0])
     return found
 
 
@@ -155,6 +155,14 @@ def unjudged() -> list[str]:
             if name not in SURFACE:
                 problems.append(f"sglang {version}: {name} ({found.where}) is not judged")
     problems += [f"SURFACE: {n} is in no pinned sglang" for n in SURFACE if n not in seen]
+    from sm12x.launch.routes import route_variables
+
+    routed_env = {n for n, s in SURFACE.items() if s.rule == "route"}
+    problems += [
+        f"{n} sets a route's path (sm12x/launch/sglang_routes.json) but SURFACE does not "
+        "rule it `route`"
+        for n in sorted(set(route_variables()) ^ routed_env)
+    ]
     routed = router()
     problems += [
         f"sglang-router: {n} ({f.where}) is not judged"
@@ -195,6 +203,8 @@ def render_doc() -> str:
         "- **refused**: refused in any form;",
         "- **secret**: refused on a command line; the row says the route that is not;",
         "- **owned**: set by sm12x from a setting, refused after `--`;",
+        "- **route**: sets a route's path; refused under a prefix sglang's own auth",
+        "  middleware serves without the key (sm12x.launch.routes);",
         "- **none**: matched by name, but opens no listener and holds no secret.",
         "",
         "## sglang",
@@ -212,6 +222,7 @@ def render_doc() -> str:
         surface = SURFACE.get(name)
         rule, why = (surface.rule, surface.why) if surface else ("**unjudged**", "")
         lines.append(_row(name, kind, rule, where, why))
+    lines += _tree_sections()
     _, router_version = router_source()
     lines += [
         "",
@@ -225,3 +236,49 @@ def render_doc() -> str:
         rule, why = (surface.rule, surface.why) if surface else ("**unjudged**", "")
         lines.append(_row(name, "flag", rule, [found.where], why))
     return "\n".join(lines) + "\n"
+
+
+def _tree_sections() -> list[str]:
+    """The servers, variable-path routes and computed reads of both trees."""
+    from sm12x.launch.routes import keyless_prefixes
+    from tests.support import sglang_routes, sglang_servers
+
+    lines = [
+        "",
+        "## Servers sglang can start",
+        "",
+        "Every server start in each track's whole tree (tests/support/sglang_tree.py),",
+        "by the function it is in, and what opens it (tests/support/sglang_servers.py:",
+        "a SURFACE name above, API, INTERNAL, ENTRY or TEST).",
+        "",
+        "| function | calls | gate | what |",
+        "|---|---|---|---|",
+    ]
+    rows: dict[str, tuple[list[str], tuple | None]] = {}
+    for version in versions():
+        for key, calls, row in sglang_servers.server_rows(version):
+            where, _ = rows.setdefault(key, ([], row))
+            where.append(f"{version}: {', '.join(calls)}")
+    for key, (where, row) in sorted(rows.items()):
+        gate, what = (row[1], row[2]) if row else ("**unjudged**", "")
+        lines.append(f"| `{key}` | {'<br>'.join(where)} | {gate} | {what} |")
+    lines += [
+        "",
+        "## Routes whose path a variable sets",
+        "",
+        "Judged by each track's own `decide_request_auth` (srt/utils/auth.py) with a key",
+        "configured: each default path asks for the key; a value under a keyless prefix",
+        f"({', '.join(keyless_prefixes())}) is refused at launch (sm12x.launch.routes).",
+        "",
+        "| variable | default | source |",
+        "|---|---|---|",
+    ]
+    routes: dict[str, tuple[str | None, list[str]]] = {}
+    for version in versions():
+        for name, route in sglang_routes.of_version(version)["routes"].items():
+            routes.setdefault(name, (route["default"], []))[1].append(
+                f"{version}: {route['where']}"
+            )
+    for name, (default, where) in sorted(routes.items()):
+        lines.append(f"| `{name}` | `{default or '/'}` | {'<br>'.join(where)} |")
+    return lines

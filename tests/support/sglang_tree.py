@@ -1,0 +1,112 @@
+"""A track's whole sglang tree, scanned (tests/support/sglang_scan.py) into one inventory.
+
+The tree is the release's wheel (sm12x.mock.wheels) or a folder holding its
+`sglang/` package (a copy the injection test edits). Every module but sglang's
+own test package is read. The inventory:
+
+- `reads`: every variable read by name, with its first place (path:line) and
+  form; written to sm12x/launch/sglang_env.json for the launcher;
+- `dynamic`: reads whose name is computed, by path::function;
+- `servers`: every server start, by path::function, with the call;
+- `routes`: every route whose path is not a constant, by path::function, with
+  the variable that sets it and its default.
+
+A module is parsed only when its text holds a word one of the forms needs
+(`PREFILTER`, a superset of what the scanner matches), which halves the time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import re
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.support.sglang_scan import scan
+
+SKIP = ("sglang/test/",)
+PREFILTER = re.compile(
+    r"env|uvicorn|web\.|Server|server|bind\(|listen\(|APIRouter|add_api_route|add_route", re.I
+)
+
+
+@dataclass
+class Inventory:
+    reads: dict[str, str] = field(default_factory=dict)  # name -> path:line (form)
+    dynamic: dict[str, list[int]] = field(default_factory=dict)  # path::function -> lines
+    servers: dict[str, list[str]] = field(default_factory=dict)  # path::function -> calls
+    # path::function:line -> (variable or None, default path or None)
+    routes: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+
+
+def modules_of_wheel(wheel: Path) -> Iterator[tuple[str, str]]:
+    with zipfile.ZipFile(wheel) as archive:
+        for path in sorted(archive.namelist()):
+            if path.endswith(".py") and not path.startswith(SKIP):
+                yield path, archive.read(path).decode("utf-8", "replace")
+
+
+def modules_of_folder(site: Path) -> Iterator[tuple[str, str]]:
+    for file in sorted((site / "sglang").rglob("*.py")):
+        path = file.relative_to(site).as_posix()
+        if not path.startswith(SKIP):
+            yield path, file.read_text(encoding="utf-8", errors="replace")
+
+
+def inventory(modules: Iterator[tuple[str, str]]) -> Inventory:
+    out = Inventory()
+    for path, source in modules:
+        if not PREFILTER.search(source):
+            continue
+        found = scan(source)
+        for name, line, form in found.reads:
+            out.reads.setdefault(name, f"{path}:{line} ({form})")
+        for function, line in found.dynamic:
+            out.dynamic.setdefault(f"{path}::{function}", []).append(line)
+        for function, line, call in found.servers:
+            out.servers.setdefault(f"{path}::{function}", []).append(f"{call}:{line}")
+        for function, line, variable, default in found.routes:
+            out.routes[f"{path}::{function}:{line}"] = (variable, default)
+    return out
+
+
+def _cache_file(wheel: Path) -> Path:
+    """Where a wheel's inventory is kept: keyed by the wheel and by this
+    scanner's own source, so a change to either scans again."""
+    from sm12x.mock import wheels
+
+    here = Path(__file__).parent
+    code = b"".join((here / n).read_bytes() for n in ("sglang_scan.py", "sglang_tree.py"))
+    stat = wheel.stat()
+    key = hashlib.sha256(code + f"{wheel.name}:{stat.st_size}".encode()).hexdigest()[:16]
+    return wheels.cache_root() / "sglang-tree" / f"{wheel.stem}-{key}.json"
+
+
+@functools.cache
+def of_version(version: str) -> Inventory:
+    from sm12x.mock import wheels
+
+    wheel = wheels.wheel("sglang", version)
+    cache = _cache_file(wheel)
+    if cache.is_file():
+        data = json.loads(cache.read_text(encoding="utf-8"))
+        data["routes"] = {k: tuple(v) for k, v in data["routes"].items()}
+        return Inventory(**data)
+    found = inventory(modules_of_wheel(wheel))
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    partial = cache.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(json.dumps(dataclasses.asdict(found)), encoding="utf-8")
+    partial.replace(cache)  # whole or not at all: a parallel worker may write it too
+    return found
+
+
+def versions() -> list[str]:
+    from sm12x.versions import load_versions
+
+    return sorted({load_versions(t)["SGLANG_VERSION"] for t in ("pinned", "current")})
