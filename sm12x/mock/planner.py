@@ -64,7 +64,9 @@ class _NotHere:
     """A runtime class the planner names but never builds while it plans."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise RuntimeError(f"{type(self).__name__} is not stood up in the mock (sm12x.mock.planner)")
+        raise RuntimeError(
+            f"{type(self).__name__} is not stood up in the mock (sm12x.mock.planner)"
+        )
 
 
 def _not_here(name: str):
@@ -175,14 +177,12 @@ def _unload_planners() -> None:
     its invariants by name in sglang's registry (utils/invariants.py), which
     refuses a second one, so a process holds one planner module at a time
     (planners built from an older one keep working)."""
-    invariants = sys.modules.get("sglang.srt.utils.invariants")
+    invariants: Any = sys.modules.get("sglang.srt.utils.invariants")
+    registry: dict[str, Any] = getattr(invariants, "_REGISTRY", {})
     for name in [n for n in sys.modules if n.startswith("sm12x_mock_dspark_planner_")]:
         old = sys.modules.pop(name)
-        registry = getattr(invariants, "_REGISTRY", {})
         for value in vars(old).values():
-            if isinstance(value, getattr(invariants, "Invariant", ())) and (
-                registry.get(value.name) is value
-            ):
+            if any(value is v for v in registry.values()):
                 del registry[value.name]
 
 
@@ -242,7 +242,7 @@ class RankPlanner:
             world_size=1, rank_in_group=0, broadcast=_not_here("a TP group's broadcast")
         )
         if hasattr(module, "get_tp_group"):  # 0.5.17
-            module.get_tp_group = lambda: group
+            module.get_tp_group = lambda: group  # type: ignore[attr-defined]
         kwargs: dict[str, Any] = {
             "draft_model": SimpleNamespace(confidence_head=object()),
             "gamma": config.gamma,

@@ -149,7 +149,7 @@ class Scheduler:
     forced_frac: float | None = None  # dspark_force_budget_frac (the off-diagonal pin)
     # One wheel planner per DP rank (plan()); none: static verify's full tier.
     planners: list[RankPlanner] = field(default_factory=list)
-    module: Any = None  # the wheel's planner module the planners are built from
+    spare: RankPlanner | None = None  # one more, for priced()
 
     def __post_init__(self) -> None:
         ranks = self.config.dp
@@ -160,8 +160,9 @@ class Scheduler:
     def plan(self, site: Path, source: Path | None = None) -> Scheduler:
         """Lay out every step with the planner of the sglang tree at `site`
         (`source`: a copy of its dspark_planner.py instead)."""
-        self.module = planner.load(site, source)
-        self.planners = [RankPlanner(self.module, self.config) for _ in range(self.config.dp)]
+        module = planner.load(site, source)
+        self.planners = [RankPlanner(module, self.config) for _ in range(self.config.dp)]
+        self.spare = RankPlanner(module, self.config)
         for rank_planner in self.planners:
             rank_planner.pin(self.forced_frac)
         return self
@@ -250,23 +251,25 @@ class Scheduler:
 
     def priced(self, batch: int, frac: float | None) -> int:
         """The tokens a step of `batch` requests replays at pinned fraction
-        `frac`, from a fresh planner of the same wheel (the running ones keep
-        their state)."""
-        probe = Scheduler(self.config, forced_frac=frac)
-        if self.module is not None:
-            probe.module = self.module
-            probe.planners = [RankPlanner(self.module, self.config)]
-            probe.planners[0].pin(frac)
+        `frac`, laid out by a spare planner built with the running ones (at
+        boot, as sglang loads its table then), so their state is untouched."""
         reqs = [_Req(0, 1, asyncio.Event(), slot=i) for i in range(batch)]
-        for req in reqs:
-            if probe.planners:
-                probe.planners[0].admit(req.slot)
+        probe = Scheduler(self.config, forced_frac=frac)
+        if self.spare is not None:
+            probe.planners = [self.spare]
+            self.spare.pin(frac)
+            for req in reqs:
+                self.spare.admit(req.slot)
         return probe.verify_tokens(reqs, 0)
 
     async def loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
+            started = loop.time()
             self.step()
-            await asyncio.sleep(self.config.step_interval_s)
+            # The interval is the step's period: the planners' CPU time counts.
+            spent = loop.time() - started
+            await asyncio.sleep(max(0.0005, self.config.step_interval_s - spent))
 
     def ensure_running(self) -> None:
         if self.task is None or self.task.done():

@@ -30,10 +30,10 @@ FRACS = (0.125, 0.5, 1.0)
 def own_modules():
     """The planner registers the tree's bare `sglang` package (no __spec__) and
     its modules: give this process its modules back afterwards."""
-    ours = ("sglang", "sm12x_mock_dspark_planner_")
-    before = {n: m for n, m in sys.modules.items() if n.startswith(ours)}
+    ours = ("sglang.", "sm12x_mock_dspark_planner_")
+    before = {n: m for n, m in sys.modules.items() if n == "sglang" or n.startswith(ours)}
     yield
-    for name in [n for n in sys.modules if n.startswith(ours)]:
+    for name in [n for n in sys.modules if n == "sglang" or n.startswith(ours)]:
         del sys.modules[name]
     sys.modules.update(before)
 
