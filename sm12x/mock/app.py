@@ -42,7 +42,7 @@ from sm12x.mock import serving as sglang_serving
 from sm12x.mock.faults import Faults
 from sm12x.mock.fullrank import Layout, Ranks
 from sm12x.mock.metrics import Finished, Metrics
-from sm12x.mock.sps import Scheduler, SpsConfig, verify_all
+from sm12x.mock.sps import Scheduler, SpsConfig
 from sm12x.recipe.lines import DEFAULT_LINE, LINES, serves
 from sm12x.versions import load_versions, tracks
 
@@ -191,7 +191,7 @@ def create_app(
     site = sglang_serving.locate(version, patched, sglang_source)
     serving = sglang_serving.load(site)
     if sps is not None:
-        scheduler.verifies_all = verify_all(site, sps)
+        scheduler.plan(site)  # the served wheel's planner lays out every step
     P = serving.protocol
     tokenizer = tokenizer_v4.load() if line == DEFAULT_LINE else tokenizer_v41.load()
     eos = tokenizer.eos_token_id

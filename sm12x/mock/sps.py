@@ -25,34 +25,25 @@ this enforces:
   (round robin), at most effective_max_running_requests_per_dp running per
   rank, the rest waiting.
 - The off-diagonal sweep (`--fracs`, sglang 0.5.23): POST /set_internal_state
-  {"server_args": {"dspark_force_budget_frac": f}} pins each step's verify
-  budget above the one-row floor to int(f x bs x gamma) (dspark_planner
-  HostConfidenceBudgetPlanner.compute_budget; internal_state.py accepts f in
-  (0, 1] or null, only on a DSpark worker, and answers one `updated` bool per
-  DP rank; any other key is "not supported": false). Only ragged verify
-  schedules a budget: in compact (and cap-accept) mode a step's record then
-  carries the replayed graph tier in tokens, the smallest captured token
-  bucket (bs x (gamma + 1) for each captured bs) >= bs + budget
-  (decode_cuda_graph_runner's buckets, round_up_grid). Static verify ignores
-  the pin.
-- Verify-all (dspark_planner.DSparkVerifyPlanner.__init__, 0.5.23 148-154,
-  0.5.17 151-158): in compact mode with an uninitialized SPS table the planner
-  returns the full-width uniform layout before any budget is read, so the pin
-  is ignored there: every step replays the batch's full tier. The table is the
-  planner's build_sps_cost_table's: the file at
-  --speculative-dspark-sps-table-path, else the one-sample placeholder, which
-  counts as uninitialized. `verify_all` decides it with the served wheel's own
-  code: build_sps_cost_table and the planner's `_is_verify_all` expression,
-  compiled from dspark_planner.py as shipped, over that release's dspark_sps
-  (loaded by path as the profiler loads it: it imports only msgspec). What
-  stands in, and why: the planner's module itself is not imported (it pulls
-  the runtime: ScheduleBatch, torch.distributed's DP tier gather, the
-  DFlash draft input; 35-140 s on a CPU machine per start), so its
-  get_spec()/get_schedule()/server_args are the server's arguments and
-  RaggedVerifyMode is the enum's three values under sglang's names. The step
-  is then priced from the tier verify-all replays (the full width) or the pin's
-  tier, never the pin alone; the planner's per-request layout (the confidence
-  top-k of _schedule_verify_lens) is not run.
+  {"server_args": {"dspark_force_budget_frac": f}} pins the fraction on every
+  DP rank's planner (internal_state.py accepts f in (0, 1] or null, only on a
+  DSpark worker, and answers one `updated` bool per DP rank; any other key is
+  "not supported": false).
+- Each step's verify layout is the served wheel's own planner's
+  (sm12x.mock.planner: DSparkVerifyPlanner, built per DP rank from the
+  tree's dspark_planner.py, with what stands in for the runtime named there).
+  The planner reads the pin only through its budget planner
+  (compute_budget: int(f x bs x gamma) above the one-row floor), and its
+  schedule_layout decides whether that budget is used: static verify has no
+  layout; compact verify with an uninitialized SPS table (no
+  --speculative-dspark-sps-table-path: build_sps_cost_table's one-sample
+  placeholder, or a one-sample file) is verify-all, the full-width uniform
+  layout whatever the pin; otherwise the confidence top-k's verify lengths in
+  the smallest captured token bucket (bs x (gamma + 1) per captured bs) that
+  covers them. A step's record carries the width the step replays: the
+  layout's graph tier in compact mode, else the batch's full tier (cap-accept
+  caps acceptance inside the static graph). The mock prices the step from
+  that width, never from the pin.
 
 The step time is a model (a fixed cost, a cost per running request and one per
 verify token), the real time between steps a small sleep, so a profile runs in
@@ -61,19 +52,18 @@ seconds.
 
 from __future__ import annotations
 
-import ast
 import asyncio
-import importlib.util
 import os
 import uuid
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, Union
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+
+from sm12x.mock import planner
+from sm12x.mock.planner import RankPlanner
 
 
 @dataclass
@@ -136,110 +126,13 @@ class SpsConfig:
         return round(12.0 + 0.04 * verify_tokens + 0.05 * running, 4)
 
 
-SPS_MODULE = "sglang/srt/speculative/dspark_components/dspark_sps.py"
-PLANNER_MODULE = "sglang/srt/speculative/dspark_components/dspark_planner.py"
-
-
-class RaggedVerifyMode(str, Enum):
-    """sglang's (speculative/ragged_verify.py): the names the planner's code uses."""
-
-    STATIC = "static"
-    CAP_ACCEPT = "cap-accept"
-    COMPACT = "compact"
-
-
-def _planner_code(path: Path) -> tuple[ast.FunctionDef, ast.expr]:
-    """build_sps_cost_table and the value DSparkVerifyPlanner.__init__ gives
-    `_is_verify_all` in a ragged mode, from the planner's source as shipped."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    build = next(
-        (
-            n
-            for n in tree.body
-            if isinstance(n, ast.FunctionDef) and n.name == "build_sps_cost_table"
-        ),
-        None,
-    )
-    planner = next(
-        (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "DSparkVerifyPlanner"),
-        None,
-    )
-    init = next(
-        (
-            n
-            for n in (planner.body if planner else [])
-            if isinstance(n, ast.FunctionDef) and n.name == "__init__"
-        ),
-        None,
-    )
-    rules = [
-        node.value
-        for branch in (init.body if init else [])
-        if isinstance(branch, ast.If)
-        for node in ast.walk(branch)
-        if isinstance(node, ast.Assign)
-        and any(ast.unparse(t) == "self._is_verify_all" for t in node.targets)
-    ]
-    if build is None or len(rules) != 1:
-        raise RuntimeError(
-            f"{path} no longer has build_sps_cost_table and one ragged-mode "
-            "`self._is_verify_all = ...` in DSparkVerifyPlanner.__init__: the mock "
-            "cannot read its verify-all rule"
-        )
-    return build, rules[0]
-
-
-def verify_all(site: Path, config: SpsConfig) -> bool:
-    """Whether the planner of the sglang at `site` verifies every row (the
-    docstring's verify-all): its own `_is_verify_all` expression, over the table
-    its own build_sps_cost_table builds (both compiled from the shipped source,
-    with the server's arguments for get_spec()/get_schedule()/server_args), with
-    that release's dspark_sps functions."""
-    if config.mode == "static":
-        return False
-    spec = importlib.util.spec_from_file_location("sm12x_mock_dspark_sps", site / SPS_MODULE)
-    assert spec is not None and spec.loader is not None
-    sps = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sps)
-    build, rule = _planner_code(site / PLANNER_MODULE)
-    args = SimpleNamespace(
-        speculative_dspark_sps_table_path=config.sps_table_path,
-        max_running_requests=config.max_running_per_dp * config.dp,
-    )
-    scope: dict[str, Any] = {
-        "Union": Union,
-        "SpsCostTable": sps.SpsCostTable,
-        "SpsAdditiveCostTable": sps.SpsAdditiveCostTable,
-        "ServerArgs": object,
-        "load_sps_table_from_path": sps.load_sps_table_from_path,
-        "build_uninitialized_sps_table": sps.build_uninitialized_sps_table,
-        "is_uninitialized_sps_table": sps.is_uninitialized_sps_table,
-        "get_spec": lambda: args,
-        "get_schedule": lambda: args,
-        "RaggedVerifyMode": RaggedVerifyMode,
-    }
-    exec(
-        compile(ast.Module(body=[build], type_ignores=[]), str(site / PLANNER_MODULE), "exec"),
-        scope,
-    )
-    kwargs: dict[str, Any] = {"verify_num_draft_tokens": config.gamma + 1}
-    if any(a.arg == "server_args" for a in build.args.kwonlyargs):
-        kwargs["server_args"] = args  # 0.5.17's signature
-    table = scope["build_sps_cost_table"](**kwargs)
-    planner = SimpleNamespace(_ragged_verify_mode=RaggedVerifyMode(config.mode))
-    value = eval(
-        compile(ast.Expression(rule), str(site / PLANNER_MODULE), "eval"),
-        {**scope, "self": planner, "sps_table": table},
-    )
-    return bool(value)
-
-
 @dataclass
 class _Req:
     rank: int
     max_new_tokens: int
     done: asyncio.Event
     generated: int = 0
+    slot: int = -1  # its row in the rank's request pool, while it runs
 
 
 @dataclass
@@ -254,14 +147,31 @@ class Scheduler:
     stalled: list[_Req] = field(default_factory=list)
     task: asyncio.Task | None = None
     forced_frac: float | None = None  # dspark_force_budget_frac (the off-diagonal pin)
-    # Compact verify with an uninitialized table: every row verified (verify_all()).
-    verifies_all: bool = False
+    # One wheel planner per DP rank (plan()); none: static verify's full tier.
+    planners: list[RankPlanner] = field(default_factory=list)
+    spare: RankPlanner | None = None  # one more, for priced()
 
     def __post_init__(self) -> None:
         ranks = self.config.dp
         self.running = [[] for _ in range(ranks)]
         self.records = [[] for _ in range(ranks)]
         self.fresh = [True] * ranks
+
+    def plan(self, site: Path, source: Path | None = None) -> Scheduler:
+        """Lay out every step with the planner of the sglang tree at `site`
+        (`source`: a copy of its dspark_planner.py instead)."""
+        module = planner.load(site, source)
+        self.planners = [RankPlanner(module, self.config) for _ in range(self.config.dp)]
+        self.spare = RankPlanner(module, self.config)
+        for rank_planner in self.planners:
+            rank_planner.pin(self.forced_frac)
+        return self
+
+    @property
+    def verifies_all(self) -> bool:
+        """The wheel's planner verifies every row (compact verify with an
+        uninitialized SPS table): the pin is never read."""
+        return any(p.verifies_all for p in self.planners)
 
     def busy(self) -> bool:
         return bool(self.waiting) or any(self.running)
@@ -270,6 +180,10 @@ class Scheduler:
         still = []
         for req in self.waiting:
             if len(self.running[req.rank]) < self.config.max_running_per_dp:
+                taken = {r.slot for r in self.running[req.rank]}
+                req.slot = next(s for s in range(self.config.max_running_per_dp) if s not in taken)
+                if self.planners:
+                    self.planners[req.rank].admit(req.slot)
                 self.running[req.rank].append(req)
                 self.fresh[req.rank] = True  # a prefill step: the dumper's clock restarts
             else:
@@ -291,7 +205,7 @@ class Scheduler:
         for rank, reqs in enumerate(self.running):
             if not reqs:
                 continue
-            tokens = self.verify_tokens(len(reqs))
+            tokens = self.verify_tokens(reqs, rank)
             if self.config.record:
                 self.records[rank].append(
                     {
@@ -313,19 +227,49 @@ class Scheduler:
                 reqs.remove(req)
                 req.done.set()
 
-    def verify_tokens(self, batch: int) -> int:
-        """The graph tier a step of `batch` requests replays, in tokens."""
+    def verify_tokens(self, reqs: list[_Req], rank: int) -> int:
+        """The graph width a step of `reqs` replays on `rank`, in tokens: the
+        layout the wheel's planner returns for it. Compact verify replays the
+        layout's graph tier (its verify lengths rounded up to a captured token
+        bucket); without a layout (static verify, or a batch past the captured
+        grid) and in cap-accept mode (whose layout caps acceptance inside the
+        static graph) the step replays the batch's full-width tier."""
+        batch = len(reqs)
         full = self.tier(batch) * (self.config.gamma + 1)
-        if self.config.mode == "static" or self.forced_frac is None or self.verifies_all:
+        if not self.planners:
             return full
-        budget = max(0, int(self.forced_frac * batch * self.config.gamma))
-        total = batch + budget
-        return next((b for b in self.config.token_buckets if b >= total), full)
+        layout = self.planners[rank].layout([r.slot for r in reqs])
+        if layout is None or self.config.mode != "compact":
+            return full
+        verified = int(layout.verify_lens.sum())
+        if not batch <= verified <= layout.graph_num_tokens:
+            raise RuntimeError(
+                f"the planner's layout verifies {verified} tokens for {batch} requests "
+                f"in a {layout.graph_num_tokens}-token graph"
+            )
+        return int(layout.graph_num_tokens)
+
+    def priced(self, batch: int, frac: float | None) -> int:
+        """The tokens a step of `batch` requests replays at pinned fraction
+        `frac`, laid out by a spare planner built with the running ones (at
+        boot, as sglang loads its table then), so their state is untouched."""
+        reqs = [_Req(0, 1, asyncio.Event(), slot=i) for i in range(batch)]
+        probe = Scheduler(self.config, forced_frac=frac)
+        if self.spare is not None:
+            probe.planners = [self.spare]
+            self.spare.pin(frac)
+            for req in reqs:
+                self.spare.admit(req.slot)
+        return probe.verify_tokens(reqs, 0)
 
     async def loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
+            started = loop.time()
             self.step()
-            await asyncio.sleep(self.config.step_interval_s)
+            # The interval is the step's period: the planners' CPU time counts.
+            spent = loop.time() - started
+            await asyncio.sleep(max(0.0005, self.config.step_interval_s - spent))
 
     def ensure_running(self) -> None:
         if self.task is None or self.task.done():
@@ -432,6 +376,8 @@ class Scheduler:
         if ok:
             value = wanted["dspark_force_budget_frac"]  # type: ignore[index]
             self.forced_frac = None if value is None else float(value)
+            for rank_planner in self.planners:  # what sglang's internal_state calls
+                rank_planner.pin(self.forced_frac)
         return JSONResponse([ok] * self.config.dp)
 
     async def abort_request(self, request: Request) -> Response:

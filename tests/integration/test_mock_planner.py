@@ -1,36 +1,48 @@
-"""The mock's verify-all rule is the served wheel's own planner code (sm12x.mock.sps).
+"""The mock lays out every step with the served wheel's own planner (sm12x.mock.planner).
 
-On each track's pristine tree (sm12x.mock.serving.tree): compact verify without a
-table verifies every row (the pin is ignored, the step replays the full tier);
-with a 1-D table of two samples it honours the pin; cap-accept never verifies
-all. A copy of the wheel whose `_is_verify_all` expression is flipped changes
-the mock's cells: the rule is read from the code, not restated by the mock.
+On each track's pristine tree (sm12x.mock.serving.tree) the mock builds sglang's
+DSparkVerifyPlanner from the wheel's dspark_planner.py and prices each step from
+the layout its schedule_layout returns: compact verify without a table verifies
+every row (the pin is ignored, the step replays the full tier); with a 1-D table
+of two samples the pin's budget is laid out; static and cap-accept replay the
+full tier. A copy of the wheel's planner whose `_is_verify_all` is flipped
+changes the mock's cells: the rule runs from the wheel's code, not restated.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
-from sm12x.mock import serving
-from sm12x.mock.sps import PLANNER_MODULE, SPS_MODULE, Scheduler, SpsConfig, verify_all
+from sm12x.mock import planner, serving
+from sm12x.mock.sps import Scheduler, SpsConfig
 from sm12x.versions import load_versions, tracks
 
 VERSIONS = sorted({load_versions(t)["SGLANG_VERSION"] for t in tracks()})
 RULE = "self._is_verify_all = ("
+FRACS = (0.125, 0.5, 1.0)
 
 
-def cells(site: Path, config: SpsConfig) -> dict[float, int]:
-    """The verify tokens a step of 8 requests replays at each pinned fraction."""
-    scheduler = Scheduler(config, verifies_all=verify_all(site, config))
-    out = {}
-    for frac in (0.125, 0.5, 1.0):
-        scheduler.forced_frac = frac
-        out[frac] = scheduler.verify_tokens(8)
-    return out
+@pytest.fixture
+def own_modules():
+    """The planner registers the tree's bare `sglang` package (no __spec__) and
+    its modules: give this process its modules back afterwards."""
+    ours = ("sglang.", "sm12x_mock_dspark_planner_")
+    before = {n: m for n, m in sys.modules.items() if n == "sglang" or n.startswith(ours)}
+    yield
+    for name in [n for n in sys.modules if n == "sglang" or n.startswith(ours)]:
+        del sys.modules[name]
+    sys.modules.update(before)
+
+
+def cells(site: Path, config: SpsConfig, source: Path | None = None) -> dict[float, int]:
+    """The verify tokens a step of 8 requests replays at each pinned fraction,
+    as the mock server's scheduler lays it out (one DP rank)."""
+    scheduler = Scheduler(config).plan(site, source)
+    return {frac: scheduler.priced(8, frac) for frac in FRACS}
 
 
 def one_d_table(folder: Path) -> str:
@@ -48,27 +60,39 @@ def one_d_table(folder: Path) -> str:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_the_mock_prices_the_layout_the_wheels_planner_picks(version, tmp_path):
+def test_the_mock_prices_the_layout_the_wheels_planner_picks(version, tmp_path, own_modules):
     site = serving.tree(version, patched=False)
     compact = SpsConfig(mode="compact", gamma=7, dp=1, cuda_graph_max_bs=16)
     # No table: verify-all, every pin replays the full 8 x 8 tier.
+    assert Scheduler(compact).plan(site).verifies_all
     assert cells(site, compact) == {0.125: 64, 0.5: 64, 1.0: 64}
-    # A profiled 1-D table: the pin's tier (8 + int(f x 8 x 7) tokens, rounded up).
+    # A profiled 1-D table: the pin's tier (8 + int(f x 8 x 7) tokens, rounded
+    # up to the captured buckets 8, 16, 32, 64, 128).
     tabled = SpsConfig(**{**compact.__dict__, "sps_table_path": one_d_table(tmp_path)})
+    assert not Scheduler(tabled).plan(site).verifies_all
     assert cells(site, tabled) == {0.125: 16, 0.5: 64, 1.0: 64}
-    assert not verify_all(site, SpsConfig(mode="cap-accept"))
+    # The planner's layout itself: the top-k's verify lengths, one row floor each.
+    rank = planner.RankPlanner(planner.load(site), tabled)
+    for slot in range(8):
+        rank.admit(slot)
+    rank.pin(0.125)
+    layout = rank.layout(list(range(8)))
+    assert int(layout.verify_lens.sum()) == 8 + 7 and layout.graph_num_tokens == 16
+    # Static and cap-accept: the full tier at any pin.
+    for mode in ("static", "cap-accept"):
+        assert cells(site, SpsConfig(**{**compact.__dict__, "mode": mode})) == dict.fromkeys(
+            FRACS, 64
+        )
 
-    # A copy of the wheel's two files with the rule flipped: the cells follow it.
-    copy = tmp_path / "copy"
-    for name in (SPS_MODULE, PLANNER_MODULE):
-        (copy / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(site / name, copy / name)
-    planner = (copy / PLANNER_MODULE).read_text()
-    assert planner.count(RULE) == 1
-    (copy / PLANNER_MODULE).write_text(planner.replace(RULE, "self._is_verify_all = not ("))
-    assert cells(copy, compact) == {0.125: 16, 0.5: 64, 1.0: 64}
-    assert cells(copy, tabled) == {0.125: 64, 0.5: 64, 1.0: 64}
-    # A planner without the rule: the mock refuses to guess.
-    (copy / PLANNER_MODULE).write_text(planner.replace(RULE, "self._verify_all_renamed = ("))
-    with pytest.raises(RuntimeError, match="cannot read its verify-all rule"):
-        verify_all(copy, compact)
+    # A copy of the wheel's planner with the rule flipped: the cells follow it.
+    source = (site / planner.PLANNER_MODULE).read_text()
+    assert source.count(RULE) == 1
+    flipped = tmp_path / "flipped_planner.py"
+    flipped.write_text(source.replace(RULE, "self._is_verify_all = not ("))
+    assert cells(site, compact, flipped) == {0.125: 16, 0.5: 64, 1.0: 64}
+    assert cells(site, tabled, flipped) == {0.125: 64, 0.5: 64, 1.0: 64}
+    # A planner without its layout method: the mock refuses to guess.
+    renamed = tmp_path / "renamed_planner.py"
+    renamed.write_text(source.replace("def schedule_layout(", "def schedule_layout_renamed("))
+    with pytest.raises(RuntimeError, match="cannot run this sglang's verify planner"):
+        Scheduler(compact).plan(site, renamed)

@@ -12,6 +12,7 @@ relative to the first tune's own wall time, measured in the same run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -33,7 +34,7 @@ from sm12x.mock.sps import SpsConfig
 from sm12x.recipe import load_recipe
 from sm12x.sps import tables as store
 from sm12x.tune import main as tune_main
-from sm12x.versions import default_track, load_versions
+from sm12x.versions import default_track, load_versions, tracks
 from tests.support import throughput as tp
 
 SGLANG = load_versions(default_track())["SGLANG_VERSION"]
@@ -59,8 +60,30 @@ TIMES: dict[str, float] = {}
 
 @pytest.fixture(scope="module", autouse=True)
 def no_sglang_here():
-    """tune takes the wheel only for a Python without sglang: this one must be."""
-    assert importlib.util.find_spec("sglang") is None, "this test needs a Python without sglang"
+    """tune takes the wheel only for a Python without sglang: this one must be.
+    The in-process mock servers register the served tree as a bare `sglang`
+    package (no __spec__, which find_spec refuses) with its modules, and the
+    wheel's planner module: this process gets its own modules back after."""
+    with own_modules():
+        assert importlib.util.find_spec("sglang") is None, "this test needs a Python without sglang"
+        yield
+    assert importlib.util.find_spec("sglang") is None
+
+
+@contextlib.contextmanager
+def own_modules():
+    """sglang's modules (and the planner module) as they were before, after:
+    a process serves one sglang tree at a time (sm12x.mock.serving.load)."""
+    ours = ("sglang.", "sm12x_mock_dspark_planner_")
+    before = {n: m for n, m in sys.modules.items() if n == "sglang" or n.startswith(ours)}
+    for name in before:
+        del sys.modules[name]
+    try:
+        yield
+    finally:
+        for name in [n for n in sys.modules if n == "sglang" or n.startswith(ours)]:
+            del sys.modules[name]
+        sys.modules.update(before)
 
 
 @pytest.fixture
@@ -94,11 +117,11 @@ def config(table: str | None = None, **changes) -> SpsConfig:
     return dataclasses.replace(booted, **changes)
 
 
-def tune(cache: Path, url: str, *argv: str) -> int:
+def tune(cache: Path, url: str, *argv: str, recipe: str = str(tp.FIXTURE)) -> int:
     parser = argparse.ArgumentParser()
     tune_main.add_arguments(parser)
     args = parser.parse_args(
-        ["--url", url, "--recipe", str(tp.FIXTURE), "--cache-dir", str(cache), *QUICK, *argv]
+        ["--url", url, "--recipe", recipe, "--cache-dir", str(cache), *QUICK, *argv]
     )
     return tune_main.run(args)
 
@@ -142,7 +165,9 @@ def diagonal(cache: Path) -> Path:
     return cache / "sps" / tp.THROUGHPUT / ".work" / the_key().slug / tune_main.DIAGONAL
 
 
-def sglang_prices(table: Path, cells: list[tuple[int, int]]) -> dict[str, float]:
+def sglang_prices(
+    table: Path, cells: list[tuple[int, int]], version: str = SGLANG
+) -> dict[str, float]:
     """sglang's own step_time(num_reqs, budget) of the table at each cell."""
     code = (
         "import json, sys; from sglang.srt.speculative.dspark_components.dspark_sps import "
@@ -150,7 +175,8 @@ def sglang_prices(table: Path, cells: list[tuple[int, int]]) -> dict[str, float]
         "print(json.dumps({f'{b},{k}': t.step_time(num_reqs=b, budget=k) for b, k in cells}))"
     )
     done = subprocess.run(
-        [*FROM_WHEEL, "-c", code, str(table), json.dumps(cells)],
+        [sys.executable, "-m", "sm12x.mock.wheel_python", version, "-c", code, str(table)]
+        + [json.dumps(cells)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -212,11 +238,9 @@ def test_tune_makes_a_table_that_the_launch_then_runs(machine, capsys):
         TIMES["full"] = time.monotonic() - started
         batches = list(scheduler.batches)
         pinned = scheduler.forced_frac
-        priced = {
-            (bs, f): dataclasses.replace(scheduler, forced_frac=f).verify_tokens(bs)
-            for bs in (1, 2, 4, 8)
-            for f in FRACS
-        }
+        # What the wheel's planner lays out for each cell (a fresh planner of
+        # the served tree, pinned as the profiler pinned the server).
+        priced = {(bs, f): scheduler.priced(bs, f) for bs in (1, 2, 4, 8) for f in FRACS}
     # The profiler's own sweep up to 8 per rank, one segment per fraction (its
     # warmup round, then one /generate of bs x DP requests per batch size), each
     # cell's budget pinned on the server (the last one stays pinned).
@@ -408,10 +432,14 @@ def test_the_stand_in_pins_a_verify_budget_as_sglang_does(machine):
 
         assert pin({"dspark_force_budget_frac": 1.5}) == [False] * DP
         assert pin({"pp_max_micro_batch_size": 8}) == [False] * DP
-        assert scheduler.forced_frac is None and scheduler.verify_tokens(4) == 4 * 8
+        assert scheduler.forced_frac is None
         assert pin({"dspark_force_budget_frac": 0.25}) == [True] * DP
         # 4 requests + int(0.25 x 4 x 7) = 11 tokens: the 16-token bucket (2 x 8).
-        assert scheduler.forced_frac == 0.25 and scheduler.verify_tokens(4) == 16
+        assert scheduler.forced_frac == 0.25 and scheduler.priced(4, 0.25) == 16
+        # Every rank's planner holds the pin, as sglang's internal_state sets it.
+        assert [p.planner._budget_planner.forced_budget_frac for p in scheduler.planners] == [
+            0.25
+        ] * DP
 
 
 def test_a_track_refusal_is_said_once_with_the_setting_that_fixes_it(machine):
@@ -557,3 +585,79 @@ def test_a_server_that_is_not_the_mock_gets_no_wheel_for_a_python_without_sglang
     message = caught.value.message
     assert "\n" not in message and "pass --python with one that has sglang" in message, message
     assert "from its wheel" not in message
+
+
+@pytest.mark.parametrize("track", [t for t in tracks() if t != default_track()])
+def test_both_done_when_checks_on_the_other_track(track, machine):
+    """The issue's two checks on the other track's sglang, with that wheel's
+    planner laying out the mock's steps and that wheel's profiler (other_track),
+    in a fresh process: one process serves one sglang tree (sm12x.mock.serving)."""
+    root = Path(__file__).resolve().parents[2]
+    code = f"from tests.integration.test_tune import other_track; other_track({str(machine)!r})"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        env={**os.environ, "SM12X_TRACK": track},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
+    assert done.stdout.strip().splitlines()[-1] == f"both checks held on {track}"
+
+
+def other_track(folder: str) -> None:
+    """On SM12X_TRACK's sglang, its own throughput recipe booted as `sm12x
+    mock-server --sps-profile RECIPE [--sps-table T]` boots it: against a
+    compact server without a table (no second phase) tune refuses in one line;
+    after phase 1 the additive table prices every cell within 10% of the step
+    the mock timed for the tier the wheel's planner laid out."""
+    from sm12x.mock import command
+
+    track = os.environ["SM12X_TRACK"]
+    version = load_versions(track)["SGLANG_VERSION"]
+    # The release's own pins first on the path, as `sm12x mock-server` puts them.
+    command._prepare(version, True, "auto")
+    assert "transformers" not in sys.modules
+    assert track in (load_recipe(tp.THROUGHPUT).tracks or [])
+    cache = Path(folder) / "cache"
+
+    def booted(*extra: str) -> SpsConfig:
+        parser = argparse.ArgumentParser()
+        command.add_arguments(parser)
+        config, served, _ = command._profiled(
+            parser.parse_args(["--sps-profile", tp.THROUGHPUT, *extra])
+        )
+        assert served == version
+        return config
+
+    def tuned(url: str) -> int:
+        return tune(cache, url, "--max-batch-size", "4", recipe=tp.THROUGHPUT)
+
+    compact = dataclasses.replace(booted(), mode="compact")
+    with MockServer(sps=compact, sglang_version=version) as server:
+        assert server.app.state.scheduler.verifies_all
+        with pytest.raises(UserError) as caught:
+            tuned(server.base_url)
+        assert server.app.state.scheduler.batches == []
+    message = caught.value.message
+    assert "\n" not in message and "runs compact verify without an SPS table" in message
+    with MockServer(sps=booted(), sglang_version=version) as server:
+        assert tuned(server.base_url) == tune_main.PHASE_TWO
+    diagonal_table = next((cache / "sps" / tp.THROUGHPUT / ".work").glob("*/diagonal.json"))
+    with MockServer(sps=booted("--sps-table", str(diagonal_table)), sglang_version=version) as s:
+        scheduler = s.app.state.scheduler
+        assert not scheduler.verifies_all
+        assert tuned(s.base_url) == 0
+        priced = {(bs, f): scheduler.priced(bs, f) for bs in (1, 2, 4) for f in FRACS}
+    # 4 + int(0.125 x 4 x 7) = 7 tokens: the 8-token tier; 4 + 28 = 32.
+    assert priced[(4, 0.125)] == 8 and priced[(4, 1.0)] == 32
+    table = next(p for p in (cache / "sps" / tp.THROUGHPUT).glob("*.json") if ".meta" not in p.name)
+    meta = json.loads(store.meta_path(table).read_text())
+    assert meta["kind"] == store.ADDITIVE and meta["key"]["sglang"] == version
+    read = sglang_prices(table, [(bs, int(f * bs * 7)) for bs, f in priced], version)
+    for (bs, f), tokens in priced.items():
+        want = SpsConfig().step_ms(tokens, bs) / 1000
+        got = read[f"{bs},{int(f * bs * 7)}"]
+        assert abs(got - want) <= 0.10 * want, ((bs, f), got, want)
+    print(f"both checks held on {track}")
