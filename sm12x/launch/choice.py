@@ -15,12 +15,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from sm12x import __version__
-from sm12x.sps import tables as store
 from sm12x.errors import UserError
 from sm12x.launch import configuration, gpus
 from sm12x.recipe import Recipe, load_all, load_recipe
 from sm12x.recipe.tracks import chosen_track, track_refusal
 from sm12x.settings import Loaded
+from sm12x.sps import tables as store
 from sm12x.versions import load_versions
 
 AUTO = "auto"

@@ -79,10 +79,10 @@ def with_its_table(recipe, cache: Path) -> dict[str, str]:
     refuses one without it, as the launch does), keyed as this machine's launch
     looks it up."""
     from sm12x import __version__
-    from sm12x.sps import tables as store
     from sm12x.launch import choice as launch_choice
     from sm12x.launch.configuration import reads_tuned_table
     from sm12x.recipe.tracks import home_track
+    from sm12x.sps import tables as store
 
     if reads_tuned_table(recipe):
         track = home_track(recipe)

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from sm12x import __version__, settings
-from sm12x.sps import tables as store
 from sm12x.errors import UserError
 from sm12x.launch import choice as launch_choice
 from sm12x.launch import gpus, render_cmd

@@ -8,7 +8,6 @@ import os
 import pytest
 
 from sm12x import __version__
-from sm12x.sps import tables as store
 from sm12x.errors import UserError
 from sm12x.launch import choice, configuration
 from sm12x.launch import plan as launch_plan
@@ -17,6 +16,7 @@ from sm12x.recipe.extra import MAX_VALUE_CHARS
 from sm12x.recipe.tracks import recipe_tracks
 from sm12x.settings import load
 from sm12x.sglang_parser import JudgeParser
+from sm12x.sps import tables as store
 from sm12x.versions import load_versions, tracks
 
 ADDITIVE_TABLE = (
