@@ -127,6 +127,12 @@ CACHE_ENV = {
     "TRITON_CACHE_DIR": ("/triton", "compiled Triton kernels"),
     "TORCHINDUCTOR_CACHE_DIR": ("/torchinductor", "torch.compile artefacts"),
     "SGLANG_DG_CACHE_DIR": ("/deep_gemm", "DeepGEMM JIT kernels"),
+    # sglang's own JIT kernels (DSV4 compressor, top-k, fp8 GEMM) expand "~", not
+    # XDG: 0.5.17 reads TVM_FFI_CACHE_DIR (kernels/jit/utils/compile.py), 0.5.23
+    # SGLANG_JIT_CACHE_DIR (compile/sailify.py); unset, they land in $HOME, off
+    # the volume, and recompile on every container start.
+    "TVM_FFI_CACHE_DIR": ("/tvm-ffi", "sglang 0.5.17's JIT kernels (tvm-ffi builds)"),
+    "SGLANG_JIT_CACHE_DIR": ("/sglang-jit", "sglang 0.5.23's JIT kernels"),
     "CUDA_CACHE_PATH": ("/nv", "the driver's PTX-to-SASS cache"),
 }
 

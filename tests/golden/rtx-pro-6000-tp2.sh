@@ -9,6 +9,8 @@ FLASHINFER_WORKSPACE_BASE=/cache \
 TRITON_CACHE_DIR=/cache/triton \
 TORCHINDUCTOR_CACHE_DIR=/cache/torchinductor \
 SGLANG_DG_CACHE_DIR=/cache/deep_gemm \
+TVM_FFI_CACHE_DIR=/cache/tvm-ffi \
+SGLANG_JIT_CACHE_DIR=/cache/sglang-jit \
 CUDA_CACHE_PATH=/cache/nv \
 python3 -m sm12x.keyed sglang.launch_server \
   --model-path /model \
