@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import quote, quote_plus, unquote, urlsplit, urlunsplit
 
 MASK = "***"
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)[^/\s@]+@")
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[^\s'\",;]+")
 
 

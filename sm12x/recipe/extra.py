@@ -81,8 +81,11 @@ def owner(name: str, owned: Iterable[str]) -> str | None:
 
 
 # A URL with userinfo (scheme://user[:password]@host): a credential on a
-# command line, which every user of the host reads in /proc/PID/cmdline.
-USERINFO = re.compile(r"([a-z][a-z0-9+.-]*://)([^/?#@\s]*)@", re.I)
+# command line, which every user of the host reads in /proc/PID/cmdline. The
+# scheme is bounded (32 characters; registered schemes are far shorter) so that a
+# long value without "://" is scanned in linear time: unbounded, the search
+# backtracked from every letter, and a 100,000-character value took a minute.
+USERINFO = re.compile(r"([a-z][a-z0-9+.-]{0,31}://)([^/?#@\s]*)@", re.I)
 # The longest free-string value sm12x passes to sglang or the router (a path,
 # a model name, a JSON config): anything longer is a mistake, not a setting.
 MAX_VALUE_CHARS = 4096

@@ -6,6 +6,8 @@ user:password@; /proc/PID/cmdline shows it to every user of the host.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.support.cli import assert_one_clear_error, run_sm12x
@@ -79,3 +81,34 @@ def test_a_free_string_is_bounded():
         "launch", "--dry-run", "--recipe", "rtx-pro-6000-tp4", "--", "--log-level", "x" * 100_000
     )
     assert_one_clear_error(done, "--log-level", "100,000 characters", "4,096")
+
+
+def _best_of_three(check, value: str) -> float:
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        check(value)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+@pytest.mark.parametrize("which", ["launch", "redact"])
+def test_a_long_value_without_a_url_is_scanned_in_linear_time(which):
+    """The URL patterns once backtracked from every letter of a long value: a
+    100,000-character --log-level took a minute to refuse. Ten times the length
+    must take about ten times as long (measured here, against a baseline of the
+    same run: quadratic would be a hundred times)."""
+    from sm12x.http.redact import Redactor
+    from sm12x.recipe.extra import check_userinfo
+
+    def check(value: str) -> None:
+        if which == "launch":
+            check_userinfo(["--log-level", value], "sglang", "after --")
+        else:
+            Redactor([]).text(value)
+
+    # letters, and dotted letters (a word boundary before each, for redact's \b)
+    for unit in ("x", "a."):
+        short = _best_of_three(check, unit * (10_000 // len(unit)))
+        long = _best_of_three(check, unit * (100_000 // len(unit)))
+        assert long < 30 * short + 0.05, (unit, short, long)
