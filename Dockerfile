@@ -154,6 +154,8 @@ ENV SM12X_CACHE_DIR=/cache \
     TORCHINDUCTOR_CACHE_DIR=/cache/torchinductor \
     SGLANG_DG_CACHE_DIR=/cache/deep_gemm \
     CUDA_CACHE_PATH=/cache/nv \
+    TVM_FFI_CACHE_DIR=/cache/tvm-ffi \
+    SGLANG_JIT_CACHE_DIR=/cache/sglang-jit \
     HOME=/home/sm12x \
     PYTHONUNBUFFERED=1 \
     SM12X_TRACK=${SM12X_TRACK}
@@ -166,6 +168,7 @@ ENV SM12X_CACHE_DIR=/cache \
 RUN useradd --uid 10001 --gid 0 --home-dir /home/sm12x --create-home \
       --shell /usr/sbin/nologin sm12x \
  && mkdir -p /cache/huggingface /cache/triton /cache/torchinductor /cache/deep_gemm /cache/nv \
+      /cache/tvm-ffi /cache/sglang-jit \
  && chown -R 10001:0 /cache /home/sm12x \
  && chmod -R g=u /cache /home/sm12x \
  && find /cache /home/sm12x -type d -exec chmod g+s {} + \

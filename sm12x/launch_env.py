@@ -57,7 +57,10 @@ ALLOWLIST: dict[str, str] = {
     "TORCH_*": "torch's build and debug switches (TORCH_CUDA_ARCH_LIST, TORCH_NCCL_*)",
     "PYTORCH_*": "torch's allocator (PYTORCH_CUDA_ALLOC_CONF)",
     "SGLANG_DG_CACHE_DIR": "DeepGEMM's JIT cache: the image sets it under the cache volume",
-    "TVM_FFI_CACHE_DIR": "tvm-ffi's JIT cache",
+    "TVM_FFI_CACHE_DIR": "tvm-ffi's JIT cache (sglang 0.5.17's JIT kernels): the image sets it "
+    "under the cache volume",
+    "SGLANG_JIT_CACHE_DIR": "sglang 0.5.23's JIT kernel cache: the image sets it under the "
+    "cache volume",
     "OMP_NUM_THREADS": "CPU threads per process",
     "MKL_NUM_THREADS": "CPU threads per process",
     "TOKENIZERS_PARALLELISM": "the tokenizer's thread pool",
