@@ -127,6 +127,27 @@ def test_a_variable_sglang_reads_is_refused_from_the_caller(tmp_path, track, nam
 
 
 @pytest.mark.parametrize("track", TRACKS)
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("SGLANG_OLLAMA_CHAT_ROUTE", "/health/chat"),
+        ("SGLANG_OLLAMA_GENERATE_ROUTE", "/metrics"),
+        ("AIP_PREDICT_ROUTE", "/ready/predict"),
+        ("SGLANG_OLLAMA_ROOT_ROUTE", "/health_generate"),
+    ],
+)
+def test_a_route_moved_under_a_keyless_prefix_never_starts(tmp_path, track, name, value):
+    """A variable that moves a generate or chat route under a path sglang's key
+    middleware lets through (/health, /metrics, /ready) is refused by its own rule,
+    in one line, before anything starts."""
+    done, got = launch(tmp_path, {name: value}, track=track)
+    assert done.returncode != 0 and got is None, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert name in errors[0] and "without the key" in errors[0], errors[0]
+
+
+@pytest.mark.parametrize("track", TRACKS)
 @pytest.mark.parametrize("dry", ["--dry-run", "--explain"])
 @pytest.mark.parametrize("name", ["DUMPER_SERVER_PORT", "SGLANG_ENABLE_SPEC_V2"])
 def test_the_dry_run_refuses_it_too(tmp_path, track, dry, name):
