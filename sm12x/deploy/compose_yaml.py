@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sm12x.deploy.compose import AUTO, profiles
 from sm12x.recipe import Recipe
-from sm12x.recipe.tracks import home_track, recipe_tracks
+from sm12x.recipe.tracks import own_track
 from sm12x.settings.model import DEFAULT_PORT
 from sm12x.versions import default_track, read_versions, tracks
 
@@ -43,12 +43,6 @@ def pinned_image(key: str) -> str:
     pins = read_versions()
     digest = pins.get(f"{key}_DIGEST", "")
     return pins[key] + (f"@{digest}" if digest else "")
-
-
-def own_track(recipe: Recipe) -> str | None:
-    """The track a profile must run whatever SM12X_TRACK says: the recipe's home
-    track when it cannot run on the default one; None: it follows SM12X_TRACK."""
-    return None if default_track() in recipe_tracks(recipe) else home_track(recipe)
 
 
 def _comment(recipe: Recipe, rank: int) -> list[str]:

@@ -22,6 +22,7 @@ from sm12x.qualify.plan import CORRECTNESS, make_plan
 from sm12x.qualify.render_hash import recipe_hash
 from sm12x.qualify.scrub import Scrubber
 from sm12x.qualify.verdict import judge
+from sm12x.recipe.tracks import home_track
 
 TIMEOUT = 30.0
 
@@ -240,7 +241,7 @@ def finish(plan, folder, done, recipe, started, extra, args, err) -> str:
         prov = collect(
             "http://127.0.0.1:1",
             None,
-            recipe_track(recipe),
+            home_track(recipe),
             None,
             provenance.Overrides(container="none"),
         )[0]
@@ -265,9 +266,3 @@ def finish(plan, folder, done, recipe, started, extra, args, err) -> str:
     print(f"bundle: {path.parent}")
     sys.stdout.flush()
     return verdicts.summary
-
-
-def recipe_track(recipe) -> str:
-    from sm12x.versions import default_track
-
-    return default_track()
