@@ -165,3 +165,31 @@ def test_a_node_1_that_never_joins_ends_at_the_deadline_resumably(pair):
     assert (out / ".work" / "steps" / "baseline--doctor.json").is_file()
     assert not pair.log.exists()  # nothing went over ssh
     assert _gone(f"http://127.0.0.1:{pair.port}")
+
+
+def test_a_pair_bundle_records_both_nodes_and_names_neither(pair, monkeypatch):
+    """A two-node bundle (here of a server already up: --url, so no boot) holds every
+    node's GPUs, node 1's read over --ssh; neither the ssh host nor the head's
+    address is anywhere in its bytes."""
+    from sm12x.mock.fullrank import Layout
+    from sm12x.mock.server import MockServer
+    from sm12x.qualify import check
+    from tests.integration.test_qualify import SMALL
+
+    monkeypatch.setenv("SM12X_HEAD_ADDR", "198.51.100.7:5000")
+    out = pair.dir / "bundle"
+    with MockServer(layout=Layout(dp=1, max_running_requests=32)) as mock:
+        argv = ["qualify", RECIPE, "--url", mock.base_url, "--ssh", SSH_HOST, "--out", str(out)]
+        o, e = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
+            code = cli.main([*argv, *SMALL])
+    assert code in (0, 2), o.getvalue() + e.getvalue()[-3000:]
+    data = json.loads((out / "result.json").read_text())
+    found = [(n["rank"], n["gpus"], n["driver"]) for n in data["provenance"]["nodes"]]
+    assert found[1] == (1, ["NVIDIA GB10"], "580.95.05") and found[0][0] == 0, found
+    calls = [json.loads(line) for line in pair.log.read_text().splitlines()]
+    assert [c[-1] for c in calls] == [fake_ssh.GPU_QUERY]  # --url: only the GPUs are read
+    raw = b"".join(p.read_bytes() for p in out.rglob("*") if p.is_file())
+    for planted in (SSH_HOST, "spark-b.lab.example", "198.51.100.7"):
+        assert planted.encode() not in raw, planted
+    assert check.main(out) == 0

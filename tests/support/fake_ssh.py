@@ -19,6 +19,8 @@ SCRIPT = """#!/bin/sh
 exec {python} {this} "$@"
 """
 GB10 = "NVIDIA GB10, 580.95.05"
+# What qualify asks node 1 for (sm12x.qualify.nodes.GPU_QUERY, written out here).
+GPU_QUERY = "nvidia-smi --query-gpu=name,driver_version --format=csv,noheader"
 
 
 def install(folder: Path) -> Path:
