@@ -193,3 +193,10 @@ def test_a_pair_bundle_records_both_nodes_and_names_neither(pair, monkeypatch):
     for planted in (SSH_HOST, "spark-b.lab.example", "198.51.100.7"):
         assert planted.encode() not in raw, planted
     assert check.main(out) == 0
+    # This machine has no GPU (the head's node 0 is unknown), node 1's were read.
+    said = [p for p in check.problems(out, for_verified=True) if "nodes" in p]
+    assert said == ["provenance: nodes[0].gpus is missing"], said
+    # A pair's bundle without node 1 cannot back verified.
+    data["provenance"]["nodes"] = data["provenance"]["nodes"][:1]
+    (out / "result.json").write_text(json.dumps(data))
+    assert "provenance: nodes lists 1 of 2 nodes" in check.problems(out, for_verified=True)
