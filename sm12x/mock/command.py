@@ -162,6 +162,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="download and unpack what the server needs (sglang's wheel, its own pins, the "
         "patched tree), then exit: a later start needs no network",
     )
+    parser.add_argument(
+        "--nnodes", type=option_type(Count), default=1,
+        help="multi-node head: serve only once ranks 1..N-1 joined at --dist-init-addr "
+        "(sglang's rule; the other node's stand-in: python -m sm12x.mock.rendezvous)",
+    )  # fmt: skip
+    parser.add_argument("--dist-init-addr", metavar="HOST:PORT", help="with --nnodes")
     sps = parser.add_argument_group(
         "DSpark scheduler (sm12x.mock.sps)",
         "with --dspark-scheduler: the layout as sglang's flags give it, and the SGLANG_* "
@@ -439,6 +445,13 @@ def serve(args, faults, version: str, patched: bool, host: str, port: int, key) 
         f"code={site}" + (f" sps-profile={args.sps_profile}" if args.sps_profile else ""),
         flush=True,
     )
+    joined = []
+    if args.nnodes > 1:
+        from sm12x.mock import rendezvous
+
+        if not args.dist_init_addr:
+            raise UserError("--nnodes needs --dist-init-addr HOST:PORT (the head's address)")
+        joined = rendezvous.wait_for_ranks(args.dist_init_addr, args.nnodes)
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
     )
@@ -450,6 +463,8 @@ def serve(args, faults, version: str, patched: bool, host: str, port: int, key) 
         _stopped(130)
         raise
     status = _stopped_status(server)
+    for conn in joined:
+        conn.close()
     if status:
         _stopped(status)
     return status

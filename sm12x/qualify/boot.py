@@ -32,6 +32,9 @@ class Booter:
     # Per configuration ("baseline", "throughput"): a command; None: compose.
     commands: dict[str, str | None] = field(default_factory=dict)
     server: Any = None  # verify.boot.Server (imported when a boot runs)
+    # Multi-node: run the other node's command over ssh there (None: print it).
+    ssh_host: str | None = None
+    others: Any = None  # sm12x.qualify.nodes.Others of the running boot
 
     def how(self, configuration: str, recipe: Recipe) -> str:
         command = self.commands.get(configuration)
@@ -68,18 +71,52 @@ class Booter:
             server = Server.launched_by(service)
         self.say(f"booting {recipe.name} ({configuration}): {self.how(configuration, recipe)}")
         self.server = server
+        waited = min(self.boot_timeout, left)
+        if recipe.is_multinode:
+            self._start_others(configuration, recipe, command, waited)
         try:
-            for line in verify_boot(server, self.base_url, min(self.boot_timeout, left), self.err):
+            for line in verify_boot(server, self.base_url, waited, self.err):
                 self.say(f"boot: {line}")
         except BootFailure as exc:
+            others = self.others.why_not_joined() if self.others is not None else None
             self.stop()
+            if others is not None and waited < self.boot_timeout:
+                raise TimeoutError(
+                    f"the {configuration} boot: the head's /health never answered, so "
+                    f"not every node joined ({others})"
+                ) from None
             tail = "; ".join(exc.log_tail[-3:])
+            if others is not None:
+                tail = f"{others}; {tail}"
             raise UserError(
                 f"{recipe.name} did not boot: {exc.problem} ({exc.cause}); {exc.fix}"
                 + (f"; log tail: {tail}" if tail else "")
             ) from None
 
+    def _start_others(self, configuration: str, recipe: Recipe, command, waited: float) -> None:
+        from sm12x.qualify.nodes import Others
+
+        head = self.loaded.settings.head_addr
+        if not head:
+            raise UserError(
+                f"{recipe.name} runs on {recipe.hardware.nodes} nodes: set SM12X_HEAD_ADDR "
+                "(this head's address on the RoCE link) in .env: the other node joins there"
+            )
+        self.others = Others(
+            recipe=recipe, loaded=self.loaded, head_addr=str(head),
+            compose_file=self.compose_file, compose_boot=not command,
+            ssh_host=self.ssh_host, say=self.say,
+        )  # fmt: skip
+        self.others.start()
+        self.say(
+            f"waiting up to {waited:.0f} s for every node to join ({configuration}): "
+            "the head's /health answers only once all ranks have"
+        )
+
     def stop(self) -> None:
+        if self.others is not None:
+            others, self.others = self.others, None
+            others.stop()
         if self.server is not None:
             server, self.server = self.server, None
             server.teardown()

@@ -90,6 +90,14 @@ class Step(_Model):
     )
 
 
+class NodeFacts(_Model):
+    rank: int = Field(description="0: the head, which serves the API")
+    gpus: list[str] = Field(description="GPU names as nvidia-smi prints them")
+    gpu_count: int
+    driver: str | None
+    unknown: str | None = Field(default=None, description="why its GPUs are not known")
+
+
 class Provenance(_Model):
     mock: bool = Field(description="the server was `sm12x mock-server`: never a rig's result")
     environment: Environment = Field(description="bench's provenance (one code path)")
@@ -106,6 +114,9 @@ class Provenance(_Model):
     power_limits_w: list[float]
     unknown: dict[str, str] = Field(
         default_factory=dict, description="field -> why it could not be found"
+    )
+    nodes: list[NodeFacts] = Field(
+        default_factory=list, description="multi-node recipes: every node's GPUs"
     )
 
 

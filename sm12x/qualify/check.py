@@ -127,6 +127,9 @@ def problems(folder: Path, for_verified: bool = False) -> list[str]:
                 out.append(f"step {step.name}: {step.verdict}, not pass")
         for name in incomplete(result.provenance):
             out.append(f"provenance: {name} is missing")
+        nodes = recipe.hardware.nodes if recipe is not None else 1
+        if nodes > 1 and len(result.provenance.nodes) < nodes:
+            out.append(f"provenance: nodes lists {len(result.provenance.nodes)} of {nodes} nodes")
         if result.verdict is not None and result.verdict.summary != "qualified":
             out.append(f"verdict: {result.verdict.summary}")
     return out

@@ -163,6 +163,7 @@ def incomplete(p: Provenance) -> list[str]:
     for key in ("sglang_version", "flashinfer_version", "torch_version"):
         if getattr(env, key) is None:
             missing.append(f"environment.{key}")
+    missing += [f"nodes[{n.rank}].gpus" for n in p.nodes if not n.gpus]
     if env.image.digest is None and env.image.id is None:
         missing.append("environment.image.digest")
     return missing

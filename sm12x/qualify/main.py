@@ -67,6 +67,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="more flags for sm12x tune in the throughput phase, one string "
         "(e.g. \"--max-batch-size 8\")",
     )  # fmt: skip
+    server.add_argument(
+        "--ssh", metavar="HOST",
+        help="multi-node: start the other node's command there over ssh (BatchMode) "
+        "and read its GPUs; without it qualify prints the command to run there",
+    )  # fmt: skip
     server.add_argument("--boot-timeout", type=option_type(PositiveFloat), default=5400.0)
     server.add_argument(
         "--no-doctor", action="store_true",

@@ -15,7 +15,7 @@ from sm12x.bench import provenance
 from sm12x.bench.main import served_id
 from sm12x.errors import UserError
 from sm12x.launch.choice import following, select_recipe
-from sm12x.qualify import chart, facts, steps, throughput
+from sm12x.qualify import chart, facts, nodes, steps, throughput
 from sm12x.qualify.boot import Booter
 from sm12x.qualify.bundle import Folder, QualifyResult, RecipeRef, Step
 from sm12x.qualify.plan import CORRECTNESS, make_plan
@@ -85,7 +85,7 @@ def qualify(args: argparse.Namespace) -> str:
         booter = Booter(
             loaded=loaded, base_url=base_url, deadline_at=deadline_at,
             boot_timeout=args.boot_timeout, err=err, say=lambda t: _say(err, t),
-            compose_file=args.compose_file,
+            compose_file=args.compose_file, ssh_host=args.ssh,
             commands={"baseline": args.boot_command, "throughput": args.throughput_boot_command},
         )  # fmt: skip
     started = steps.now()
@@ -135,11 +135,15 @@ def qualify(args: argparse.Namespace) -> str:
             raise UserError(f"no sglang server at {base_url}: {problem}")
         models, _ = provenance.get_json(f"{base_url}/v1/models", key, TIMEOUT)
         model = served_id(models) or recipe.model.served_model_name or recipe.model.hf_id
-        scrub = Scrubber.for_run([key, base_url, *_answer_secrets(info)])
+        scrub = Scrubber.for_run(
+            [key, base_url, *_answer_secrets(info),
+             *nodes.secrets(args.ssh, loaded.settings.head_addr)]
+        )  # fmt: skip
         prov, server_args, notes = facts.collect(
             base_url, info, loaded.settings.track_name, loaded.settings.model_dir,
             provenance.Overrides(container="none" if provenance.is_mock(info) else "auto"),
         )  # fmt: skip
+        prov.nodes = nodes.facts(recipe, prov, args.ssh)
         for note in notes:
             _say(err, scrub.text(note))
         ctx = steps.Context(
