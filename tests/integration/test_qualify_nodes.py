@@ -184,7 +184,12 @@ def test_a_pair_bundle_records_both_nodes_and_names_neither(pair, monkeypatch):
         o, e = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
             code = cli.main([*argv, *SMALL])
-    assert code in (0, 2), o.getvalue() + e.getvalue()[-3000:]
+    # The verdict is not this test's (a loaded machine can miss the full-load hold:
+    # "not qualified", 1); the bundle is, and every verdict writes one.
+    assert code in (0, 1, 2) and (out / "result.json").is_file(), (
+        code,
+        o.getvalue() + e.getvalue()[-3000:],
+    )
     data = json.loads((out / "result.json").read_text())
     found = [(n["rank"], n["gpus"], n["driver"]) for n in data["provenance"]["nodes"]]
     assert found[1] == (1, ["NVIDIA GB10"], "580.95.05") and found[0][0] == 0, found
