@@ -59,6 +59,8 @@ ALLOWLIST: dict[str, str] = {
     "SGLANG_DG_CACHE_DIR": "DeepGEMM's JIT cache: the image sets it under the cache volume",
     "TVM_FFI_CACHE_DIR": "tvm-ffi's JIT cache (sglang 0.5.17's JIT kernels): the image sets it "
     "under the cache volume",
+    "TILELANG_CACHE_DIR": "TileLang's kernel cache (DeepSeek-V4's MHC prenorm): sglang 0.5.23 "
+    "sets it itself when its environ module is imported, as the launcher's parser check does",
     "SGLANG_JIT_CACHE_DIR": "sglang 0.5.23's JIT kernel cache: the image sets it under the "
     "cache volume",
     "OMP_NUM_THREADS": "CPU threads per process",

@@ -25,7 +25,14 @@ import yaml
 from tests.support.compose import ROOT, compose
 
 COPIED = ("sm12x", "tools", "recipes", "patches", "deploy", "tests/golden")
-COPIED_FILES = ("versions.env", "pyproject.toml", "README.md", "compose.yaml", ".env.example")
+COPIED_FILES = (
+    "versions.env",
+    "pyproject.toml",
+    "README.md",
+    "compose.yaml",
+    ".env.example",
+    "docs/recipes.md",  # support-matrix writes its status table too
+)
 ENTRIES = ("compose", "env-example", "k8s", "goldens", "support-matrix", "settings-table")
 RIG = "rtx-pro-6000-tp4-next"
 
@@ -36,7 +43,10 @@ def checkout(tmp_path: Path) -> Path:
     for name in COPIED:
         shutil.copytree(ROOT / name, home / name, ignore=ignore)
     for name in COPIED_FILES:
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, home / name)
+    if (ROOT / "results").is_dir():  # the qualify bundles the support matrix reads
+        shutil.copytree(ROOT / "results", home / "results", ignore=ignore)
     return home
 
 
@@ -98,6 +108,7 @@ def test_a_third_track_and_a_recipe_on_it_need_only_regen(tmp_path):
         f"deploy/k8s/{RIG}.yaml",
         f"tests/golden/{RIG}.sh",
         "README.md",  # the support matrix and the settings table
+        "docs/recipes.md",  # the status table, beside README's matrix
     }, changed
     assert regen(home, "--check").returncode == 0
 
