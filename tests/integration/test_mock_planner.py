@@ -29,9 +29,13 @@ FRACS = (0.125, 0.5, 1.0)
 @pytest.fixture
 def own_modules():
     """The planner registers the tree's bare `sglang` package (no __spec__) and
-    its modules: give this process its modules back afterwards."""
+    its modules, and refuses a process already serving another tree: start from
+    none (another test in this worker may have served sglang in process) and give
+    this process its modules back afterwards."""
     ours = ("sglang.", "sm12x_mock_dspark_planner_")
     before = {n: m for n, m in sys.modules.items() if n == "sglang" or n.startswith(ours)}
+    for name in before:
+        del sys.modules[name]
     yield
     for name in [n for n in sys.modules if n == "sglang" or n.startswith(ours)]:
         del sys.modules[name]
