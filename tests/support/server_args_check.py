@@ -236,26 +236,21 @@ def validate(
             env=full_env,
             cwd=work,
         )
-    verdict = dict(
-        recipe=recipe.name,
-        node_rank=node_rank,
-        track=track,
-        sglang=version,
-        argv=argv,
-        env=recipe_env,
-        log=proc.stderr,
-    )
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        return Verdict(
-            **verdict, ok=False, error=f"the probe exited {proc.returncode}: {proc.stderr[-2000:]}"
-        )
+        crash = f"the probe exited {proc.returncode}: {proc.stderr[-2000:]}"
+        out = {"ok": False, "warnings": [], "log": proc.stderr}
+        return _verdict(recipe, node_rank, track, version, argv, recipe_env, out, error=crash)
     out = json.loads(lines[-1])
     out["log"] = proc.stderr
     return _verdict(recipe, node_rank, track, version, argv, recipe_env, out)
 
 
-def _verdict(recipe, node_rank, track, version, argv, recipe_env, out: dict) -> Verdict:
+def _verdict(
+    recipe, node_rank, track, version, argv, recipe_env, out: dict, error: str | None = None
+) -> Verdict:
+    """The Verdict of one probe answer (one-shot or zygote); `error` for a probe
+    that gave none."""
     log = out.get("log", "")
     if not out["ok"] and out.get("traceback"):
         log = log + "\n" + out["traceback"]
@@ -268,7 +263,7 @@ def _verdict(recipe, node_rank, track, version, argv, recipe_env, out: dict) -> 
         env=recipe_env,
         log=log,
         ok=out["ok"],
-        error=None if out["ok"] else f"{out['type']}: {out['error']}",
+        error=error or (None if out["ok"] else f"{out['type']}: {out['error']}"),
         resolved=out.get("resolved", {}),
         env_defaults=out.get("env_defaults", {}),
         warnings=out["warnings"],
