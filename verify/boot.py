@@ -140,6 +140,7 @@ class Server:
     procs: list[subprocess.Popen] = field(default_factory=list)
     lines: queue.Queue[str | None] = field(default_factory=queue.Queue)
     log: list[str] = field(default_factory=list)
+    read_to: int = 0  # how far into log_path the follower has read
 
     @classmethod
     def launched_by(cls, launcher: Launcher) -> Server:
@@ -157,6 +158,7 @@ class Server:
             while True:
                 chunk = log.readline()
                 if chunk:
+                    self.read_to = log.tell()
                     pending += chunk
                     if pending.endswith("\n"):
                         self.lines.put(pending.rstrip("\n"))
@@ -185,6 +187,30 @@ class Server:
         self.log_path = path
         threading.Thread(target=self._follow, args=(proc, path), daemon=True).start()
         return proc
+
+    def settle(self, patience: float = 2.0) -> list[str]:
+        """The lines written before now that the boot loop has not taken yet: the
+        follower gets until it has read as far as the file reaches now (bounded,
+        so a log that keeps growing cannot hold the boot), then the queue is
+        emptied. /health can answer between a line's write and its read."""
+        if self.log_path:
+            try:
+                size = os.path.getsize(self.log_path)
+            except OSError:
+                size = 0
+            until = time.monotonic() + patience
+            while self.read_to < size and time.monotonic() < until:
+                time.sleep(0.02)
+        taken: list[str] = []
+        while True:
+            try:
+                line = self.lines.get_nowait()
+            except queue.Empty:
+                return taken
+            if line is None:  # the end mark stays for whoever reads next
+                self.lines.put(None)
+                return taken
+            taken.append(line)
 
     def start(self) -> None:
         if self.logs is None:
@@ -295,6 +321,11 @@ def boot(
                 next_poll = time.monotonic() + 1.0
                 status = _health(base_url, headers)
                 if status == 200:
+                    for line in server.settle():
+                        server.log.append(line)
+                        found = scan(line)
+                        if found:
+                            raise BootFailure(*found, server.log[-20:])
                     return [
                         f"healthy after {time.monotonic() - start:.1f} s",
                         f"log lines seen: {len(server.log)}",

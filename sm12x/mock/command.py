@@ -451,7 +451,10 @@ def serve(args, faults, version: str, patched: bool, host: str, port: int, key) 
 
         if not args.dist_init_addr:
             raise UserError("--nnodes needs --dist-init-addr HOST:PORT (the head's address)")
-        joined = rendezvous.wait_for_ranks(args.dist_init_addr, args.nnodes)
+        # Flushed: the mock's output goes to a file whoever started it follows.
+        joined = rendezvous.wait_for_ranks(
+            args.dist_init_addr, args.nnodes, say=lambda line: print(line, flush=True)
+        )
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
     )

@@ -195,3 +195,26 @@ def test_boot_without_a_recipe_starts_the_auto_service(tmp_path):
     assert done.returncode == 3, done.stdout + done.stderr
     first = json.loads(calls.read_text().splitlines()[0])
     assert first[0] == "compose" and first[-4:] == ["--profile", "auto", "up", "-d"]
+
+
+def test_the_log_as_of_healthy_holds_every_line_written_before(tmp_path):
+    """/health can answer between a line's write and the follower's read of it:
+    settle() waits for the follower to reach the file's end as of now, so what
+    boot returns with holds every line the server wrote before it answered."""
+    from verify.boot import Server
+
+    marker = tmp_path / "written"
+    lines = [f"line {n}" for n in range(200)]
+    server = Server.command(
+        f"printf '%s\\n' {' '.join(repr(x) for x in lines)}; touch {marker}; sleep 30"
+    )
+    server.start()
+    try:
+        until = time.monotonic() + 30
+        while not marker.exists() and time.monotonic() < until:
+            time.sleep(0.01)
+        assert marker.exists()
+        assert server.settle() == lines  # nothing taken yet: all of it, in order
+        assert server.settle() == []
+    finally:
+        server.stop()
