@@ -83,9 +83,9 @@ def test_a_free_string_is_bounded():
     assert_one_clear_error(done, "--log-level", "100,000 characters", "4,096")
 
 
-def _best_of_three(check, value: str) -> float:
+def _best_of(check, value: str, runs: int = 5) -> float:
     times = []
-    for _ in range(3):
+    for _ in range(runs):
         start = time.perf_counter()
         check(value)
         times.append(time.perf_counter() - start)
@@ -109,6 +109,8 @@ def test_a_long_value_without_a_url_is_scanned_in_linear_time(which):
 
     # letters, and dotted letters (a word boundary before each, for redact's \b)
     for unit in ("x", "a."):
-        short = _best_of_three(check, unit * (10_000 // len(unit)))
-        long = _best_of_three(check, unit * (100_000 // len(unit)))
-        assert long < 30 * short + 0.05, (unit, short, long)
+        short = _best_of(check, unit * (10_000 // len(unit)))
+        long = _best_of(check, unit * (100_000 // len(unit)))
+        # The slack absorbs a preempted run on a loaded machine (load 17 on 2
+        # cores once cost 0.05 s); the quadratic pattern took 54 s here.
+        assert long < 30 * short + 0.5, (unit, short, long)
