@@ -37,7 +37,7 @@ class Command:
 
 SUBCOMMANDS: tuple[str, ...] = (
     "sm12x.launch.main",
-    "sm12x.launch.render_cmd",
+    "sm12x.deploy.render_k8s",
     "sm12x.launch.health",
     "sm12x.deploy.router",
     "sm12x.verify_cmd",

@@ -2,13 +2,15 @@
 
 The shared part (the settings every rig service merges, the exposure check,
 the router, Prometheus and Grafana) is a template beside this module,
-compose.template.yaml. The rig services are written here from the recipes,
-one per profile (sm12x.deploy.compose.profiles: one per node of a multi-node
-recipe) plus `auto`: the profile, SM12X_RECIPE, the image and SM12X_TRACK of
-the recipe's home track when the recipe cannot run on the default one (else
-they follow SM12X_TRACK), the GPU count, host networking, devices,
-capabilities, the published port, the node rank and the site variables the
-recipe takes from .env. A new rig is a recipe file and `make regen`.
+compose.template.yaml. The rig services are written here from each recipe's
+deployment plan (sm12x.launch.plan.deployment, the plan `render --k8s` takes
+its facts from too), one per profile (sm12x.deploy.compose.profiles: one per
+node of a multi-node recipe) plus `auto`: the profile, SM12X_RECIPE, the image
+and SM12X_TRACK of the plan's track when that is not the default one (else
+they follow SM12X_TRACK), the published port sglang serves and the site
+variables the recipe takes from .env; and from its recipe the GPU count, host
+networking, devices, capabilities and the node rank. A new rig is a recipe
+file and `make regen`.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sm12x.deploy.compose import AUTO, profiles
+from sm12x.launch.plan import LaunchPlan, deployment
 from sm12x.recipe import Recipe
-from sm12x.recipe.tracks import own_track
 from sm12x.settings.model import DEFAULT_PORT
 from sm12x.versions import default_track, read_versions, tracks
 
@@ -45,7 +47,15 @@ def pinned_image(key: str) -> str:
     return pins[key] + (f"@{digest}" if digest else "")
 
 
-def _comment(recipe: Recipe, rank: int) -> list[str]:
+def _pinned_track(plan: LaunchPlan) -> str | None:
+    """The plan's track as the profile writes it: where it is not the default
+    track (the recipe cannot run there), pinned whatever SM12X_TRACK says; None
+    where it is (the profile follows SM12X_TRACK, as the image does)."""
+    return None if plan.track == default_track() else plan.track
+
+
+def _comment(plan: LaunchPlan, rank: int) -> list[str]:
+    recipe = plan.recipe
     lines = []
     if rank == 0 and recipe.configuration_kind != "baseline":
         lines.append(
@@ -53,7 +63,7 @@ def _comment(recipe: Recipe, rank: int) -> list[str]:
             "(docs/throughput.md; needs `sm12x tune` once). The plain profile follows "
             "SM12X_CONFIGURATION."
         )
-    track = own_track(recipe)
+    track = _pinned_track(plan)
     if rank == 0 and track is not None:
         lines.append(
             f"Runs only on the {track} track (recipes/{recipe.name}.yaml `tracks`): the "
@@ -97,8 +107,7 @@ def site_variables(recipes: Sequence[Recipe]) -> list[str]:
             name
             for r in recipes
             if r.container.host_network
-            for name, var in r.env.items()
-            if var.from_host
+            for name in deployment(r).site_variables()
         )
     )
 
@@ -137,11 +146,13 @@ def _flow(items: Sequence[str]) -> str:
     return "[" + ", ".join(items) + "]"
 
 
-def rig_service(recipe: Recipe, rank: int, profile: str) -> list[str]:
-    """One profile's service: what compose must know of the recipe, nothing else."""
-    track = own_track(recipe)
+def rig_service(plan: LaunchPlan, rank: int, profile: str) -> list[str]:
+    """One profile's service: what compose must know of the recipe's plan, nothing else."""
+    recipe = plan.recipe
+    track = _pinned_track(plan)
+    port = plan.port()
     container = recipe.container
-    out = [*_comment(recipe, rank), f"  {profile}:", "    <<: *service"]
+    out = [*_comment(plan, rank), f"  {profile}:", "    <<: *service"]
     if track is not None:
         out.append(f"    image: *{track_anchor(track)}")
     out.append(f"    profiles: [{profile}]")
@@ -155,20 +166,20 @@ def rig_service(recipe: Recipe, rank: int, profile: str) -> list[str]:
     if container.host_network:
         # sglang binds the host's address and port itself.
         out.append("      <<: [*environment, *roce-environment]")
-        if recipe.serve.port != DEFAULT_PORT:
-            out.append(f"      SM12X_PORT: ${{SM12X_PORT:-{recipe.serve.port}}}")
+        if port != DEFAULT_PORT:
+            out.append(f"      SM12X_PORT: ${{SM12X_PORT:-{port}}}")
     else:
         out.append("      <<: [*environment, *bridged-environment]")
         if recipe.is_multinode:
             out.append("      SM12X_HEAD_ADDR: ${SM12X_HEAD_ADDR:-}")
-        out += [f"      {n}: ${{{n}:-}}" for n, var in recipe.env.items() if var.from_host]
+        out += [f"      {n}: ${{{n}:-}}" for n in plan.site_variables()]
     out.append(f"      SM12X_RECIPE: {recipe.name}")
     if track is not None:
         out.append(f"      SM12X_TRACK: {track}")
     if recipe.is_multinode:
         out.append(f'      SM12X_NODE_RANK: "{rank}"')
     if not container.host_network:
-        out += _ports(recipe.serve.port)
+        out += _ports(port)
     if rank > 0:
         out += ["    healthcheck:", "      disable: true"]
     return out + _gpus(recipe.gpu_count_per_node) + [""]
@@ -198,8 +209,9 @@ def ordered(recipes: Sequence[Recipe]) -> list[Recipe]:
 def render(recipes: Sequence[Recipe]) -> str:
     services = auto_service()
     for recipe in ordered(recipes):
+        plan = deployment(recipe)
         for rank, profile in enumerate(profiles(recipe)):
-            services += rig_service(recipe, rank, profile)
+            services += rig_service(plan, rank, profile)
     text = TEMPLATE.read_text(encoding="utf-8")
     for mark, value in (
         ("@GENERATED@", GENERATED),

@@ -15,9 +15,11 @@ runs the image's `sm12x launch` with SM12X_RECIPE=<name>, which renders the sgla
 command from the recipe inside the container (sm12x.launch.plan).
 So a manifest cannot drift from the recipe the image carries, and a recipe
 change needs a new image, not new manifests. What Kubernetes itself must know
-is taken from the recipe here: GPUs per node, node count, CPU architecture,
-capabilities, the port, the site variables; the tests prove each equal to the
-recipe. The router pod runs `sm12x router`, the compose router's entrypoint
+is taken from the recipe's deployment plan (sm12x.launch.plan.deployment, the
+plan compose.yaml's services are written from too): the track and its image,
+the port sglang serves, the site variables; and from its recipe the GPUs per
+node, node count, CPU architecture and capabilities; the tests prove each equal
+to the recipe. The router pod runs `sm12x router`, the compose router's entrypoint
 (sm12x.deploy.router).
 
 Closed by default (docs/security.md): the API key Secret is required (a pod
@@ -52,8 +54,9 @@ from sm12x.apikey import FILE_ENV, OPEN_ENV
 from sm12x.deploy.router import DEFAULT_METRICS_PORT, DEFAULT_PORT
 from sm12x.errors import UserError
 from sm12x.fields import AbsPath, ImageRef, K8sName, K8sNetworkName, K8sResourceName, Track
+from sm12x.launch import plan as launch_plan
+from sm12x.launch.plan import LaunchPlan
 from sm12x.recipe import Recipe, load_all, load_recipe
-from sm12x.recipe.tracks import home_track, track_refusal
 from sm12x.versions import load_versions
 
 # The Kubernetes version the manifests are validated against (tests, with
@@ -155,7 +158,7 @@ class K8sOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     namespace: K8sName = "sm12x"
-    # None: each recipe's own track's image (sm12x.recipe.tracks.home_track). Given
+    # None: each recipe's own track's image (its deployment plan's). Given
     # (SM12X_IMAGE or SM12X_TRACK), it is `track`'s image, and a recipe that does
     # not run on that track is refused rather than written to crash-loop.
     image: ImageRef | None = None
@@ -344,7 +347,8 @@ def _api_key_volume(opts: K8sOptions) -> tuple[list[dict], list[dict]]:
     return [mount], [volume]
 
 
-def _env(recipe: Recipe, opts: K8sOptions) -> list[dict]:
+def _env(plan: LaunchPlan, opts: K8sOptions) -> list[dict]:
+    recipe = plan.recipe
     env: list[dict] = [
         {"name": "SM12X_RECIPE", "value": recipe.name},
         {"name": "SM12X_MODEL_DIR", "value": "/model"},
@@ -358,7 +362,7 @@ def _env(recipe: Recipe, opts: K8sOptions) -> list[dict]:
     else:
         env.append({"name": "SM12X_HOST", "value": "0.0.0.0"})
     # Written out so `sm12x healthcheck` (the probes) asks the port sglang serves.
-    env.append({"name": "SM12X_PORT", "value": str(recipe.serve.port)})
+    env.append({"name": "SM12X_PORT", "value": str(plan.port())})
     if recipe.is_multinode:
         env += [
             # The pod's index in its group (0 on the leader), from the label LWS
@@ -372,20 +376,15 @@ def _env(recipe: Recipe, opts: K8sOptions) -> list[dict]:
             # of every container's environment, so the reference expands.
             {"name": "SM12X_HEAD_ADDR", "value": "$(LWS_LEADER_ADDRESS)"},
         ]
-    for name, var in recipe.env.items():
-        if var.from_host:
-            env.append(
-                {
-                    "name": name,
-                    "valueFrom": {
-                        "configMapKeyRef": {
-                            "name": opts.site_configmap,
-                            "key": name,
-                            "optional": True,
-                        }
-                    },
-                }
-            )
+    for name in plan.site_variables():
+        env.append(
+            {
+                "name": name,
+                "valueFrom": {
+                    "configMapKeyRef": {"name": opts.site_configmap, "key": name, "optional": True}
+                },
+            }
+        )
     return env + _api_key_env(opts)
 
 
@@ -411,15 +410,11 @@ def _cache_volume(opts: K8sOptions) -> dict:
     return {"name": "cache", "emptyDir": {"sizeLimit": CACHE_SIZE_LIMIT}}
 
 
-def recipe_image(recipe: Recipe, opts: K8sOptions) -> str:
-    """The image a recipe's pods run: its own track's, or the one given, refused
-    when that image's track cannot run the recipe (the launcher would refuse it
-    in every pod)."""
-    track = opts.track or home_track(recipe)
-    problem = track_refusal(recipe, track)
-    if problem:
-        raise UserError(problem)
-    return opts.image or load_versions(track)["SM12X_IMAGE"]
+def plan_for(recipe: Recipe, opts: K8sOptions) -> LaunchPlan:
+    """The recipe's deployment plan for the track and image given: its pods run
+    the plan's image, refused when that image's track cannot run the recipe (the
+    launcher would refuse it in every pod)."""
+    return launch_plan.deployment(recipe, track=opts.track, image=opts.image)
 
 
 def router_image(opts: K8sOptions) -> str:
@@ -428,15 +423,16 @@ def router_image(opts: K8sOptions) -> str:
     return opts.image or load_versions(opts.track)["SM12X_IMAGE"]
 
 
-def _pod_spec(recipe: Recipe, opts: K8sOptions, serves_http: bool) -> dict:
+def _pod_spec(plan: LaunchPlan, opts: K8sOptions, serves_http: bool) -> dict:
+    recipe = plan.recipe
     container: dict = {
         "name": "sglang",
-        "image": recipe_image(recipe, opts),
+        "image": plan.image(),
         "command": ["sm12x", "launch"],
-        "env": _env(recipe, opts),
+        "env": _env(plan, opts),
     }
     if serves_http:
-        container["ports"] = [{"name": "http", "containerPort": recipe.serve.port}]
+        container["ports"] = [{"name": "http", "containerPort": plan.port()}]
     limits: dict = {"nvidia.com/gpu": recipe.gpu_count_per_node}
     key_mounts, key_volumes = _api_key_volume(opts)
     mounts = [
@@ -495,7 +491,8 @@ def rig_name(recipe: Recipe) -> str:
     return f"{APP}-{recipe.name}"
 
 
-def deployment(recipe: Recipe, opts: K8sOptions) -> dict:
+def deployment(plan: LaunchPlan, opts: K8sOptions) -> dict:
+    recipe = plan.recipe
     if recipe.is_multinode:
         raise UserError(f"{recipe.name} runs on {recipe.hardware.nodes} nodes: use its LWS")
     labels = _labels(recipe, "server")
@@ -511,13 +508,14 @@ def deployment(recipe: Recipe, opts: K8sOptions) -> dict:
             "selector": {"matchLabels": selector},
             "template": {
                 "metadata": _template_metadata(recipe, opts, "server"),
-                "spec": _pod_spec(recipe, opts, serves_http=True),
+                "spec": _pod_spec(plan, opts, serves_http=True),
             },
         },
     }
 
 
-def leader_worker_set(recipe: Recipe, opts: K8sOptions) -> dict:
+def leader_worker_set(plan: LaunchPlan, opts: K8sOptions) -> dict:
+    recipe = plan.recipe
     if not recipe.is_multinode:
         raise UserError(f"{recipe.name} runs on one node: use its Deployment")
     return {
@@ -535,13 +533,13 @@ def leader_worker_set(recipe: Recipe, opts: K8sOptions) -> dict:
                 "restartPolicy": "RecreateGroupOnPodRestart",
                 "leaderTemplate": {
                     "metadata": _template_metadata(recipe, opts, "server"),
-                    "spec": _pod_spec(recipe, opts, serves_http=True),
+                    "spec": _pod_spec(plan, opts, serves_http=True),
                 },
                 # Ranks 1..N-1 have no HTTP server (sglang serves from rank 0):
                 # no probes, as compose disables node1's healthcheck.
                 "workerTemplate": {
                     "metadata": _template_metadata(recipe, opts, "worker"),
-                    "spec": _pod_spec(recipe, opts, serves_http=False),
+                    "spec": _pod_spec(plan, opts, serves_http=False),
                 },
             },
         },
@@ -566,13 +564,17 @@ def network_policy(name: str, pods: dict, opts: K8sOptions, labels: dict) -> dic
 
 
 def rig_manifests(recipe: Recipe, opts: K8sOptions) -> list[dict]:
-    workload = leader_worker_set(recipe, opts) if recipe.is_multinode else deployment(recipe, opts)
+    """The recipe's workload and NetworkPolicy, from its deployment plan."""
+    plan = plan_for(recipe, opts)
+    multinode = plan.recipe.is_multinode
+    workload = leader_worker_set(plan, opts) if multinode else deployment(plan, opts)
     pods = {NAME: APP, INSTANCE: recipe.name}
     return [workload, network_policy(rig_name(recipe), pods, opts, pods)]
 
 
 def _serve_port(recipes: Sequence[Recipe]) -> int:
-    ports = {r.serve.port for r in recipes}
+    """The one port every rig's sglang serves (each recipe's plan on its own track)."""
+    ports = {launch_plan.deployment(r).port() for r in recipes}
     if len(ports) != 1:
         raise UserError(
             f"the recipes serve on different ports ({sorted(ports)}): the router's discovery "

@@ -8,12 +8,16 @@ track's sglang parser with each token's dest kept, and the judge
 (sm12x.launch.judge: ownership, keys, listeners, bounds and the lints on what
 sglang reads), then the checks a launch needs (the environment, the exposure
 rule). `sm12x launch` execs it, `sm12x render` prints it, `sm12x launch
---sps-profile` is tune's profiling boot; build_launch() is the render alone,
-for the golden commands, qualify's hash and the stand-in server.
+--sps-profile` is tune's profiling boot, and deployment() is the plan of a
+recipe as a deployment names it, which compose.yaml's services and `sm12x
+render --k8s` take their facts from (sm12x.deploy); build_launch() is the
+render alone, for the golden commands, qualify's hash and the stand-in server.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -40,11 +44,12 @@ from sm12x.launch.render import (
     shell_of,
     value_of,
 )
+from sm12x.patches import series as patch_series
 from sm12x.recipe import Recipe, warnings_for
 from sm12x.recipe.tracks import installed_fix
-from sm12x.settings import Loaded
-from sm12x.sglang_parser import parser_for
-from sm12x.versions import load_versions
+from sm12x.settings import Loaded, load
+from sm12x.sglang_parser import description_path, parser_for
+from sm12x.versions import load_versions, read_versions
 
 Say = Callable[[str], None]
 
@@ -127,6 +132,29 @@ class LaunchPlan:
         }
         return environment.build(environ, {**(given or {}), **rendered})
 
+    # --- what a deployment runs (compose.yaml, Kubernetes: sm12x.deploy) -------
+
+    @property
+    def track(self) -> str:
+        """The track it runs on: SM12X_TRACK, else the recipe's home track."""
+        assert self.context.track is not None, "a plan() plan, not the render alone"
+        return self.context.track
+
+    def image(self) -> str:
+        """The image that runs it: SM12X_IMAGE, else the track's."""
+        assert self.loaded is not None, "a plan() plan, not the render alone"
+        return self.loaded.settings.image_ref()
+
+    def port(self) -> int:
+        """The port sglang serves, as its parser read the command."""
+        assert self.parsed is not None, "a plan() plan, not the render alone"
+        return int(str(self.parsed.values["port"]))
+
+    def site_variables(self) -> tuple[str, ...]:
+        """The recipe's variables the site gives (.env, a ConfigMap), in its order:
+        the ones the recipe does not fix."""
+        return tuple(e.name for e in self.env if not e.fixed)
+
     # --- printing ------------------------------------------------------------
 
     def shell(self, python: str = "python3") -> str:
@@ -167,13 +195,17 @@ def plan(
     sps_table: str | None = None,
     extra: Sequence[str] = (),
     environ: Mapping[str, str] | None = None,
+    recipe: Recipe | None = None,
 ) -> LaunchPlan:
-    """THE launch plan of `command` ("launch" or "render"), each step once."""
+    """THE launch plan of `command`, each step once: "launch", "render", or
+    DEPLOY, a deployment's `recipe` (deployment()): no configuration choice,
+    which the launcher in the container makes when it starts."""
     launching = command == "launch"
     named = loaded.settings.recipe
-    recipe, why = choice.select_recipe(named, origin=loaded.origin("recipe"))
-    if launching or named == AUTO:
-        say(why)
+    if recipe is None:
+        recipe, why = choice.select_recipe(named, origin=loaded.origin("recipe"))
+        if launching or named == AUTO:
+            say(why)
     # The recipe's own track unless SM12X_TRACK names one, and a track that
     # cannot run it refused first (its flags would fail in the other parser).
     loaded = choice.following(loaded, recipe)
@@ -184,9 +216,10 @@ def plan(
         )
     # A throughput configuration without its tuned table is refused (one line,
     # non-zero); a dry run shows the command it would have run, with the refusal.
-    recipe = choice.choose_configuration(
-        recipe, loaded, profiling=sps_profile, dry_run=dry_run, say=say
-    )
+    if command != DEPLOY:
+        recipe = choice.choose_configuration(
+            recipe, loaded, profiling=sps_profile, dry_run=dry_run, say=say
+        )
     if launching and named != AUTO and not dry_run:
         mismatch = choice.gpu_mismatch(recipe)
         if mismatch:
@@ -240,6 +273,55 @@ def plan(
     if tokens:
         say(f"appending flags not in the recipe: {' '.join(tokens)}")
     return plan
+
+
+DEPLOY = "deploy"
+# Deployment plans by everything that can change one (_deployment_key): compose's
+# generator, every Kubernetes manifest and the router's ask for the same recipes.
+_DEPLOYMENTS: dict[tuple, LaunchPlan] = {}
+
+
+def deployment(recipe: Recipe, track: str | None = None, image: str | None = None) -> LaunchPlan:
+    """The plan of `recipe` as a deployment runs it (a compose profile, a
+    Kubernetes pod): SM12X_TRACK and SM12X_IMAGE as given, nothing else of this
+    machine (no .env, GPUs or tuned table: the configuration is the launcher's
+    choice in the container). Refused, with the track's one line, when the
+    track cannot run it. Built once per process for each key."""
+    key = _deployment_key(recipe, track, image)
+    found = _DEPLOYMENTS.get(key)
+    if found is None:
+        environ = {"SM12X_ENV_FILE": os.devnull, "SM12X_RECIPE": recipe.name}
+        environ |= {"SM12X_TRACK": track} if track is not None else {}
+        environ |= {"SM12X_IMAGE": image} if image is not None else {}
+        loaded = load(environ=environ)
+        found = plan(loaded, command=DEPLOY, say=lambda _: None, environ=environ, recipe=recipe)
+        _DEPLOYMENTS[key] = found
+    return found
+
+
+def _deployment_key(recipe: Recipe, track: str | None, image: str | None) -> tuple:
+    """Everything a deployment plan reads: the recipe (every field), the track and
+    image named, versions.env (the track's pins and sglang), the sglang this Python
+    has and the parser description that stands in for it, the patch series the
+    lints read."""
+    pins = read_versions()
+    sglangs = sorted({v for k, v in pins.items() if k.endswith("_SGLANG_VERSION")})
+    return (
+        recipe.model_dump_json(),
+        track,
+        image,
+        tuple(sorted(pins.items())),
+        choice.installed_sglang(),
+        tuple(_digest(description_path(v)) for v in sglangs),
+        _digest(patch_series.patches_toml()),
+    )
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def explain_site(plan: LaunchPlan) -> str:

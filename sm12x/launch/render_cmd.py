@@ -5,7 +5,10 @@ The same settings as `sm12x launch` (sm12x.settings: flags, environment,
 first says which patches a stock sglang needs for the command to work
 (patches/sglang/patches.toml, for the sglang version it targets).
 
-`sm12x render --k8s RECIPE|router|all`: Kubernetes manifests (sm12x.deploy.k8s).
+`sm12x render --k8s RECIPE|router|all`: Kubernetes manifests, run by
+sm12x.deploy.render_k8s, where the `render` command is registered: the
+manifests are written from the launch plan, so the deploy side calls this
+module, never the other way round. The arguments of both are defined here.
 """
 
 from __future__ import annotations
@@ -16,9 +19,7 @@ import sys
 from pathlib import Path
 
 from sm12x import settings
-from sm12x.cli import Command
 from sm12x.errors import UserError
-from sm12x.fields import build_model
 from sm12x.launch import plan as launch_plan
 from sm12x.patches import series as patch_series
 from sm12x.versions import load_versions, track_of_sglang
@@ -37,49 +38,13 @@ K8S_ONLY = (*K8S_VALUES, *K8S_SWITCHES, "out")
 LAUNCH_ONLY = ("node_rank", "head_addr", "model_dir", "host", "port", "bind", "cache_dir", "sglang")
 
 
-def _flag(name: str) -> str:
+def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def run_k8s(args: argparse.Namespace) -> int:
-    from sm12x.deploy import k8s
-
-    given = [_flag(n) for n in LAUNCH_ONLY if getattr(args, n) is not None]
-    given += ["--no-spec"] if args.no_spec else []
-    if given or args.explain:
-        raise UserError(
-            f"{', '.join(given) or '--explain'} does not go with --k8s: the pods take rank, "
-            "address and port from Kubernetes"
-        )
-    if args.model_pvc and args.model_host_path:
-        raise UserError("--model-pvc or --model-host-path, not both")
-    if args.recipe is None:
-        raise UserError("--k8s needs what to render: a recipe name, `router` or `all`")
-    loaded = settings.from_args(args, "render")
-    fields = {n: getattr(args, n) for n in K8S_VALUES if getattr(args, n) is not None}
-    # Each recipe's own track's image unless SM12X_TRACK or SM12X_IMAGE says which
-    # (an image named alone is taken as SM12X_TRACK's, as compose and launch take it).
-    if loaded.settings.image is not None or loaded.settings.track is not None:
-        fields["image"] = loaded.settings.image_ref()
-        fields["track"] = loaded.settings.track_name
-    fields.update({n: True for n in K8S_SWITCHES if getattr(args, n)})
-    opts = build_model(k8s.K8sOptions, fields, _flag)
-    if args.recipe == k8s.ALL:
-        if args.out is None:
-            raise UserError("--k8s all writes a folder: add --out DIR (e.g. deploy/k8s)")
-        for path in k8s.write_tree(args.out, opts):
-            print(f"wrote {path}")
-        return 0
-    if args.out is not None:
-        raise UserError("--out goes with --k8s all; one recipe prints to stdout")
-    sys.stdout.write(k8s.render(args.recipe, opts))
-    return 0
-
-
 def run(args: argparse.Namespace) -> int:
-    if args.k8s:
-        return run_k8s(args)
-    given = [_flag(n) for n in K8S_ONLY if getattr(args, n) not in (None, False)]
+    """`sm12x render RECIPE`: the launch command (the --k8s form is render_k8s's)."""
+    given = [flag(n) for n in K8S_ONLY if getattr(args, n) not in (None, False)]
     if given:
         raise UserError(f"{', '.join(given)} only goes with --k8s")
     # Same settings as `sm12x launch`; the RECIPE argument is its --recipe.
@@ -218,11 +183,3 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="render an OPEN deployment: no API key, anyone in the namespace can use it",
     )
     k8s.add_argument("--out", type=Path, help="with `all`: the folder to write")
-
-
-COMMAND = Command(
-    name="render",
-    help="print the sglang command of a recipe (no Docker needed), or --k8s manifests",
-    add_arguments=add_arguments,
-    run=run,
-)
