@@ -30,12 +30,6 @@ def home_track(recipe: Recipe) -> str:
     return default if default in own or not own else own[0]
 
 
-def own_track(recipe: Recipe) -> str | None:
-    """The track a recipe's compose profile must run whatever SM12X_TRACK says: its
-    home when it cannot run on the default track; None: it follows SM12X_TRACK."""
-    return None if default_track() in recipe_tracks(recipe) else home_track(recipe)
-
-
 def chosen_track(recipe: Recipe, named: str | None) -> str:
     """The track a command runs the recipe on: the one SM12X_TRACK names, else
     the recipe's home (a recipe that runs only on the current track is rendered
