@@ -238,12 +238,15 @@ def test_the_test_cost_figures_are_measured_and_the_disk_is_scripts_test_s():
     ).groups()
     assert any(f"{count} tests" in row and f"| {total} |" in row for row in rows), (count, total)
     script = (ROOT / "scripts" / "test").read_text()
-    fresh, warm = re.search(
-        r'need_gb=\$\{SM12X_MIN_FREE_GB:-\$\(\[ -d "\$cache/docker" \] && echo (\d+) \|\| echo (\d+)\)\}',
+    warm, no_docker, fresh = re.search(
+        r'if \[ -d "\$cache/docker" \]; then need=(\d+); '
+        r'elif \[ "\$\{SM12X_NO_DOCKER:-0\}" = 1 \]; then need=(\d+); else need=(\d+); fi',
         script,
-    ).groups()[::-1]
+    ).groups()
+    assert "need_gb=${SM12X_MIN_FREE_GB:-$need}" in script
     assert f"keep {fresh} GB free" in cost, fresh
-    assert f"{warm} GB" in cost, warm
+    assert f"{warm} GB once `.cache/docker` exists" in cost, warm
+    assert f"{no_docker} GB without Docker, as `make fast` builds it" in cost, no_docker
 
 
 def test_support_matrix_names_every_recipe():
