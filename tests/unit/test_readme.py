@@ -108,6 +108,14 @@ def test_the_missing_plugin_symptoms_are_the_ones_the_cli_prints():
     assert f'says "{load_line}"' in before and f'says "{up_line}"' in before
     table = section("When something goes wrong")
     assert f"`{load_line}`" in table and f"`{up_line}`" in table
+    # With a profile (the quick start's and docs/monitoring.md's form) the CLI
+    # trips on --profile first (issue 43's walk).
+    profiled = recorded("debian-12", ["docker", "compose", "--profile", "monitoring", "up", "-d"])
+    profile_line = profiled["stderr"].splitlines()[0]
+    assert profile_line == "unknown flag: --profile" and profiled["returncode"] == 125
+    assert f"`{profile_line}`" in table
+    monitoring = " ".join((ROOT / "docs" / "monitoring.md").read_text().split())
+    assert f"`docker compose --profile monitoring up -d` says `{profile_line}`" in monitoring
 
 
 PLUGIN_ROWS = {  # README's row -> the recorded machines it speaks for
