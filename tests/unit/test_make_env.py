@@ -106,3 +106,49 @@ def test_a_failed_build_fails_make_with_one_line(tmp_path):
     assert re.search(
         r"^make: building the environment failed \(exit 3\) after \d+ s$", done.stdout, re.M
     ), done.stdout
+
+
+def on_a_disk(tmp_path: Path, free_gb: int) -> dict[str, str]:
+    """A folder with the real Makefile and the real scripts/test, and the
+    environment of a machine whose `df` says free_gb are free: below its need,
+    scripts/test stops at its first step, before it writes anything beyond its
+    empty cache folders."""
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    shutil.copy(ROOT / "versions.env", tmp_path / "versions.env")
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "test", tmp_path / "scripts" / "test")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    df = bin_dir / "df"  # `df -Pk`'s format: 1024-blocks, the fourth column free
+    df.write_text(
+        "#!/bin/sh\necho 'Filesystem 1024-blocks Used Available Capacity Mounted on'\n"
+        f"echo '/dev/vda 262144000 0 {free_gb * 1048576} 1% /'\n"
+    )
+    df.chmod(0o755)
+    return {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+
+
+def run_in(
+    tmp_path: Path, argv: list[str], env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_make_s_setup_without_docker_asks_for_the_disk_it_uses(tmp_path):
+    """Issue 43's walk: `make fast` in a fresh clone on a disk with 22 GB free
+    was refused for want of the 30 GB a full run with Docker keeps. Its setup
+    (no daemon, no stand-in bases: about 6 GB) asks for 10."""
+    done = run_in(tmp_path, ["make", "--no-print-directory", TARGET], on_a_disk(tmp_path, 9))
+    assert done.returncode != 0
+    assert "only 9 GB free" in done.stderr and "needs about 10 GB" in done.stderr, done.stderr
+    assert "building the environment failed (exit 1)" in done.stdout, done.stdout
+    assert not (tmp_path / ".cache" / "venv").exists()
+
+
+def test_a_full_run_still_asks_for_30_gb(tmp_path):
+    """scripts/test itself, with the daemon and the stand-in bases: README's 30 GB."""
+    done = run_in(tmp_path, ["scripts/test", "--co", "-q"], on_a_disk(tmp_path, 29))
+    assert done.returncode == 1
+    assert "only 29 GB free" in done.stderr and "needs about 30 GB" in done.stderr, done.stderr
