@@ -20,6 +20,7 @@ the measured times scale by 10 in production.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import time
@@ -33,18 +34,26 @@ from tests.support.cli import assert_one_clear_error, run_sm12x
 from tests.support.router import FAST_HEALTH, Backend, Router, load, wait_until
 
 
-@pytest.fixture
-def processes():
-    """Start processes through this; each is stopped by its pid at the end."""
+@contextlib.contextmanager
+def _started():
+    """Start processes through what this yields; each is stopped by its pid at the end."""
     started: list[Backend | Router] = []
 
     def add(thing):
         started.append(thing)
         return thing.start()
 
-    yield add
-    for thing in reversed(started):
-        thing.stop()
+    try:
+        yield add
+    finally:
+        for thing in reversed(started):
+            thing.stop()
+
+
+@pytest.fixture
+def processes():
+    with _started() as add:
+        yield add
 
 
 def backends(
@@ -65,26 +74,50 @@ def router_for(processes, tmp_path, urls: list[str], **kw) -> Router:
 
 @pytest.fixture
 def three(processes, tmp_path):
+    """Three rigs and a router of the test's own: for a test that kills a rig."""
     rigs = backends(processes, tmp_path, 3)
     return rigs, router_for(processes, tmp_path, [b.url for b in rigs])
+
+
+@pytest.fixture(scope="module")
+def shared_three(tmp_path_factory):
+    """Three rigs and a router started once for the module's tests that only
+    send them requests (each start is four processes: 3 fake rigs and the real
+    router); a test that stops or kills one takes `three`. Every rig is
+    checked healthy before each test that shares them."""
+    folder = tmp_path_factory.mktemp("shared-three")
+    with _started() as add:
+        rigs = backends(add, folder, 3)
+        yield rigs, router_for(add, folder, [b.url for b in rigs])
+
+
+@pytest.fixture
+def healthy_three(shared_three):
+    rigs, router = shared_three
+    health = router.workers_health()
+    assert health == {rig.url: True for rig in rigs}, f"a shared rig is out: {health}"
+    return shared_three
 
 
 # --- verify through the router ---------------------------------------------------
 
 
-def test_verify_passes_through_the_router(three, verify):
-    rigs, router = three
+def test_verify_passes_through_the_router(healthy_three, verify):
+    rigs, router = healthy_three
+    before = router.successes()
     code, report = verify("--base-url", router.url, "--metrics-url", rigs[0].url, *SMALL_SOAK)
     assert code == 0, {c["name"]: (c["verdict"], c["problem"]) for c in report["checks"]}
     assert set(verdicts(report).values()) == {"pass"}
     assert check(report, "spec")["metrics"]["accept_length"] == pytest.approx(3.4)
-    # The router spread the run over more than one rig.
-    served = router.successes()
-    assert sum(1 for rig in rigs if served.get(rig.url, 0) > 0) >= 2, served
+    # The router spread this run (the rigs are shared: counted from before it)
+    # over more than one rig.
+    after = router.successes()
+    served = {rig.url: after.get(rig.url, 0) - before.get(rig.url, 0) for rig in rigs}
+    assert sum(1 for n in served.values() if n > 0) >= 2, served
 
 
-def test_without_metrics_url_spec_is_not_run_never_passed(three, verify):
-    _, router = three
+def test_without_metrics_url_spec_is_not_run_never_passed(healthy_three, verify):
+    _, router = healthy_three
     code, report = verify("--base-url", router.url, *SMALL_SOAK)
     assert code == 1
     results = verdicts(report)
@@ -93,9 +126,9 @@ def test_without_metrics_url_spec_is_not_run_never_passed(three, verify):
     assert "--metrics-url" in check(report, "spec")["problem"]
 
 
-def test_the_router_answers_with_its_own_server_info(three):
+def test_the_router_answers_with_its_own_server_info(healthy_three):
     # What verify has to cope with behind sglang-router: no backend figures.
-    rigs, router = three
+    rigs, router = healthy_three
     info = httpx.get(router.url + "/get_server_info", timeout=5).json()
     assert "workers_count" in info and "internal_states" not in info
     assert httpx.get(router.url + "/server_info", timeout=5).status_code == 404
@@ -106,11 +139,11 @@ def test_the_router_answers_with_its_own_server_info(three):
         assert f'smg_worker_health{{worker="{rig.url}"}} 1' in metrics
 
 
-def test_stream_chunks_keep_their_fields_through_the_router(three):
+def test_stream_chunks_keep_their_fields_through_the_router(healthy_three):
     # Measured with sglang-router 0.3.2 over HTTP: chunks come through as the rig
     # wrote them, explicit nulls included (sglang writes "reasoning_content":
     # null); verify accepts explicit null fields, "role": null too.
-    _, router = three
+    _, router = healthy_three
     body = {
         "model": "deepseek-ai/DeepSeek-V4-Flash-0731",
         "stream": True,
@@ -126,8 +159,8 @@ def test_stream_chunks_keep_their_fields_through_the_router(three):
     assert "".join(d.get("content") or "" for d in deltas)
 
 
-def test_the_compose_healthcheck_runs_through_the_router(three):
-    _, router = three
+def test_the_compose_healthcheck_runs_through_the_router(healthy_three):
+    _, router = healthy_three
     result = run_sm12x(
         "healthcheck",
         "--router",
@@ -308,13 +341,22 @@ def test_a_rig_joins_late_only_within_the_startup_timeout(processes, tmp_path):
             30,
             "the router to listen",
         )
-    time.sleep(6)  # past the hasty router's startup timeout
+    # Past the hasty router's startup timeout: it logs that it gave up adding
+    # the rig (sglang-router 0.3.x: "Failed job: type=AddWorker, worker=URL").
+    gave_up = f"Failed job: type=AddWorker, worker={late.url}"
+    wait_until(
+        lambda: gave_up in hasty.log.read_text(errors="replace"),
+        60,
+        "the hasty router to give up on the late rig",
+    )
     processes(late).wait_ready()
     joined_s = wait_until(
         lambda: patient.workers_health().get(late.url) is True,
         60,
         "the late rig to join the patient router",
     )
+    # A rig that never joins shows only over time: five health-check
+    # intervals after the patient router took it, the hasty one still has none.
     time.sleep(5)
     assert hasty.workers_health() == {}  # dropped for good
     assert httpx.get(hasty.url + "/readiness", timeout=5).status_code == 503

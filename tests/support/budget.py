@@ -6,6 +6,7 @@ whole, so every run (scripts/test, `make fast`, any pytest here) ends with:
 - the total (scripts/test's setup, passed as SM12X_SETUP_S, plus pytest's wall
   time) against the budget: 45 minutes for a full run (BUDGET_S), 2 minutes
   for the fast tier alone (SM12X_TIER=fast, FAST_BUDGET_S);
+- the kernels tier's and qualify's chain's own lines against their budgets;
 - each tier's and each module's time (the sum of its tests' setup, call and
   teardown: under `--dist loadfile` a module runs on one worker, so that is
   its wall time there) and each worker's busy time;
@@ -48,6 +49,12 @@ TIERS = ("docker", "gpu", "process", "kernels", "wheels", "slow", "fast")
 # The kernels tier (tests/kernels) reads four wheels' SASS: its own line, against
 # 5 minutes cold (its scans are cached by the libraries' and the check's hash).
 KERNELS_BUDGET_S = 5 * 60
+# qualify's chain (one mock boot, then doctor, boot, the bench phases, tune,
+# the relaunch and the check: tests/integration/test_qualify*.py) is one
+# process-tier module on one worker: its own line too, against 6 minutes cold
+# (5 min 12 s in the last fresh-clone run).
+QUALIFY_MODULES = ("tests/integration/test_qualify.py", "tests/integration/test_qualify_nodes.py")
+QUALIFY_BUDGET_S = 6 * 60
 GREW_SHOWN = 8
 # Growth below this is noise on a loaded 2-core machine, not a trend.
 GREW_MIN_S = 5.0
@@ -98,6 +105,12 @@ def verdict(total: float, budget: float, ceiling: float) -> str:
     return "over" if total > budget else "within"
 
 
+def _own_line(what: str, spent: float, budget: float) -> str:
+    return f"{what}: {minutes(spent)} of its {minutes(budget)} budget" + (
+        " (OVER)" if spent > budget else ""
+    )
+
+
 def summary(record: dict, baseline: dict) -> list[str]:
     """The lines printed at the end of a run."""
     total, budget, ceiling = record["total_s"], record["budget_s"], record["ceiling_s"]
@@ -130,11 +143,10 @@ def summary(record: dict, baseline: dict) -> list[str]:
         )
     )
     if "kernels" in record["tiers"]:
-        spent = record["tiers"]["kernels"]
-        lines.append(
-            f"kernels tier: {minutes(spent)} of its {minutes(KERNELS_BUDGET_S)} budget"
-            + (" (OVER)" if spent > KERNELS_BUDGET_S else "")
-        )
+        lines.append(_own_line("kernels tier", record["tiers"]["kernels"], KERNELS_BUDGET_S))
+    chain = [record["modules"][m] for m in QUALIFY_MODULES if m in record["modules"]]
+    if chain:
+        lines.append(_own_line("qualify's chain", sum(chain), QUALIFY_BUDGET_S))
     if record["workers"]:
         lines.append(
             "workers busy: "

@@ -18,6 +18,7 @@ A module is parsed only when its text holds a word one of the forms needs
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import functools
 import hashlib
 import json
@@ -77,33 +78,50 @@ def inventory(modules: Iterator[tuple[str, str]]) -> Inventory:
 
 
 def _cache_file(wheel: Path) -> Path:
-    """Where a wheel's inventory is kept: keyed by the wheel and by this
+    """Where a wheel's inventory is kept: keyed by the wheel's bytes (sha256:
+    a rebuilt wheel of the same name and size scans again) and by this
     scanner's own source, so a change to either scans again."""
     from sm12x.mock import wheels
 
     here = Path(__file__).parent
     code = b"".join((here / n).read_bytes() for n in ("sglang_scan.py", "sglang_tree.py"))
-    stat = wheel.stat()
-    key = hashlib.sha256(code + f"{wheel.name}:{stat.st_size}".encode()).hexdigest()[:16]
-    return wheels.cache_root() / "sglang-tree" / f"{wheel.stem}-{key}.json"
+    digest = hashlib.sha256(code)
+    with wheel.open("rb") as f:
+        digest.update(hashlib.file_digest(f, "sha256").digest())
+    return wheels.cache_root() / "sglang-tree" / f"{wheel.stem}-{digest.hexdigest()[:16]}.json"
+
+
+def _read(cache: Path) -> Inventory:
+    data = json.loads(cache.read_text(encoding="utf-8"))
+    data["routes"] = {k: tuple(v) for k, v in data["routes"].items()}
+    return Inventory(**data)
+
+
+def of_wheel(wheel: Path) -> Inventory:
+    """The wheel's inventory, scanned once per cache: a scan takes about 18 s
+    of CPU, and several modules (test_sglang_tree, test_generated's regen,
+    the surface and route checks) ask for it at once on different workers, so
+    the first scans under a lock and the others wait for its file."""
+    cache = _cache_file(wheel)
+    if cache.is_file():
+        return _read(cache)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with open(cache.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cache.is_file():
+            return _read(cache)
+        found = inventory(modules_of_wheel(wheel))
+        partial = cache.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(dataclasses.asdict(found)), encoding="utf-8")
+        partial.replace(cache)  # whole or not at all
+    return found
 
 
 @functools.cache
 def of_version(version: str) -> Inventory:
     from sm12x.mock import wheels
 
-    wheel = wheels.wheel("sglang", version)
-    cache = _cache_file(wheel)
-    if cache.is_file():
-        data = json.loads(cache.read_text(encoding="utf-8"))
-        data["routes"] = {k: tuple(v) for k, v in data["routes"].items()}
-        return Inventory(**data)
-    found = inventory(modules_of_wheel(wheel))
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    partial = cache.with_suffix(f".{os.getpid()}.tmp")
-    partial.write_text(json.dumps(dataclasses.asdict(found)), encoding="utf-8")
-    partial.replace(cache)  # whole or not at all: a parallel worker may write it too
-    return found
+    return of_wheel(wheels.wheel("sglang", version))
 
 
 def versions() -> list[str]:

@@ -185,3 +185,20 @@ def test_the_kernels_tier_has_its_own_budget_line():
     )
     assert "kernels tier" not in "\n".join(budget.summary(record(), BASELINE))
     assert budget.tier_of({"kernels": 1, "test_x": 1}) == "kernels"
+
+
+def test_qualifys_chain_has_its_own_budget_line():
+    made = record()
+    made["modules"] = {
+        **made["modules"],
+        "tests/integration/test_qualify.py": 250.0,
+        "tests/integration/test_qualify_nodes.py": 40.0,
+    }
+    lines = budget.summary(made, BASELINE)
+    assert "qualify's chain: 4 min 50 s of its 6 min 00 s budget" in lines
+    made["modules"]["tests/integration/test_qualify.py"] = 330.0
+    assert "qualify's chain: 6 min 10 s of its 6 min 00 s budget (OVER)" in budget.summary(
+        made, BASELINE
+    )
+    # A run without either module (the fast tier, one module) has no such line.
+    assert "qualify's chain" not in "\n".join(budget.summary(record(), BASELINE))

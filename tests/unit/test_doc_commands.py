@@ -501,6 +501,31 @@ def run_sm12x(
     return done
 
 
+class Kept:
+    """Folders a command wrote, made once for the module and copied into each
+    later checkout that needs them, keyed on every input that can change them
+    (for tune's phase 1: the document, its tune command and the mock command
+    that tune runs against, each as written; the code and the reader's
+    environment are the same all module long). Another key is made again."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.kept: dict[tuple[str, ...], Path] = {}
+
+    def keep(self, key: tuple[str, ...], source: Path) -> None:
+        if key not in self.kept:
+            dest = self.folder / str(len(self.kept))
+            shutil.copytree(source, dest, symlinks=True)
+            self.kept[key] = dest
+
+    def copy_to(self, key: tuple[str, ...], dest: Path) -> bool:
+        """True when the key was kept, and its folder is now at dest."""
+        if key not in self.kept:
+            return False
+        shutil.copytree(self.kept[key], dest, symlinks=True, dirs_exist_ok=True)
+        return True
+
+
 class StandIn:
     """The mock sglang server (`sm12x mock-server`) on a free port,
     and the commands a reader runs against it, for real."""
@@ -509,6 +534,9 @@ class StandIn:
         from sm12x.mock.server import free_port
 
         self.work = work
+        # tune's phase 1 (about a minute here): tune's phase-2 mock and phase-2
+        # tune both start from its table, and it is a command of its own too.
+        self.phase_one = Kept(work / "phase-one")
         self.port = free_port()
         # Its own process, as the docs start it: in pytest's process its event
         # loop would share one interpreter with the test on a loaded machine.
@@ -620,7 +648,14 @@ class StandIn:
             assert checked.returncode == 0, checked.stdout + checked.stderr
         stream, said = ("stderr", "phase 1 of 2 done") if phase_one else self.DONE_AGAINST_MOCK[sub]
         assert said in getattr(done, stream), out
+        if phase_one and "--cache-dir" in args:
+            cache_dir = args[args.index("--cache-dir") + 1]
+            self.phase_one.keep(self.phase_one_key(doc, args, mock), cwd / cache_dir)
         return done
+
+    @staticmethod
+    def phase_one_key(doc: str | None, args: list[str], mock) -> tuple[str, ...]:
+        return (str(doc), shlex.join(["sm12x", "tune", *args]), mock.text)
 
     def documented_mock(self, port: str, doc: str | None):
         (mock,) = self.mocks_on(port, doc)
@@ -648,7 +683,13 @@ class StandIn:
             if len(mocks) == 1 and "--sps-table" not in mocks[0].words:
                 firsts.append(c)
         (first,) = firsts
-        self.against_mock("tune", first.words[2:], cwd, env, doc)
+        args = first.words[2:]
+        if "--cache-dir" in args:  # made once (Kept), unless a key input differs
+            port = str(urllib.parse.urlsplit(args[args.index("--url") + 1]).port)
+            key = self.phase_one_key(doc, args, self.documented_mock(port, doc))
+            if self.phase_one.copy_to(key, cwd / args[args.index("--cache-dir") + 1]):
+                return
+        self.against_mock("tune", args, cwd, env, doc)
 
     def run(
         self, sub: str, args: list[str], cwd: Path, env: dict[str, str], doc: str | None = None
@@ -983,6 +1024,70 @@ def test_every_command_runs_or_says_why_not(command, tmp_path, bench_result, sta
         run_python_venv(tmp_path)
     else:
         run_as_written(command, how)
+
+
+def test_tunes_phase_one_is_made_once_and_again_when_a_key_input_changes(tmp_path, monkeypatch):
+    """tune's phase 1 is kept for the phase-2 commands (Kept); a changed flag in
+    the documented phase-1 tune or in its mock makes it again. Its real run is
+    the documented command's own test: here, a phase 1 that writes its table."""
+    import dataclasses
+
+    stand_in = StandIn.__new__(StandIn)  # no server: against_mock stands in
+    stand_in.phase_one = Kept(tmp_path / "kept")
+    runs: list[list[str]] = []
+
+    def phase_one(self, sub, args, cwd, env, doc):
+        runs.append(args)
+        port = str(urllib.parse.urlsplit(args[args.index("--url") + 1]).port)
+        table = cwd / args[args.index("--cache-dir") + 1] / "table.json"
+        table.parent.mkdir(parents=True, exist_ok=True)
+        table.write_text(json.dumps(args))
+        self.phase_one.keep(
+            self.phase_one_key(doc, args, self.documented_mock(port, doc)), table.parent
+        )
+
+    monkeypatch.setattr(StandIn, "against_mock", phase_one)
+    doc = "docs/tune.md"
+
+    def prepare(name: str) -> Path:
+        cwd = tmp_path / name
+        cwd.mkdir()
+        stand_in.phase_one_first(cwd, {}, doc)
+        return cwd
+
+    first = prepare("first")
+    assert len(runs) == 1
+    again = prepare("again")
+    assert len(runs) == 1, "the same phase 1 ran twice"
+    assert (again / "sps-try" / "table.json").read_text() == (
+        first / "sps-try" / "table.json"
+    ).read_text()
+
+    (tune,) = [c for c in COMMANDS if c.doc == doc and c.words[2:] == runs[0]]
+    port = str(urllib.parse.urlsplit(tune.words[tune.words.index("--url") + 1]).port)
+    mock = stand_in.documented_mock(port, doc)
+    assert "--sps-table" not in mock.words
+
+    def swap(old: dc.Command, new_text: str) -> None:
+        assert new_text != old.text
+        monkeypatch.setitem(
+            globals(),
+            "COMMANDS",
+            [dataclasses.replace(c, text=new_text) if c == old else c for c in COMMANDS],
+        )
+
+    # One flag of the phase-1 tune: made again, with that flag.
+    swap(tune, tune.text.replace("--min-steady-steps 4", "--min-steady-steps 5"))
+    changed = prepare("tune-flag")
+    assert len(runs) == 2 and runs[-1][runs[-1].index("--min-steady-steps") + 1] == "5"
+    table = json.loads((changed / "sps-try" / "table.json").read_text())
+    assert table[table.index("--min-steady-steps") + 1] == "5"
+    # One flag of the mock it runs against: made again.
+    monkeypatch.undo()
+    monkeypatch.setattr(StandIn, "against_mock", phase_one)
+    swap(mock, mock.text + " --accept-length 3.0")
+    prepare("mock-flag")
+    assert len(runs) == 3
 
 
 def test_classified_commands_are_in_the_docs():

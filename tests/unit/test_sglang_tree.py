@@ -157,3 +157,49 @@ def test_what_the_server_modules_read_at_import_is_in_the_static_inventory(versi
     static = reads_of(sglang_tree.of_version(version))
     missing = {n: f for n, f in recorded["reads"].items() if n not in static}
     assert missing == {}, f"read at import but not found by the scanner: {missing}"
+
+
+def test_the_inventory_cache_scans_again_when_the_wheel_or_the_scanner_changes(
+    tmp_path, monkeypatch
+):
+    """The scan is kept per wheel (its sha256) and scanner source: the same wheel
+    is read from the cache, a wheel rebuilt with the same name and size but one
+    byte different is scanned again, and so is the same wheel after a change to
+    the scanner."""
+    import zipfile
+
+    monkeypatch.setenv("SM12X_CACHE", str(tmp_path / "cache"))
+    scans = []
+    real = sglang_tree.inventory
+
+    def counted(modules):
+        scans.append(1)
+        return real(modules)
+
+    monkeypatch.setattr(sglang_tree, "inventory", counted)
+    wheel = tmp_path / "sglang-9.9.9-py3-none-any.whl"
+
+    def build(name: str) -> None:
+        with zipfile.ZipFile(wheel, "w") as archive:
+            archive.writestr("sglang/reads.py", f'import os\nA = os.environ["{name}"]\n')
+
+    build("SM12X_KEY_ONE")
+    assert "SM12X_KEY_ONE" in sglang_tree.of_wheel(wheel).reads and len(scans) == 1
+    assert "SM12X_KEY_ONE" in sglang_tree.of_wheel(wheel).reads and len(scans) == 1  # cached
+    size = wheel.stat().st_size
+    build("SM12X_KEY_TWO")  # same length: the same name and size, one byte apart
+    assert wheel.stat().st_size == size
+    found = sglang_tree.of_wheel(wheel)
+    assert len(scans) == 2 and "SM12X_KEY_TWO" in found.reads, found.reads
+    assert "SM12X_KEY_ONE" not in found.reads
+    # The scanner's own source is in the key too.
+    scanner = sglang_tree.Path(sglang_tree.__file__).parent / "sglang_scan.py"
+    real_read = sglang_tree.Path.read_bytes
+
+    def edited(self):
+        data = real_read(self)
+        return data + b"\n# edited\n" if self == scanner else data
+
+    monkeypatch.setattr(sglang_tree.Path, "read_bytes", edited)
+    sglang_tree.of_wheel(wheel)
+    assert len(scans) == 3
