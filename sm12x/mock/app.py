@@ -226,7 +226,7 @@ def create_app(
     chat_handler = engine.serving_chat(
         serving,
         tokenizer,
-        lambda obj: plan_for(*pending.pop(obj.rid), obj),
+        lambda obj: plan_for(obj, *pending.pop(obj.rid)),
         server_args=args,
         on_delivery=pace,
         on_finished=lambda **done: exported.finished(Finished(**done)),
@@ -312,7 +312,7 @@ def create_app(
         )
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    def plan_for(body: dict, req, seed: int, number: int, obj) -> engine.Plan:
+    def plan_for(obj, body: dict, req, seed: int, number: int) -> engine.Plan:
         """What the scripted model writes for this request, as DSPARK delivers it,
         ended as sglang's scheduler ends it (`obj`: the GenerateReqInput sglang's
         serving layer built, its sampling parameters resolved)."""
