@@ -52,13 +52,10 @@ def qualify(args: argparse.Namespace) -> str:
             "--url qualifies a server already running; --boot-command (or, with neither, "
             "the recipe's compose service) boots one: not both"
         )
-    if args.url and args.ssh:
-        raise UserError(
-            "--ssh starts the other node of a server qualify boots; with --url the server "
-            "is already up: drop --ssh (or --url, to let qualify boot it)"
-        )
     loaded = settings.from_args(args, "qualify")
     recipe, why = select_recipe(loaded.settings.recipe, origin=loaded.origin("recipe"))
+    # With --url on a pair, --ssh starts nothing: it reads node 1's GPUs for the
+    # provenance (tests/integration/test_qualify_nodes.py). A single node has no other.
     if args.ssh and not recipe.is_multinode:
         raise UserError(
             f"--ssh starts another node, and {recipe.name} runs on one node: drop --ssh"
