@@ -91,6 +91,7 @@ def _error(message: str, status: int, kind: str = "BadRequestError") -> JSONResp
 # MERGED_MAX tokens.
 GAMMA = 4
 MERGED_MAX = 16
+CONTEXT_LENGTH = 1048576  # what /v1/models says (max_model_len)
 
 
 def serving_version() -> str:
@@ -195,6 +196,8 @@ def create_app(
     P = serving.protocol
     tokenizer = tokenizer_v4.load() if line == DEFAULT_LINE else tokenizer_v41.load()
     eos = tokenizer.eos_token_id
+    # What the model writes past its EOS under ignore_eos (plain words, no markup).
+    FILLER = tokenizer.encode(" and the river runs on past the stone.", add_special_tokens=False)  # noqa: N806
     MODEL_ID = engine.model_id(line)  # noqa: N806 (the module's name, per line)
     recipe_name = served_recipe(line, version, scheduler.config.tp, scheduler.config.dp)
 
@@ -223,7 +226,7 @@ def create_app(
     chat_handler = engine.serving_chat(
         serving,
         tokenizer,
-        lambda obj: plan_for(*pending.pop(obj.rid)),
+        lambda obj: plan_for(obj, *pending.pop(obj.rid)),
         server_args=args,
         on_delivery=pace,
         on_finished=lambda **done: exported.finished(Finished(**done)),
@@ -247,7 +250,7 @@ def create_app(
         await hang_if_asked()
         if not authorised(request):
             return _error("Unauthorized", 401, "AuthenticationError")
-        cards = [P.ModelCard(id=MODEL_ID, root=MODEL_ID, max_model_len=1048576).model_dump()]
+        cards = [P.ModelCard(id=MODEL_ID, root=MODEL_ID, max_model_len=CONTEXT_LENGTH).model_dump()]
         return JSONResponse({"object": "list", "data": cards})
 
     def server_info_body() -> dict:
@@ -309,8 +312,10 @@ def create_app(
         )
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    def plan_for(body: dict, req, seed: int, number: int) -> engine.Plan:
-        """What the scripted model writes for this request, as DSPARK delivers it."""
+    def plan_for(obj, body: dict, req, seed: int, number: int) -> engine.Plan:
+        """What the scripted model writes for this request, as DSPARK delivers it,
+        ended as sglang's scheduler ends it (`obj`: the GenerateReqInput sglang's
+        serving layer built, its sampling parameters resolved)."""
         plain = {
             "messages": body["messages"],
             "tools": [t.model_dump() for t in req.tools or []],
@@ -341,12 +346,28 @@ def create_app(
         ids = tokenizer.encode(
             gen.raw(broken_json="bad-tool-json" in F, line=line), add_special_tokens=False
         ) + [eos]
-        finish = {"type": "stop", "matched": eos}
-        limit = body.get("max_completion_tokens") or body.get("max_tokens")
-        if limit is not None and len(ids) > limit:
-            ids, finish = ids[:limit], {"type": "length", "length": limit}
+        ids, finish = ended(ids, obj)
         rng = random.Random(seed)
         return engine.Plan(ids, deliveries(len(ids), rng, merge=state.in_flight > 1), finish)
+
+    def ended(ids: list[int], obj) -> tuple[list[int], dict]:
+        """The output as sglang's scheduler finishes it: at the model's EOS, or at
+        max_new_tokens (its default: what the context leaves). Under `ignore_eos`
+        the token-based finish is skipped (Req._check_token_based_finish), so the
+        request lives exactly max_new_tokens tokens: the model writes on past
+        its EOS (here, the filler after the script's EOS)."""
+        sampling = obj.sampling_params or {}
+        limit = sampling.get("max_new_tokens")
+        if limit is None:
+            prompt = (
+                obj.input_ids if obj.input_ids is not None else tokenizer.encode(obj.text or "")
+            )
+            limit = max(0, CONTEXT_LENGTH - len(prompt) - 1)
+        if sampling.get("ignore_eos"):
+            ids = ids + FILLER * ((limit - len(ids)) // len(FILLER) + 1)
+        if len(ids) > limit:
+            return ids[:limit], {"type": "length", "length": limit}
+        return ids, {"type": "stop", "matched": eos}
 
     async def chat(request: Request) -> Response:
         await hang_if_asked()

@@ -54,6 +54,12 @@ def qualify(args: argparse.Namespace) -> str:
         )
     loaded = settings.from_args(args, "qualify")
     recipe, why = select_recipe(loaded.settings.recipe, origin=loaded.origin("recipe"))
+    # With --url on a pair, --ssh starts nothing: it reads node 1's GPUs for the
+    # provenance (tests/integration/test_qualify_nodes.py). A single node has no other.
+    if args.ssh and not recipe.is_multinode:
+        raise UserError(
+            f"--ssh starts another node, and {recipe.name} runs on one node: drop --ssh"
+        )
     _say(err, why)
     loaded = following(loaded, recipe)
     plan = make_plan(

@@ -132,6 +132,35 @@ def test_the_openai_client_streams_the_same_answer(healthy):
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
 
 
+def test_max_tokens_and_ignore_eos_end_a_request_as_sglang_does(healthy):
+    """sglang's scheduler stops at the model's EOS unless the request says
+    ignore_eos (Req._check_token_based_finish), and always at max_tokens: an
+    ignore_eos request lives exactly max_tokens tokens, streamed or not
+    (qualify's full-load soak and bench rely on it)."""
+    client = healthy.client()
+    messages = [{"role": "user", "content": "What is speculative decoding?"}]
+    natural = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4000)
+    n = natural.usage.completion_tokens
+    assert natural.choices[0].finish_reason == "stop" and 10 < n < 1000, n
+    cut = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=n // 2)
+    assert cut.choices[0].finish_reason == "length" and cut.usage.completion_tokens == n // 2
+    want = 3 * n + 7
+    longer = client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=want, extra_body={"ignore_eos": True}
+    )
+    assert longer.choices[0].finish_reason == "length", longer.choices[0]
+    assert longer.usage.completion_tokens == want
+    assert longer.choices[0].message.content.startswith(natural.choices[0].message.content)
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=want, stream=True,
+            stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
+        )
+    )  # fmt: skip
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].usage.completion_tokens == want
+
+
 def test_the_openai_client_gets_tool_calls_and_reasoning(healthy):
     client = healthy.client()
     tools = [

@@ -35,7 +35,9 @@ UUID = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
 HOME = "/Users/alice-rigowner/models/DeepSeek-V4-Flash-0731"
 PLANTED = (HOSTNAME, IP, KEY, UUID, "/Users/alice-rigowner")
 SMALL = [
-    "--hold", "1", "--full-load-output", "200", "--prompts-per-concurrency", "1",
+    # Full load: every request lives its 400 tokens (ignore_eos, as sglang), longer
+    # than most of the 2 s hold, so the 60 streams keep all 48 slots busy.
+    "--hold", "2", "--full-load-output", "400", "--prompts-per-concurrency", "1",
     "--long-context-len", "3000", "--long-context-output", "16",
     "--soak-concurrency", "8", "--soak-rounds", "1", "--deadline", "600",
     # Two of the anchors' three concurrencies, and a wide tolerance: the mock's
@@ -142,7 +144,7 @@ def test_the_healthy_mock_qualifies(healthy):
         and "<testsuite" in steps["baseline/verify"]["junit"]
     )
     fl = steps["baseline/full-load"]["full_load"]
-    assert fl["per_rank_limit"] == 48 and fl["held_s"] >= 1.0
+    assert fl["per_rank_limit"] == 48 and fl["hold_s"] == 2.0 and fl["held_s"] >= 2.0
     assert [r["concurrency"] for r in steps["baseline/bench"]["runs"]] == [1, 8]
     assert steps["baseline/bench"]["bench"]["schema"] == "sm12x-bench/1"
     # --url cannot relaunch: the throughput phase says so, and the bundle cannot back verified.
@@ -293,11 +295,11 @@ def _mock_command(port: int, *extra: str) -> str:
 
 # The recipe's layout, decode steps of 10 ms.
 SERVING = ("--tp-size", "2", "--max-running-requests", "48", "--token-delay", "0.01")
-# The mock-server process's num_running_reqs dips below the limit between a full-load
-# request's end and its stream's next one more often than the in-process mock's (held
-# 0.3-1.0 s of a 1 s --hold on a loaded 2-core machine): these tests are about the
-# boot, so the hold is two samples.
-BOOTED = ("--full-load-output", "3000", "--hold", "0.25")
+# Full load on the booted mock (48 slots, 10 ms per decode step): each request lives
+# its 1500 tokens (ignore_eos, as sglang), at least 0.9 s of paced steps and about
+# 2 s on an idle machine, so the 48 slots stay full for the 2 s hold while finished
+# requests' streams send their next.
+BOOTED = ("--full-load-output", "1500", "--hold", "2")
 
 
 @pytest.mark.slow
@@ -350,6 +352,8 @@ def test_the_throughput_phase_tunes_relaunches_and_measures_again(env, monkeypat
     from sm12x.tune.main import answers
 
     assert not answers(f"http://127.0.0.1:{port}")
+    for name in ("baseline/full-load", "throughput/full-load"):
+        assert steps[name]["full_load"]["held_s"] >= 2.0, steps[name]["full_load"]["held_s"]
     assert data["settings"]["mode"] == "boot-command" and data["provenance"]["mock"] is True
     assert steps["throughput/bench"]["bench"]["recipe"]["name"] == thr
     assert list(cache.glob(f"sps/{thr}/**/*.json"))  # the table tune wrote
@@ -404,3 +408,55 @@ def test_the_support_matrix_follows_the_bundles(healthy, tmp_path):
     assert matrix.figures_cell(changed, evidence) == matrix._published(changed)
     assert "no bundle yet" in matrix.status_table([changed], evidence)
     assert matrix.status_cell(changed, evidence).startswith("untested (its render")
+
+
+def _as_a_rig_wrote_it(data: dict) -> None:
+    """The healthy mock's bundle edited into what a rig's full run writes: not the
+    mock, doctor passed, the throughput phase run (the baseline's records again),
+    the rig's provenance complete. Consistent, so --check passes it: it catches
+    incomplete and inconsistent bundles, not forgeries (docs/qualify.md)."""
+    prov = data["provenance"]
+    prov.update(
+        mock=False, model_revision="9e165c30e2704aec5d9d593cce3eebd58bbef1cb",
+        weights_index_sha256="0" * 64, driver="580.95.05", cuda="13.0", gpu_count=2,
+        pcie=[{"generation": "5", "width": "16"}] * 2, power_limits_w=[300.0, 300.0],
+    )  # fmt: skip
+    env = prov["environment"]
+    env["gpus"] = ["NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"] * 2
+    env.update({k: env.get(k) or "1.0" for k in ("flashinfer_version", "torch_version")})
+    env["sglang_version"] = env.get("sglang_version") or "0.5.17"
+    env["image"]["digest"] = "ghcr.io/sm12x/sm12x@sha256:" + "1" * 64
+    by_name = {s["name"]: s for s in data["steps"]}
+    by_name["baseline/doctor"].update(verdict="pass", problems=[])
+    for name, step in by_name.items():
+        if name.startswith("throughput/"):
+            kind = name.split("/")[1]
+            source = by_name.get(f"baseline/{kind}")
+            step.update(json.loads(json.dumps(source)) if source else {}, verdict="pass")
+            step.update(name=name, phase="throughput", problems=[])
+    data["steps"] = [by_name[n] for n in data["plan"]]
+
+
+def test_a_passing_bundle_is_what_lets_a_recipe_say_verified(healthy, tmp_path):
+    """The status rule's other half (tests/unit/test_qualify_status.py refuses the
+    rest): a bundle under results/RECIPE/ that passes --check --for-verified lets
+    RECIPE say verified, and backs it in the tables; none for another recipe."""
+    from sm12x.qualify import status
+    from tests.unit.test_qualify_status import verified
+
+    *_, out = healthy
+    bundle = tmp_path / RECIPE / "2026-12-06-rig"
+    shutil.copytree(out, bundle)
+    data = json.loads((bundle / "result.json").read_text())
+    _as_a_rig_wrote_it(data)
+    (bundle / "result.json").write_text(json.dumps(data))
+    assert check.problems(bundle, for_verified=True) == []
+    assert status.problems([verified(RECIPE)], tmp_path) == []
+    assert status.evidence(load_recipe(RECIPE), tmp_path)[0] is True
+    (found,) = status.problems([verified("rtx-pro-6000-tp4")], tmp_path)
+    assert "rtx-pro-6000-tp4: status verified, but no bundle" in found, found
+    # One step short of passing, and it no longer backs verified.
+    data["steps"][0].update(verdict="skipped", problems=["--no-doctor"])
+    (bundle / "result.json").write_text(json.dumps(data))
+    (found,) = status.problems([verified(RECIPE)], tmp_path)
+    assert "step baseline/doctor: skipped, not pass" in found, found

@@ -27,8 +27,13 @@ above the command in the same document.
   reader's .env, each named profile must start something, and the services an
   `exec`/`cp` names must exist and mount the paths it uses; the command an
   `exec` runs inside is run like any other. Starting containers needs GPUs.
-- Everything else is in RUN or NOT_HERE below, by its exact text. A command
-  in neither fails the test: a new command in a document needs a decision.
+- docs/qualify.md's rig-owner path runs against the mock: its `qualify --url`
+  against the doc's mock (once per worker), its `qualify --check` on the
+  bundle that wrote, its file steps (OnBundle) on that bundle; what cannot
+  run here stops at --explain with its reason (EXPLAIN_ONLY).
+- Everything else is in CLASSIFIED below (Run, Help, NotHere, Install,
+  OnBundle), by its exact text. A command in none fails the test: a new
+  command in a document needs a decision.
 
 Static checks hold for every command, run or not: repository paths exist,
 bake targets, pip extras, compose profiles and Kubernetes names are real.
@@ -101,6 +106,17 @@ class Install:
     own: str
 
 
+@dataclass(frozen=True)
+class OnBundle:
+    """A file step of docs/qualify.md's rig-owner path: run as written (bash) in
+    a folder holding the bundle the doc's own qualify wrote against the mock
+    (StandIn.bundle_for), after the OnBundle steps above it in the same
+    document; what it leaves under results/ must then be what the status rule
+    reads (test_qualify_status's rule refuses `verified` for the mock's bundle)."""
+
+    why: str
+
+
 GPU = "needs an sm_12x GPU rig and the checkpoint"
 REGISTRY = "needs the published image (a registry: none is reachable from CI)"
 GPU_BENCH = "a GPU benchmark's setup (docs/benchmarks.md says on which machine)"
@@ -109,7 +125,16 @@ WITHOUT_DOCKER = (
     "runs the section in order, as written but for free ports, against the mock server"
 )
 
-CLASSIFIED: dict[str, Run | Help | NotHere] = {
+# docs/qualify.md's sm12x commands that stop at --explain (their flags and
+# settings checked by the real parser), each with why it cannot run here; every
+# other one of its sm12x commands runs for real (test_qualify_doc_runs_or_says_why).
+EXPLAIN_ONLY = {
+    "sm12x qualify rtx-pro-6000-tp2": "boots the recipe's compose service: the published "
+    "image on an sm_12x GPU rig with the checkpoint (the same run against the mock: the "
+    "--url command above it, and tests/integration/test_qualify.py's boot-command chain)",
+}
+
+CLASSIFIED: dict[str, Run | Help | NotHere | OnBundle] = {
     # README.md
     "scripts/test": NotHere("the test suite itself (this test runs inside it); .ci/run runs it"),
     "hf download deepseek-ai/DeepSeek-V4-Flash-0731 --revision "
@@ -273,6 +298,16 @@ CLASSIFIED: dict[str, Run | Help | NotHere] = {
             '/docker-compose" ~/.docker/cli-plugins/docker-compose',
         )
     },
+    # docs/qualify.md, the rig owner's submission (the bundle: the mock's, from the
+    # doc's own qualify --url command)
+    "mkdir -p results/rtx-pro-6000-tp2/2026-12-06-alice": OnBundle("makes the bundle's folder"),
+    "cp qualify-rtx-pro-6000-tp2/*.json qualify-rtx-pro-6000-tp2/*.png "
+    "results/rtx-pro-6000-tp2/2026-12-06-alice/": OnBundle("copies the bundle there"),
+    "python -m tools.regen": NotHere(
+        "rewrites the repository's generated files in place (README.md, docs/recipes.md); "
+        "the suite runs `python -m tools.regen --check`, and tests/integration/test_qualify.py"
+        "::test_the_support_matrix_follows_the_bundles renders both tables from a mock's bundle"
+    ),
     # docs/scale-out.md
     "kubectl apply -f deploy/k8s/namespace.yaml": NotHere("needs a Kubernetes cluster"),
     "kubectl -n sm12x create secret generic sm12x-api-key "
@@ -451,6 +486,8 @@ def runs_for_real(sub: str, args: list[str]) -> bool:
         )
     if sub == "bench" and not args:
         return True
+    if sub == "qualify" and "--check" in args:  # the bundle the doc's qualify wrote
+        return True
     if sub in ("bench", "tune", "qualify"):  # against the documented mock (StandIn.against_mock)
         urls = [args[k + 1] for k, a in enumerate(args) if a == "--url"]
         return (
@@ -538,6 +575,9 @@ class StandIn:
         # tune both start from its table, and it is a command of its own too.
         self.phase_one = Kept(work / "phase-one")
         self.port = free_port()
+        # The doc's qualify commands run once per worker: (its argv) -> (what it
+        # said, the bundle it wrote); later steps of the doc read that bundle.
+        self.bundles: dict[tuple[str, ...], tuple[subprocess.CompletedProcess[str], Path]] = {}
         # Its own process, as the docs start it: in pytest's process its event
         # loop would share one interpreter with the test on a loaded machine.
         self.log = (work / "stand-in.log").open("w")
@@ -616,6 +656,23 @@ class StandIn:
         tune's phase 2 (a mock with --sps-table) first runs the doc's phase 1 (the
         same tune against the doc's mock without it) in the same folder, which
         writes that table; phase 1 alone ends with exit 3, saying so."""
+        if sub == "qualify":
+            key = tuple(args)
+            if key not in self.bundles:
+                done = self._against_mock(sub, args, cwd, env, doc)
+                # Kept in the stand-in's folder: a passed test's tmp_path is removed.
+                kept = self.work / f"bundle-{len(self.bundles)}" / bundle_name(args)
+                shutil.copytree(cwd / bundle_name(args), kept)
+                self.bundles[key] = (done, kept)
+            done, bundle = self.bundles[key]
+            if not (cwd / bundle.name).exists():
+                shutil.copytree(bundle, cwd / bundle.name)
+            return done
+        return self._against_mock(sub, args, cwd, env, doc)
+
+    def _against_mock(
+        self, sub: str, args: list[str], cwd: Path, env: dict[str, str], doc: str | None
+    ) -> subprocess.CompletedProcess[str]:
         url = args[args.index("--url") + 1]
         port = str(urllib.parse.urlsplit(url).port)
         mock = self.documented_mock(port, doc)
@@ -640,7 +697,7 @@ class StandIn:
         ok = (0, 2) if sub == "qualify" else ((3,) if phase_one else (0,))
         assert done.returncode in ok and "Traceback" not in out, out
         if sub == "qualify":  # the bundle it wrote passes --check (docs/qualify.md)
-            bundle = cwd / args[args.index("--out") + 1]
+            bundle = cwd / bundle_name(args)
             checked = subprocess.run(
                 [str(Path(PY).parent / "sm12x"), "qualify", "--check", str(bundle)],
                 cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False,
@@ -656,6 +713,40 @@ class StandIn:
     @staticmethod
     def phase_one_key(doc: str | None, args: list[str], mock) -> tuple[str, ...]:
         return (str(doc), shlex.join(["sm12x", "tune", *args]), mock.text)
+
+    def bundle_for(self, name: str, cwd: Path, env: dict[str, str], doc: str | None) -> None:
+        """The bundle `name` in cwd, as the doc's own `sm12x qualify ... --url` that
+        writes it leaves it (run against the doc's mock, once per worker)."""
+        (writer,) = [
+            c
+            for c in COMMANDS
+            if c.doc == doc
+            and c.words[:2] == ["sm12x", "qualify"]
+            and "--url" in c.words
+            and bundle_name(c.words[2:]) == name
+        ]
+        self.against_mock("qualify", writer.words[2:], cwd, env, doc)
+
+    def check(
+        self, args: list[str], cwd: Path, env: dict[str, str], doc: str | None
+    ) -> subprocess.CompletedProcess[str]:
+        """The doc's `sm12x qualify --check BUNDLE [--for-verified]`, as written, on the
+        bundle the doc's qualify wrote against the mock: complete and consistent, and
+        refused for `verified` as a mock's (exit 1, one line per reason)."""
+        self.bundle_for(args[args.index("--check") + 1], cwd, env, doc)
+        done = subprocess.run(
+            [str(Path(PY).parent / "sm12x"), "qualify", *args],
+            cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        out = done.stdout + done.stderr
+        assert "Traceback" not in out, out
+        if "--for-verified" in args:
+            assert done.returncode == 1, out
+            assert "a mock's bundle never backs verified" in done.stderr, out
+            assert "complete and consistent" not in done.stdout, out
+        else:
+            assert done.returncode == 0 and "complete and consistent" in done.stdout, out
+        return done
 
     def documented_mock(self, port: str, doc: str | None):
         (mock,) = self.mocks_on(port, doc)
@@ -699,6 +790,8 @@ class StandIn:
             if "--sps-table" in args:  # tune's phase 2: phase 1 writes its table first
                 self.phase_one_first(cwd, env, doc)
             return self.serve(args, cwd, env)
+        if sub == "qualify" and "--check" in args:
+            return self.check(args, cwd, env, doc)
         if sub in ("tune", "qualify") or (sub == "bench" and args):
             return self.against_mock(sub, args, cwd, env, doc)
         if sub == "verify":  # the reader's port is the stand-in's
@@ -764,6 +857,51 @@ class StandIn:
             self.process.kill()
             self.process.wait(timeout=20)
         self.log.close()
+
+
+def bundle_name(args: list[str]) -> str:
+    """Where `sm12x qualify RECIPE ...` writes its bundle (--out, else qualify-RECIPE)."""
+    return args[args.index("--out") + 1] if "--out" in args else f"qualify-{args[0]}"
+
+
+def run_on_bundle(command: dc.Command, tmp_path: Path, stand_in: StandIn) -> None:
+    """An OnBundle step, after those above it in its document, in the reader's
+    checkout holding the bundle the doc's qualify wrote against the mock."""
+    from sm12x.qualify import status
+    from tests.unit.test_qualify_status import verified
+
+    home = checkout(tmp_path, command)
+    env = {**reader_env(tmp_path), "COLUMNS": "200"}
+    chain = [
+        c for c in COMMANDS if c.doc == command.doc and isinstance(CLASSIFIED.get(c.text), OnBundle)
+    ]
+    for step in chain[: chain.index(command) + 1]:
+        for name in sorted({w.split("/")[0] for w in step.words if w.startswith("qualify-")}):
+            if not (home / name).exists():
+                stand_in.bundle_for(name, home, env, command.doc)
+        done = subprocess.run(
+            ["bash", "-c", step.text], cwd=home, env=env, capture_output=True, text=True,
+            timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, f"{step.id}: {done.stdout}{done.stderr}"
+    results = home / "results"
+    assert results.is_dir(), "the steps leave nothing under results/"
+    assert status.stray_files(results) == []
+    for folder in sorted(p for p in results.iterdir() if p.is_dir()):
+        if not status.bundles(results, folder.name):
+            continue
+        # The status rule (tests/unit/test_qualify_status.py) reads what was copied: the
+        # mock's bundle, whole and consistent, never backs `verified`.
+        for bundle in status.bundles(results, folder.name):
+            assert check_problems(bundle) == [], bundle
+        (found,) = status.problems([verified(folder.name)], results)
+        assert "a mock's bundle never backs verified" in found, found
+
+
+def check_problems(bundle: Path) -> list[str]:
+    from sm12x.qualify import check
+
+    return check.problems(bundle)
 
 
 def healthy(port: int) -> bool:
@@ -1008,6 +1146,8 @@ def test_every_command_runs_or_says_why_not(command, tmp_path, bench_result, sta
         else:
             home = checkout(tmp_path, command)
             run_sm12x(words, home, reader_env(tmp_path), bench_result, stand_in, command.doc)
+            if command.text in EXPLAIN_ONLY:
+                pytest.skip(f"--explain accepts it; not run here: {EXPLAIN_ONLY[command.text]}")
         return
     assert how is not None, (
         f"{command.id}: `{command.text}` is neither run by a rule of this test nor in "
@@ -1016,7 +1156,9 @@ def test_every_command_runs_or_says_why_not(command, tmp_path, bench_result, sta
     if isinstance(how, NotHere):
         assert len(how.why) > 10
         pytest.skip(f"not run here: {how.why}")
-    if isinstance(how, Install):
+    if isinstance(how, OnBundle):
+        run_on_bundle(command, tmp_path, stand_in)
+    elif isinstance(how, Install):
         run_install(command, how, tmp_path, reader_venv.get())
     elif isinstance(how, Help):
         run_help(command)
@@ -1088,6 +1230,26 @@ def test_tunes_phase_one_is_made_once_and_again_when_a_key_input_changes(tmp_pat
     swap(mock, mock.text + " --accept-length 3.0")
     prepare("mock-flag")
     assert len(runs) == 3
+
+
+def test_qualify_doc_runs_or_says_why():
+    """docs/qualify.md's rig-owner path runs as written against the mock: each of
+    its commands runs for real, or stops at --explain (or is not run) with the
+    one reason it cannot run here."""
+    texts = set()
+    for command in COMMANDS:
+        if command.doc != "docs/qualify.md":
+            continue
+        texts.add(command.text)
+        how = CLASSIFIED.get(command.text)
+        if by_rule(command):
+            real = runs_for_real(command.words[1], command.words[2:])
+            assert real != (command.text in EXPLAIN_ONLY), (
+                f"{command.id}: runs for real, or is in EXPLAIN_ONLY with why not (not both)"
+            )
+        else:
+            assert isinstance(how, (OnBundle, NotHere)), command.id
+    assert set(EXPLAIN_ONLY) <= texts, set(EXPLAIN_ONLY) - texts
 
 
 def test_classified_commands_are_in_the_docs():
