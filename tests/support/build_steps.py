@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 HEAD = re.compile(r"^#(\d+) (\[[^\]]+\] .*|[a-z].*)$")
@@ -37,7 +37,7 @@ class Step:
     failed: bool = False
     installing_at: float | None = None  # pip's "Installing collected packages" line
     lines: int = 0
-    extra: dict[str, float] = field(default_factory=dict)
+    last_output: float = 0.0  # a failed step has no DONE line: its last output's time
 
 
 def parse(text: str) -> list[Step]:
@@ -53,6 +53,7 @@ def parse(text: str) -> list[Step]:
         elif m := OUTPUT.match(line):
             step = steps.setdefault(int(m[1]), Step(int(m[1]), "?"))
             step.lines += 1
+            step.last_output = float(m[2])
             if step.installing_at is None and "Installing collected packages" in m[3]:
                 step.installing_at = float(m[2])
         elif m := HEAD.match(line):
@@ -61,6 +62,9 @@ def parse(text: str) -> list[Step]:
                 steps[number] = Step(number, m[2])
             elif steps[number].name == "?":
                 steps[number].name = m[2]
+    for step in steps.values():
+        if step.failed and not step.seconds:
+            step.seconds = step.last_output
     return [steps[n] for n in sorted(steps)]
 
 
