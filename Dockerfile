@@ -68,6 +68,16 @@ RUN --mount=type=cache,id=sm12x-pip,target=/root/.cache/pip \
 # --- stack: the pinned flashinfer over sglang's own pin -----------------------------
 FROM base AS stack
 ARG FLASHINFER_VERSION
+ARG TARGETARCH
+# flashinfer-python first, on its own: this layer depends on FLASHINFER_VERSION
+# (and the base) only, so a build that changes only the prebuilt kernels or
+# their index (FLASHINFER_PREBUILT, the *_INDEX_URL) reuses it. The other
+# arguments are declared after it for that reason.
+RUN --mount=type=cache,id=sm12x-pip,target=/root/.cache/pip \
+    --mount=type=secret,id=pip-ca \
+    python3 /opt/sm12x/scripts/image-build install-flashinfer --part python \
+      --version "${FLASHINFER_VERSION}" --targetarch "${TARGETARCH}" \
+      --pip-ca /run/secrets/pip-ca
 ARG FLASHINFER_CUBIN_VERSION
 ARG FLASHINFER_JIT_CACHE_VERSION
 ARG FLASHINFER_JIT_CACHE_VERSION_AMD64
@@ -76,10 +86,9 @@ ARG FLASHINFER_CUBIN_INDEX_URL
 ARG FLASHINFER_JIT_CACHE_INDEX_URL
 ARG CUDA_VERSION
 ARG FLASHINFER_PREBUILT
-ARG TARGETARCH
 RUN --mount=type=cache,id=sm12x-pip,target=/root/.cache/pip \
     --mount=type=secret,id=pip-ca \
-    python3 /opt/sm12x/scripts/image-build install-flashinfer \
+    python3 /opt/sm12x/scripts/image-build install-flashinfer --part kernels \
       --version "${FLASHINFER_VERSION}" \
       --cubin-version "${FLASHINFER_CUBIN_VERSION}" \
       --jit-cache-version "${FLASHINFER_JIT_CACHE_VERSION}" \

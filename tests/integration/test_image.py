@@ -44,7 +44,7 @@ from sm12x.patches import series as patch_series
 from sm12x.recipe import load_all
 from sm12x.recipe.tracks import recipe_tracks
 from sm12x.versions import default_track, load_versions, tracks
-from tests.support import calibrate, containers, flashinfer_index, standin, trees
+from tests.support import build_steps, calibrate, containers, flashinfer_index, standin, trees
 from tools import golden
 
 # The stand-in base (debootstrap, the track's closure: about 15 minutes cold on
@@ -99,6 +99,21 @@ def ca_bundle() -> dict[str, Path]:
 
 def build(tag: str, track: str | None = None, **overrides: str) -> subprocess.CompletedProcess[str]:
     return containers.build(ROOT, tag, image_args(track, **overrides), secrets=ca_bundle())
+
+
+def step(proc: subprocess.CompletedProcess[str], fragment: str) -> build_steps.Step:
+    """The build's one step whose instruction holds `fragment` (from BuildKit's
+    plain log: ran or CACHED, and for how long)."""
+    found = [s for s in build_steps.parse(proc.stderr) if fragment in s.name]
+    assert len(found) == 1, f"{len(found)} steps hold {fragment!r}:\n{containers.tail(proc.stderr)}"
+    return found[0]
+
+
+# Steps every build on the default track's base shares with that track's image
+# build: the base checks and the sm12x wheel (nothing of FLASHINFER_*).
+SHARED_STEPS = ("image-build check-base", "pip wheel --no-deps")
+FLASHINFER_PYTHON = "install-flashinfer --part python"
+FLASHINFER_KERNELS = "install-flashinfer --part kernels"
 
 
 def record_timings() -> None:
@@ -235,7 +250,11 @@ def python_in(image: str, code: str, **kw) -> str:
 
 CHECKOUT = "/sgl-workspace/sglang/python"
 LAYOUT = """
-import importlib.metadata as m, importlib.util as u, json, os, sys, sysconfig
+import importlib.metadata as m, importlib.util as u, json, os, re, sys, sysconfig
+where = {}  # each distribution's site folder, the first on sys.path (the one imported)
+for d in m.distributions():
+    name = re.sub(r"[-_.]+", "-", d.metadata["Name"] or "").lower()
+    where.setdefault(name, str(d.locate_file("")))
 dist = m.distribution("sglang")
 direct = json.loads(dist.read_text("direct_url.json") or "{}")
 print(json.dumps({"prefix": sys.prefix, "purelib": sysconfig.get_paths()["purelib"],
@@ -243,7 +262,7 @@ print(json.dumps({"prefix": sys.prefix, "purelib": sysconfig.get_paths()["pureli
     "editable": direct.get("dir_info", {}).get("editable", False), "url": direct.get("url"),
     "marker": os.path.exists(os.path.join(sysconfig.get_paths()["stdlib"],
                                           "EXTERNALLY-MANAGED")),
-    "cwd": os.getcwd(), "packages": len(list(m.distributions()))}))
+    "cwd": os.getcwd(), "packages": len(list(m.distributions())), "where": where}))
 """
 
 
@@ -263,7 +282,17 @@ def test_the_stand_in_base_is_shaped_like_the_real_one(bases, track):
         assert found["purelib"].startswith("/usr/local/lib/python3")
         assert found["purelib"].endswith("/dist-packages")
     # The track's closure, not a hand-picked 30 packages.
-    assert found["packages"] >= len(standin.contents(track)["installed"])
+    installed = standin.contents(track)["installed"]
+    assert found["packages"] >= len(installed)
+    # torch and Triton from the layer both tracks share, in the system Python's
+    # dist-packages; every other package where the real base keeps it (for the
+    # venv shape: inside the venv, which sees the shared ones as system site).
+    where = found["where"]
+    own = "/opt/sglang/lib/" if standin.shape(track) == "venv" else "/usr/local/lib/python3"
+    for name in installed:
+        expected = "/usr/local/lib/python3" if name in standin.SHARED else own
+        found_at = where.get(re.sub(r"[-_.]+", "-", name).lower(), "missing")
+        assert found_at.startswith(expected), (name, found_at)
     tools = containers.run(
         base, "-c", "command -v patch || echo no-patch; command -v cuobjdump", entrypoint="sh"
     )
@@ -694,7 +723,8 @@ def test_a_patch_that_does_not_apply_fails_the_build(base, tmp_path):
         containers.docker("rmi", "-f", broken)
 
 
-def test_a_failing_self_test_fails_the_build(base):
+def test_a_failing_self_test_fails_the_build(images, base):
+    images(default_track())  # the build whose layers it reuses, first if this test runs alone
     # flashinfer 0.7 moved its sm_120 sparse-MLA dispatch to a runtime envelope:
     # the dispatch patch still applies to sglang 0.5.17, but it cannot read that
     # flashinfer's tables, and the self-test will not vouch for a patch that is off.
@@ -714,6 +744,14 @@ def test_a_failing_self_test_fails_the_build(base):
         "sm12x dispatch self-test FAILED: the dispatch patch's prefill mirror: the patch "
         "found no usable flashinfer tables"
     ) in proc.stderr, containers.tail(proc.stderr)
+    # It reused what it shares with the default track's build (same base, same
+    # checkout), and the changed pin rebuilt flashinfer's step: the cache keys
+    # hold FLASHINFER_VERSION (a cache that hid the change would have passed
+    # the self-test on the pinned flashinfer).
+    for fragment in SHARED_STEPS:
+        assert step(proc, fragment).cached, fragment
+    assert not step(proc, FLASHINFER_PYTHON).cached
+    assert "flashinfer-python==0.7.2" in proc.stderr
 
 
 # --- the prebuilt path, against a local stand-in for flashinfer's index ----------------------
@@ -739,12 +777,13 @@ def build_prebuilt(
         )
 
 
-def test_prebuilt_flashinfer_path_installs_all_three_at_one_version(base, tmp_path):
+def test_prebuilt_flashinfer_path_installs_all_three_at_one_version(images, base, tmp_path):
     """FLASHINFER_PREBUILT=1, as the real image is built: cubin and jit-cache come
     from their own index (here tests/support/flashinfer_index.py on 127.0.0.1:
     the real wheel names, versions and layout, no kernels), the jit-cache as
     <version>+cu130 for this machine's arch. flashinfer's own import-time check
     (cubin and jit-cache must be its version) runs in the self-test."""
+    images(default_track())  # the build whose layers it reuses, first if this test runs alone
     version, cuda = PINS["FLASHINFER_VERSION"], "cu" + PINS["CUDA_VERSION"].replace(".", "")
     flashinfer_index.build_index(tmp_path / "index", version, cuda, platform.machine())
     tag = "sm12x-test:prebuilt"
@@ -758,6 +797,12 @@ def test_prebuilt_flashinfer_path_installs_all_three_at_one_version(base, tmp_pa
         )
     try:
         assert proc.returncode == 0, containers.tail(proc.stderr, 80)
+        # Only the kernels are this build's own: flashinfer-python's layer is the
+        # default track's image build's (same base, same FLASHINFER_VERSION),
+        # and the kernels' step, whose arguments changed, ran.
+        for fragment in (*SHARED_STEPS, FLASHINFER_PYTHON):
+            assert step(proc, fragment).cached, fragment
+        assert not step(proc, FLASHINFER_KERNELS).cached
         labels = containers.inspect_image(tag)["Config"]["Labels"]
         assert labels["sm12x.flashinfer.prebuilt"] == "1"
         found = json.loads(

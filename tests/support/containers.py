@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 import uuid
@@ -119,7 +120,24 @@ def build(
         args += ["--build-arg", f"{key}={value}"]
     for name, path in (secrets or {}).items():
         args += ["--secret", f"id={name},src={path}"]
-    return docker(*args, str(context), timeout=timeout)
+    started = time.time()
+    proc = docker(*args, str(context), timeout=timeout)
+    keep_log(tag, started, proc.stderr)
+    return proc
+
+
+def keep_log(tag: str, started: float, log: str) -> None:
+    """The build's progress log under $SM12X_CACHE/build-logs/, what
+    tests/support/build_steps.py reads back as a profile (scripts/test sets
+    SM12X_CACHE; without it nothing is kept)."""
+    cache = os.environ.get("SM12X_CACHE")
+    if not cache:
+        return
+    folder = Path(cache) / "build-logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%H%M%S", time.gmtime(started))
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", tag)
+    (folder / f"{stamp}-{name}-{os.getpid()}.log").write_text(log)
 
 
 @dataclass

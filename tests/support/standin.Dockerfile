@@ -7,7 +7,9 @@ ARG VENV_BIN
 # PEP 668 marker. current (venv): a virtualenv at /opt/sglang, first on PATH.
 # /usr/local/cuda/bin: where the CUDA base keeps cuobjdump (here, a fake one).
 ENV PATH=${VENV_BIN}/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-RUN if [ "$SHAPE" = venv ]; then python3 -m venv /opt/sglang; fi
+# The venv sees the shared layer's torch and Triton in the system Python
+# (standin.py, SHARED); everything else of the closure goes into it.
+RUN if [ "$SHAPE" = venv ]; then python3 -m venv --system-site-packages /opt/sglang; fi
 RUN --mount=type=bind,source=wheels,target=/tmp/wheels \
     python3 -m pip install --break-system-packages --root-user-action=ignore \
       --disable-pip-version-check --no-index --no-deps /tmp/wheels/*.whl

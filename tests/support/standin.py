@@ -26,14 +26,23 @@ program: scripts/apply-patches must work without it.
 
 What a stand-in cannot imitate: Ubuntu 24.04 and its Python 3.12 (bookworm's
 is 3.11), CUDA, the GPU packages, the real git checkout (only sglang's
-package folder and a pyproject.toml are there).
+package folder and a pyproject.toml are there). And one thing it does
+differently to build it once: the CPU torch and Triton (SHARED, which stand in
+for the real bases' CUDA builds and are the same pins on both tracks) are one
+layer below both shapes, in the system Python's dist-packages; the venv shape
+sees them through `--system-site-packages` (every other package of its
+closure is inside /opt/sglang, as the real base has it:
+test_the_stand_in_base_is_shaped_like_the_real_one checks both).
 
 Layers, each cached under SM12X_CACHE/standin/ keyed by its inputs and made
 under a lock of its own (`locked`: the tracks' image tests run side by side):
   1. the OS: `debootstrap --variant=minbase` -> os-<key>.tar -> `docker import`
-  2. the Python stack: wheels downloaded on this machine (same Python 3.11 and
-     glibc as the chroot) into wheels-<key>/, installed offline by a
-     Dockerfile per shape (--network none).
+  2. torch and Triton, the two tracks' largest packages (1.2 GB installed):
+     one image both tracks' stand-ins start FROM (`shared_image`), so the
+     second track neither installs nor exports them again
+  3. the rest of the track's Python stack: wheels downloaded on this machine
+     (same Python 3.11 and glibc as the chroot) into wheels-<key>/, installed
+     offline by a Dockerfile per shape (--network none).
 The images persist in the daemon's data root (scripts/test keeps it under
 .cache/docker), so a warm run finds them and does nothing.
 """
@@ -99,7 +108,10 @@ BASE_ROUTER = {"pinned": "0.3.1"}
 # sglang's kernels.lock among them); the runtime user must find it.
 PREBAKED = "sglang/kernels.lock"
 # Bump to rebuild every layer (a change to how they are made).
-RECIPE_VERSION = "3"
+RECIPE_VERSION = "4"
+# What both tracks' stand-ins install at one version (the pins TEST_TORCH_VERSION
+# and TEST_TRITON_VERSION), made once as the layer below both (`shared_image`).
+SHARED = ("torch", "triton")
 
 
 def cache_dir() -> Path:
@@ -263,7 +275,7 @@ def contents(track: str | None) -> dict[str, dict[str, str]]:
 def wheelhouse(timer: Timer, track: str | None = None) -> Path:
     pins = load_versions(track)
     sglang = pins["SGLANG_VERSION"]
-    wanted = contents(track)["installed"]
+    wanted = {k: v for k, v in contents(track)["installed"].items() if k not in SHARED}
     key = _key(
         RECIPE_VERSION, sys.version_info[:2], platform.machine(), sorted(wanted.items()), sglang
     )
@@ -283,29 +295,7 @@ def _wheelhouse(timer: Timer, house: Path, wanted: dict[str, str], sglang: str) 
     _say(f"downloading the stand-in's {len(wanted)} wheels into {house}")
     # This Python is the chroot's (3.11, glibc >= 2.36), so what pip picks for
     # it installs there. torch comes as a CPU build from this machine's disk.
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--timeout",
-            "120",
-            "--retries",
-            "3",
-            "-d",
-            str(house),
-            *(f"{name}=={version}" for name, version in sorted(wanted.items())),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=calibrate.scaled(3600),
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"pip download failed:\n{containers.tail(proc.stdout + proc.stderr)}")
+    _download(house, wanted)
     source = wheels.wheel("sglang", sglang)
     shutil.copy2(source, house / source.name)
     (house / ".complete").write_text("\n".join(sorted(p.name for p in house.glob("*.whl"))))
@@ -333,6 +323,80 @@ def checkout(house: Path, sglang: str, dest: Path) -> None:
     (dest / "README.md").write_text("sglang checkout (stand-in: only python/ is real code)\n")
 
 
+def shared_pins() -> dict[str, str]:
+    """SHARED at the versions every track's stand-in installs (one set: the test
+    environment's pins are not per track)."""
+    pins = load_versions()
+    return {"torch": pins["TEST_TORCH_VERSION"], "triton": pins["TEST_TRITON_VERSION"]}
+
+
+# The shared layer's Dockerfile: SHARED into the system Python, offline.
+SHARED_DOCKERFILE = """ARG OS_IMAGE
+FROM ${OS_IMAGE}
+RUN --mount=type=bind,source=wheels,target=/tmp/wheels \\
+    python3 -m pip install --break-system-packages --root-user-action=ignore \\
+      --disable-pip-version-check --no-index --no-deps /tmp/wheels/*.whl
+"""
+
+
+def shared_key(os_tag: str, pins: dict[str, str]) -> str:
+    """Everything the shared layer is made of: a change to any (a pin, the OS
+    layer, how it is built) is another key, so another image, built afresh
+    (tests/unit/test_standin_keys.py)."""
+    return _key(RECIPE_VERSION, os_tag, sorted(pins.items()), SHARED_DOCKERFILE, platform.machine())
+
+
+def shared_image(timer: Timer, os_tag: str) -> str:
+    """The OS layer plus SHARED, built once for both tracks (under a lock: the
+    tracks' stand-ins are made side by side; the second waits, then finds it)."""
+    pins = shared_pins()
+    tag = f"sm12x-standin-shared:{shared_key(os_tag, pins)}"
+    if containers.image_exists(tag):
+        return tag
+    with locked(tag.replace(":", "-")):
+        if containers.image_exists(tag):
+            return tag
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="sm12x-standin-shared-") as tmp:
+            context = Path(tmp)
+            (context / "Dockerfile").write_text(SHARED_DOCKERFILE)
+            _download(context / "wheels", pins)
+            proc = containers.build(context, tag, {"OS_IMAGE": os_tag}, network="none")
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"building the stand-in's shared layer failed:\n{containers.tail(proc.stderr)}"
+            )
+        timer.step("shared-build", started)
+        return tag
+
+
+def _download(folder: Path, wanted: dict[str, str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--timeout",
+            "120",
+            "--retries",
+            "3",
+            "-d",
+            str(folder),
+            *(f"{name}=={version}" for name, version in sorted(wanted.items())),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=calibrate.scaled(3600),
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"pip download failed:\n{containers.tail(proc.stdout + proc.stderr)}")
+
+
 FAKE_CUOBJDUMP = Path(__file__).resolve().parent / "fake_cuobjdump"
 
 # One Dockerfile, two shapes (SHAPE=system | venv), offline, from the wheelhouse;
@@ -349,7 +413,7 @@ def image(timer: Timer | None = None, track: str | None = None) -> str:
     """The stand-in base of a track (default: the default track's), its tag (built if
     missing)."""
     timer = timer or Timer()
-    os_tag = os_image(timer)
+    os_tag = shared_image(timer, os_image(timer))
     house = wheelhouse(timer, track)
     sglang = load_versions(track)["SGLANG_VERSION"]
     helper = FAKE_CUOBJDUMP.read_text()

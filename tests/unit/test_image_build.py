@@ -648,3 +648,27 @@ def test_kernel_libraries_are_0_7_s_providers_not_its_shim(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "['flashinfer-jit-cache-sm120f']"
+
+
+def test_install_flashinfer_s_kernels_part_names_what_it_lacks(tmp_path):
+    # The Dockerfile runs install-flashinfer in two steps (--part python, whose
+    # layer only FLASHINFER_VERSION keys, then --part kernels); the second,
+    # called without the kernels' arguments, says which before running pip.
+    result = run(tmp_path, "install-flashinfer", "--part", "kernels", "--version", "0.6.15.post1")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "image-build: error: install-flashinfer --part kernels needs --cubin-version, "
+        "--jit-cache-version, --cubin-index, --jit-cache-index, --cuda"
+    )
+
+
+def test_the_dockerfile_installs_flashinfer_python_before_the_kernel_arguments_exist():
+    # BuildKit keys a RUN by the build arguments in scope: flashinfer-python's
+    # step must see FLASHINFER_VERSION and no argument of the prebuilt kernels,
+    # or a build that changes only those would reinstall it.
+    text = (ROOT / "Dockerfile").read_text()
+    stack = text.split("FROM base AS stack", 1)[1].split("FROM stack AS patched", 1)[0]
+    first, rest = stack.split("install-flashinfer --part python", 1)
+    declared = [line.split()[1] for line in first.splitlines() if line.startswith("ARG ")]
+    assert declared == ["FLASHINFER_VERSION", "TARGETARCH"]
+    assert "install-flashinfer --part kernels" in rest

@@ -1,0 +1,44 @@
+"""The stand-in layer both tracks share is cached by its tag (tests/support/standin.py,
+`shared_image`): a cached image is reused only while every input it is made of
+is the same. Each input changed on its own must give another tag, so the image
+is built afresh rather than an old one reused (issue 44: a cache never hides a
+change)."""
+
+from __future__ import annotations
+
+from tests.support import standin
+
+OS = "sm12x-standin-os:0123456789abcdef"
+PINS = {"torch": "2.13.0", "triton": "3.8.0"}
+
+
+def test_the_shared_layer_s_key_is_stable():
+    assert standin.shared_key(OS, dict(PINS)) == standin.shared_key(OS, dict(PINS))
+
+
+def test_each_input_of_the_shared_layer_changes_its_key(monkeypatch):
+    before = standin.shared_key(OS, PINS)
+    changed = {
+        "torch pin": standin.shared_key(OS, {**PINS, "torch": "2.13.1"}),
+        "triton pin": standin.shared_key(OS, {**PINS, "triton": "3.8.1"}),
+        "OS layer": standin.shared_key("sm12x-standin-os:fedcba9876543210", PINS),
+    }
+    monkeypatch.setattr(standin, "SHARED_DOCKERFILE", standin.SHARED_DOCKERFILE + "# edited\n")
+    changed["its Dockerfile"] = standin.shared_key(OS, PINS)
+    monkeypatch.undo()
+    monkeypatch.setattr(standin, "RECIPE_VERSION", standin.RECIPE_VERSION + "x")
+    changed["the recipe version"] = standin.shared_key(OS, PINS)
+    assert all(key != before for key in changed.values()), changed
+    assert len(set(changed.values())) == len(changed)
+
+
+def test_the_shared_pins_are_the_test_environment_s():
+    # What versions.env pins for the CPU test environment, on every track.
+    from sm12x.versions import load_versions, tracks
+
+    for track in tracks():
+        pins = load_versions(track)
+        assert standin.shared_pins() == {
+            "torch": pins["TEST_TORCH_VERSION"],
+            "triton": pins["TEST_TRITON_VERSION"],
+        }
