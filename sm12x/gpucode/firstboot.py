@@ -5,8 +5,9 @@ sm120 sparse MLA, sglang's DSV4 compressor, top-k and fp8 GEMM): both packages
 compile them at first use, into their JIT caches, and the server is silent
 meanwhile. `sm12x launch` calls announce() before it hands the process to
 sglang: one line per module not yet in a cache for this GPU, with the compile
-time measured by tools/jit_kernels.py (jit_times.json, written by its
---write; 2 cores, so an upper bound for a rig's CPU).
+time measured by tools/jit_kernels (jit_times.json, written by its --write):
+the module's units' compile times summed, what one CPU core spends, on the
+machine each entry names; a rig's ninja runs the units side by side.
 
 The caches, as the wheels' own code places them (read from their sources):
 - flashinfer: $FLASHINFER_WORKSPACE_BASE (else $HOME)/.cache/flashinfer/
@@ -76,10 +77,16 @@ def missing(
     sglang: str, capability: str, environ: Mapping[str, str], times: Mapping | None = None
 ) -> list[tuple[str, str, int]]:
     """(owner, module, measured seconds) of each module the first boot compiles."""
+    return [(o, n, s) for o, n, s, _ in _missing(sglang, capability, environ, times)]
+
+
+def _missing(
+    sglang: str, capability: str, environ: Mapping[str, str], times: Mapping | None = None
+) -> list[tuple[str, str, int, str]]:
     table = json.loads(TIMES.read_text()) if times is None else times
     measured = table.get(sglang, {}).get(f"sm_{arch(capability)}", {})
     return [
-        (entry["owner"], name, entry["seconds"])
+        (entry["owner"], name, entry["seconds"], entry.get("machine", "2 CPU cores"))
         for name, entry in sorted(measured.items())
         if not cached(entry["owner"], name, capability, environ)
     ]
@@ -90,8 +97,8 @@ def announce(capability: str, environ: Mapping[str, str], say) -> None:
     sglang = _version("sglang")
     if sglang is None or not TIMES.is_file():
         return
-    for owner, name, seconds in missing(sglang, capability, environ):
+    for owner, name, seconds, machine in _missing(sglang, capability, environ):
         say(
             f"{PREFIX} {owner} {name} for sm_{arch(capability)}: not in its JIT cache, "
-            f"about {seconds} s on 2 CPU cores (tools/jit_kernels.py)"
+            f"about {seconds} s of one CPU core's compile ({machine}; tools/jit_kernels)"
         )

@@ -27,7 +27,8 @@ TRACK, UNIT = jk.DECODE_UNIT
 
 def key() -> str:
     digest = hashlib.sha256()
-    for path in (ROOT / "versions.env", Path(jk.__file__), Path(kr.__file__), Path(__file__)):
+    package = sorted(Path(jk.__file__).parent.glob("*.py"))
+    for path in (ROOT / "versions.env", *package, Path(kr.__file__), Path(__file__)):
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 

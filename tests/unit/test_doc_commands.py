@@ -188,12 +188,17 @@ CLASSIFIED: dict[str, Run | Help | NotHere | OnBundle] = {
     "scripts/test -m kernels": NotHere(
         "the kernels tier of the test suite (this test runs inside the suite)"
     ),
-    "python -m tools.jit_kernels --arch sm_121a": NotHere(
-        "compiles the sm_12x JIT kernels with nvcc from the kernels cache: minutes per "
-        "module on 2 cores; tests/kernels/test_jit_decode.py compiles one unit the same way"
+    "SM12X_JIT_EXTRA_INCLUDE=/usr/local/cuda/include python -m tools.jit_kernels --jobs 16 "
+    "--budget 470 --keep run1.json": NotHere(
+        "compiles the sm_12x JIT kernels of both tracks with nvcc from the kernels cache: "
+        "thousands of CPU-seconds; tests/kernels/test_jit_decode.py compiles one unit the "
+        "same way and tests/kernels/test_jit_spec.py checks the unit lists"
     ),
-    "python -m tools.jit_kernels --arch sm_120f": NotHere("as --arch sm_121a"),
-    "python -m tools.jit_kernels --arch sm_120f --arch sm_121a --reuse --write": NotHere(
+    "SM12X_JIT_EXTRA_INCLUDE=/usr/local/cuda/include python -m tools.jit_kernels --reuse "
+    "run1.json --compile --jobs 16 --budget 455 --keep run2.json": NotHere(
+        "as the first run; tests/kernels/test_jit_spec.py checks how runs add up"
+    ),
+    "python -m tools.jit_kernels --reuse run1.json --reuse run2.json --write": NotHere(
         "rewrites docs/benchmarks.md and sm12x/gpucode/jit_times.json from the kept runs; "
         "tests/unit/test_firstboot.py reads what it wrote"
     ),

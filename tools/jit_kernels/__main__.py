@@ -1,0 +1,5 @@
+import sys
+
+from tools.jit_kernels.cli import main
+
+sys.exit(main())
