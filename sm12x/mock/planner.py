@@ -122,11 +122,9 @@ def _use_tree(site: Path) -> None:
             )
         for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
             del sys.modules[name]
-    package = types.ModuleType("sglang")
-    package.__path__ = [str(site / "sglang")]
-    package.__file__ = str(site / "sglang" / "__init__.py")
-    package.__sm12x_tree__ = str(site)  # type: ignore[attr-defined]
-    sys.modules["sglang"] = package
+    from sm12x.mock.serving import tree_package
+
+    tree_package(site)
 
 
 def load(site: Path, source: Path | None = None) -> types.ModuleType:

@@ -235,6 +235,22 @@ def reference_encoder() -> types.ModuleType:
     return module
 
 
+def tree_package(site: Path) -> types.ModuleType:
+    """`sglang` registered as the bare package of the tree in `site`, without
+    running its __init__ (which imports the whole runtime). It carries a real
+    spec, as an imported package does: importlib.util.find_spec("sglang") in
+    this process (launch's installed_sglang) raises on a module without one."""
+    package_dir = Path(site) / "sglang"
+    spec = importlib.util.spec_from_file_location(
+        "sglang", package_dir / "__init__.py", submodule_search_locations=[str(package_dir)]
+    )
+    assert spec is not None
+    package = importlib.util.module_from_spec(spec)
+    package.__sm12x_tree__ = str(site)  # type: ignore[attr-defined]
+    sys.modules["sglang"] = package
+    return package
+
+
 def _module(name: str, **attrs) -> types.ModuleType:
     module = types.ModuleType(name)
     module.__dict__.update(attrs)
@@ -334,8 +350,7 @@ def load(site: Path, replace: bool = False) -> Serving:
     )
     stubbed = []
     if "sglang" not in sys.modules:
-        package = _module("sglang", __path__=[str(package_dir)], __sm12x_tree__=str(site))
-        package.__file__ = str(package_dir / "__init__.py")
+        tree_package(site)
         stubbed = _stub_engine_side(real_server_args=publishes_config(package_dir))
     try:
         return _import(site, package_dir)

@@ -11,12 +11,14 @@ changes the mock's cells: the rule runs from the wheel's code, not restated.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
+from sm12x.launch.choice import installed_sglang
 from sm12x.mock import planner, serving
 from sm12x.mock.sps import Scheduler, SpsConfig
 from sm12x.versions import load_versions, tracks
@@ -28,7 +30,7 @@ FRACS = (0.125, 0.5, 1.0)
 
 @pytest.fixture
 def own_modules():
-    """The planner registers the tree's bare `sglang` package (no __spec__) and
+    """The planner registers the tree's bare `sglang` package and
     its modules, and refuses a process already serving another tree: start from
     none (another test in this worker may have served sglang in process) and give
     this process its modules back afterwards."""
@@ -82,6 +84,11 @@ def test_the_mock_prices_the_layout_the_wheels_planner_picks(version, tmp_path, 
     rank.pin(0.125)
     layout = rank.layout(list(range(8)))
     assert int(layout.verify_lens.sum()) == 8 + 7 and layout.graph_num_tokens == 16
+    # The bare package has a spec, as an imported one does: launch's
+    # installed_sglang (find_spec) in this process, e.g. a k8s render after an
+    # in-process mock in the same worker, raised on the spec-less one (CI, 0378ef2).
+    assert importlib.util.find_spec("sglang").submodule_search_locations == [str(site / "sglang")]
+    assert installed_sglang() is not None
     # Static and cap-accept: the full tier at any pin.
     for mode in ("static", "cap-accept"):
         assert cells(site, SpsConfig(**{**compact.__dict__, "mode": mode})) == dict.fromkeys(
