@@ -226,14 +226,22 @@ def test_unpatched_a_full_rank_loses_its_last_requests_rows(observed, path, vers
 
 @pytest.mark.parametrize("state", ["pristine", "patched"])
 def test_on_graph_replay_below_a_full_rank_no_live_row_is_touched(observed, state, version):
-    if state == "pristine" and own_bug(version):
-        pytest.skip("0.5.17 pristine loses rows of widths above 4 at any batch (0020's bug)")
+    # 0.5.17 pristine loses rows of widths above 4 at any batch (0020's row cap), so
+    # there the leftover's part is checked alone, and the row cap's loss must show:
+    # a pristine 0.5.17 that lost nothing would mean these cases miss the bug 0020 fixes.
+    capped = state == "pristine" and own_bug(version)
+    lost = 0
     for scenario in ("full-minus-one", "light", "full-uniform"):
         for c in by(observed[state], scenario, "graph"):
             n = len(c["widths"])
             assert c["extends"][:n] == c["widths"], c["name"]
-            assert c["missing_needed"] == 0 and c["overwritten_live"] == 0, c["name"]
+            assert c["overwritten_live"] == 0, c["name"]
             assert c["wrong_slot"] == 0, c["name"]
+            if capped:
+                lost += c["missing_needed"] > 0 and max(c["widths"]) > 4
+            else:
+                assert c["missing_needed"] == 0, c["name"]
+    assert lost > 0 if capped else lost == 0
 
 
 def test_on_the_eager_path_any_batch_size_is_exposed(observed):
