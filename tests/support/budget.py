@@ -4,7 +4,7 @@ CI gives `.ci/run` 90 minutes on a 2-core machine and a run past that is lost
 whole, so every run (scripts/test, `make fast`, any pytest here) ends with:
 
 - the total (scripts/test's setup, passed as SM12X_SETUP_S, plus pytest's wall
-  time) against the budget: 45 minutes for a full run (BUDGET_S), 2 minutes
+  time) against the budget: 30 minutes for a full run (BUDGET_S), 2 minutes
   for the fast tier alone (SM12X_TIER=fast, FAST_BUDGET_S);
 - the kernels tier's and qualify's chain's own lines against their budgets;
 - each tier's and each module's time (the sum of its tests' setup, call and
@@ -13,7 +13,7 @@ whole, so every run (scripts/test, `make fast`, any pytest here) ends with:
 - the modules that grew most against the committed baseline
   (tests/budget-baseline.json; `python -m tests.support.budget --write-baseline`
   writes it from the last run's record);
-- over budget, a banner saying so; past the hard ceiling (75 minutes,
+- over budget, a banner saying so; past the hard ceiling (60 minutes,
   CEILING_S, well inside CI's 90) the run fails even if every test passed.
 
 The record of the run goes to $SM12X_CACHE/test-times.json, with the load
@@ -41,9 +41,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BASELINE = REPO / "tests" / "budget-baseline.json"
-BUDGET_S = 45 * 60
+BUDGET_S = 30 * 60  # issue 44: a cold full run on the 2-core kind
 FAST_BUDGET_S = 2 * 60
-CEILING_S = 75 * 60
+CEILING_S = 60 * 60
 # A test's tier is the slowest of its marks (tests/conftest.py sets them).
 TIERS = ("docker", "gpu", "process", "kernels", "wheels", "slow", "fast")
 # The kernels tier (tests/kernels) reads four wheels' SASS: its own line, against
