@@ -224,3 +224,69 @@ def test_a_stub_is_known_by_its_sass_body_not_its_name(tmp_path):
     # The real kernel carries the MMA the stub lost; the stub prints, then traps.
     assert re.search(r"\bHMMA|\bQMMA|\bOMMA", real_sass)
     assert re.search(r"CALL\.ABS\.NOINC[^\n]*\n(?:\S*:\n)?[^\n]*BPT\.TRAP", stub_sass)
+
+
+def _wheel(path: Path, files: dict[str, str]) -> str:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    return kernel_wheels.sha256(path)
+
+
+def _unpack_logged(wheel, digest, target, log, barrier):
+    """One xdist worker's call, in a forked process: each extraction is logged."""
+    real = zipfile.ZipFile.extractall
+
+    def logged(self, *args, **kwargs):
+        with open(log, "a") as out:
+            out.write(f"{os.getpid()}\n")
+        return real(self, *args, **kwargs)
+
+    zipfile.ZipFile.extractall = logged
+    barrier.wait(timeout=60)
+    kernel_wheels.unpack_once(wheel, digest, target)
+
+
+def test_a_wheel_is_unpacked_once_across_processes(tmp_path):
+    import multiprocessing
+
+    files = {f"pkg/m{i}.py": f"x = {i}\n" * 200 for i in range(300)}
+    wheel = tmp_path / "w.whl"
+    digest = _wheel(wheel, files)
+    target, log = tmp_path / "cache" / "unpacked" / "w", tmp_path / "log"
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(4)
+    workers = [
+        context.Process(target=_unpack_logged, args=(wheel, digest, target, log, barrier))
+        for _ in range(4)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+        assert worker.exitcode == 0
+    assert len(log.read_text().splitlines()) == 1
+    assert (target / "pkg" / "m299.py").read_text() == files["pkg/m299.py"]
+    assert (target / ".complete").read_text() == digest
+    assert [p.name for p in target.parent.iterdir() if not p.name.endswith(".lock")] == ["w"]
+
+
+def test_an_unpacked_tree_of_another_digest_or_half_made_is_unpacked_again(tmp_path):
+    wheel, target = tmp_path / "w.whl", tmp_path / "unpacked" / "w"
+    first = _wheel(wheel, {"pkg/a.py": "old\n"})
+    kernel_wheels.unpack_once(wheel, first, target)
+    assert (target / "pkg" / "a.py").read_text() == "old\n"
+    # A new pin (the key: the wheel's sha256): the tree is made again from the new wheel.
+    second = _wheel(wheel, {"pkg/a.py": "new\n"})
+    kernel_wheels.unpack_once(wheel, second, target)
+    assert (target / "pkg" / "a.py").read_text() == "new\n"
+    assert (target / ".complete").read_text() == second
+    # A tree left without its stamp (a killed run) is not trusted.
+    (target / ".complete").unlink()
+    (target / "pkg" / "a.py").write_text("torn\n")
+    kernel_wheels.unpack_once(wheel, second, target)
+    assert (target / "pkg" / "a.py").read_text() == "new\n"
+    # A wheel that is not the pinned file is refused, and the tree is kept.
+    with pytest.raises(FileNotFoundError, match="is not the pinned file"):
+        kernel_wheels.unpack_once(wheel, first, target)
+    assert (target / ".complete").read_text() == second

@@ -10,8 +10,10 @@ is missing is one error naming this command.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -130,14 +132,35 @@ def unpacked(version: str, arch: str) -> Path:
     wheel = cache() / filename(version, arch)
     if not wheel.is_file():
         raise FileNotFoundError(f"{wheel} is missing: run `{DOWNLOAD}`")
-    target = cache() / "unpacked" / f"{version}-{arch}"
+    return unpack_once(wheel, WHEELS[(version, arch)], cache() / "unpacked" / f"{version}-{arch}")
+
+
+def unpack_once(wheel: Path, digest: str, target: Path) -> Path:
+    """`wheel` (sha256 `digest`) unzipped at `target`, once across processes: the
+    kernels tier's modules (check_kernels, resources, jit_decode) ask for the same
+    trees from several xdist workers at once. Under a lock, into a staging folder
+    renamed into place, so a reader never sees half a tree; a tree stamped with
+    another digest (a new pin) is unzipped again."""
     done = target / ".complete"
-    if not done.is_file():
-        if sha256(wheel) != WHEELS[(version, arch)]:
+    if done.is_file() and done.read_text() == digest:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.is_file() and done.read_text() == digest:
+            return target
+        if sha256(wheel) != digest:
             raise FileNotFoundError(f"{wheel} is not the pinned file: remove it, run `{DOWNLOAD}`")
-        with zipfile.ZipFile(wheel) as archive:
-            archive.extractall(target)
-        done.write_text(WHEELS[(version, arch)])
+        staging = target.parent / f".{target.name}.{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            with zipfile.ZipFile(wheel) as archive:
+                archive.extractall(staging)
+            (staging / ".complete").write_text(digest)
+            shutil.rmtree(target, ignore_errors=True)
+            staging.rename(target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
