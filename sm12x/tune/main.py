@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -64,6 +65,7 @@ from sm12x.tune.profiler import (
     Work,
     abort_all,
     fit,
+    has_session,
     run_profiler,
     session_identity,
 )
@@ -401,6 +403,12 @@ def attach(
     )
     folder = Path(s.cache_dir) / store.FOLDER / recipe.name / WORK / key.slug
     folder.mkdir(parents=True, exist_ok=True)
+    diagonal = folder / DIAGONAL
+    relaunch = relaunch_command(args, recipe, server, diagonal)
+    tableless = server.mode == "compact" and not server.sps_table
+    if tableless and not has_session(folder):
+        # No earlier work to keep, so no phase 1 table: said before asking the profiler.
+        refuse_tableless(base_url, relaunch, False)
     sweep = sorted(set(args.batch_size)) if args.batch_size else python.sweep(top, folder)
     fracs = sorted({float(f) for f in args.fracs})
     work = Work.open(
@@ -409,10 +417,10 @@ def attach(
         args.fresh,
         lambda text: _say(err, text),
     )
+    if not args.batch_size:
+        work.remember(python, top, sweep)
     log_path = work.folder / "profiler.log"
     extra = [*rounds.argv(), *token_argv]
-    diagonal = work.folder / DIAGONAL
-    relaunch = relaunch_command(args, recipe, server, diagonal)
     if server.mode == "static":
         code = PHASE_TWO
         if not diagonal.is_file():
@@ -424,19 +432,8 @@ def attach(
         if args.attach:
             print(diagonal, flush=True)  # for the outer tune that relaunches (boot mode)
         return code
-    if server.mode == "compact" and not server.sps_table:
-        raise UserError(
-            f"{base_url} runs compact verify without an SPS table, where sglang verifies "
-            "every row and ignores the budgets the off-diagonal sweep pins (each cell "
-            "would time one full-width step): "
-            + (
-                f"relaunch it with phase 1's table ({relaunch})"
-                if diagonal.is_file()
-                else "start it for phase 1 (static verify) with `sm12x launch --sps-profile` "
-                "without --sps-table"
-            )
-            + ", then run `sm12x tune` again"
-        )
+    if tableless:
+        refuse_tableless(base_url, relaunch, diagonal.is_file())
     _say(
         err,
         f"profiling {key.describe()} at {base_url}: {len(sweep) * len(fracs)} round(s), "
@@ -508,6 +505,21 @@ def attach(
     )
     _say(err, launch_line(args, recipe))
     return 0
+
+
+def refuse_tableless(base_url: str, relaunch: str, has_diagonal: bool) -> NoReturn:
+    raise UserError(
+        f"{base_url} runs compact verify without an SPS table, where sglang verifies "
+        "every row and ignores the budgets the off-diagonal sweep pins (each cell "
+        "would time one full-width step): "
+        + (
+            f"relaunch it with phase 1's table ({relaunch})"
+            if has_diagonal
+            else "start it for phase 1 (static verify) with `sm12x launch --sps-profile` "
+            "without --sps-table"
+        )
+        + ", then run `sm12x tune` again"
+    )
 
 
 def phase_one(

@@ -110,8 +110,20 @@ class Python:
             return self.in_image.python(list(args), workdir, name)
         return [self.python, *self.prefix, *args]
 
+    def fixed_code(self) -> list[str] | None:
+        """What names the profiler's code when that code cannot change under the same
+        words: a release's wheel (the prefix names its version; the tree is that wheel
+        as shipped). None for a Python or an image with sglang installed, which an
+        upgrade changes in place."""
+        return [self.python, *self.prefix] if self.prefix and self.in_image is None else None
+
     def sweep(self, max_per_rank: int, workdir: Path) -> list[int]:
         """The profiler's own batch-size sweep up to max_per_rank (its function)."""
+        asked = _asked(self, max_per_rank)
+        if asked is not None:
+            kept = _read_session(workdir).get(ASKED)
+            if isinstance(kept, dict) and kept.get("of") == asked and kept.get("sweep"):
+                return [int(v) for v in kept["sweep"]]
         code = (
             "import json; from sglang.benchmark.dspark_sps_profiler import "
             f"build_request_count_sweep as s; print(json.dumps(s({max_per_rank})))"
@@ -128,6 +140,30 @@ class Python:
             said = done.error or summarise((done.stderr or done.stdout).splitlines())
             raise UserError(f"sglang's SPS profiler did not start ({MODULE}): {said}")
         return [int(v) for v in values]
+
+
+# The session's record of the sweep the profiler gave (Python.sweep, Work.remember):
+# build_request_count_sweep is a pure function of its release's code and the top, so
+# phase 2 and a resumed run reuse it instead of a process that imports the profiler.
+ASKED = "sweep_asked"
+
+
+def _asked(python: Python, max_per_rank: int) -> dict[str, Any] | None:
+    code = python.fixed_code()
+    return None if code is None else {"python": code, "max_per_rank": int(max_per_rank)}
+
+
+def _read_session(folder: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((folder / SESSION).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def has_session(folder: Path) -> bool:
+    """Whether earlier work is in folder (without it Work.open starts anew)."""
+    return (folder / SESSION).is_file()
 
 
 @dataclass
@@ -164,6 +200,13 @@ class Work:
         work = cls(folder, {"identity": identity, "skipped": [], "segments": 0})
         work.save()
         return work
+
+    def remember(self, python: Python, max_per_rank: int, sweep: Sequence[int]) -> None:
+        """Keep the sweep the profiler gave up to max_per_rank, for Python.sweep next time."""
+        asked = _asked(python, max_per_rank)
+        if asked is not None and self.session.get(ASKED, {}).get("of") != asked:
+            self.session[ASKED] = {"of": asked, "sweep": list(sweep)}
+            self.save()
 
     def save(self) -> None:
         temporary = self.folder / f".{SESSION}.tmp"

@@ -205,11 +205,12 @@ def test_phase_one_then_the_one_line_refusal_on_a_table_less_compact_server(mach
     err = capsys.readouterr().err
     relaunch = f"sm12x mock-server --sps-profile {tp.THROUGHPUT} --sps-table {table}"
     assert "phase 1 of 2 done" in err and relaunch in err, err
-    with MockServer(sps=config(mode="compact")) as server:
+    with MockServer(sps=config(mode="compact")) as server, processes() as started:
         assert server.app.state.scheduler.verifies_all
         with pytest.raises(UserError) as caught:
             tune(cache, server.base_url, "--max-batch-size", "8")
         assert server.app.state.scheduler.batches == []  # nothing was measured
+    assert started == []  # phase 1's sweep up to 8 is kept: the profiler was not asked again
     message = caught.value.message
     assert "\n" not in message and "runs compact verify without an SPS table" in message
     assert relaunch in message
@@ -217,6 +218,50 @@ def test_phase_one_then_the_one_line_refusal_on_a_table_less_compact_server(mach
     kept.write_text(table.read_text())
     TIMES["diagonal"] = str(kept)  # type: ignore[assignment]
     TIMES["phase1-cache"] = str(cache)  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def processes():
+    """The commands tune runs to completion (sweep, fit: sm12x.proc.run), still run."""
+    from sm12x.tune import profiler
+
+    started: list[list[str]] = []
+    real = profiler.bounded.run
+
+    def spy(argv, *a, **k):
+        started.append(list(argv))
+        return real(argv, *a, **k)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(profiler.bounded, "run", spy)
+        yield started
+
+
+def test_the_kept_sweep_is_the_profiler_s_for_the_same_top_and_wheel_only(machine):
+    """Python.sweep reuses the sweep a work folder's session keeps only when it was
+    asked of the same release's wheel up to the same top; another top asks the
+    profiler again. A table-less compact server with no earlier work is refused
+    before the profiler is asked anything."""
+    from sm12x.tune import profiler
+
+    wheel = profiler.Python(
+        sys.executable, env=os.environ.copy(), prefix=("-m", "sm12x.mock.wheel_python", SGLANG)
+    )
+    folder = machine / "work"
+    work = profiler.Work.open(folder, {"any": 1}, False, print)
+    work.remember(wheel, 4, [1, 3])  # not the profiler's: shows where an answer came from
+    with processes() as started:
+        assert wheel.sweep(4, folder) == [1, 3] and started == []
+        assert wheel.sweep(2, folder) == [1, 2] and len(started) == 1  # the profiler's own
+    local = profiler.Python(sys.executable, env=os.environ.copy())  # sglang installed: never kept
+    assert local.fixed_code() is None
+    with processes() as started, pytest.raises(UserError, match="did not start"):
+        local.sweep(4, folder)
+    assert len(started) == 1
+    with MockServer(sps=config(mode="compact")) as server, processes() as started:
+        with pytest.raises(UserError, match="start it for phase 1"):
+            tune(machine / "cache", server.base_url, "--max-batch-size", "8")
+    assert started == []
 
 
 def with_table() -> SpsConfig:
@@ -234,8 +279,11 @@ def test_tune_makes_a_table_that_the_launch_then_runs(machine, capsys):
         scheduler = server.app.state.scheduler
         assert not scheduler.verifies_all
         started = time.monotonic()
-        assert tune(cache, server.base_url, "--max-batch-size", "8") == 0
+        with processes() as ran:
+            assert tune(cache, server.base_url, "--max-batch-size", "8") == 0
         TIMES["full"] = time.monotonic() - started
+        # Phase 1's sweep is kept (the same wheel, the same top): only the fit ran here.
+        assert [a for a in ran if "fit" not in a] == [], ran
         batches = list(scheduler.batches)
         pinned = scheduler.forced_frac
         # What the wheel's planner lays out for each cell (a fresh planner of

@@ -10,6 +10,7 @@ import json
 import pytest
 
 from sm12x.mock import serving as sglang_serving
+from sm12x.mock import wheels
 from tests.support import stream_census, trees
 
 CONFIGS = {
@@ -24,28 +25,27 @@ GAMMAS = ["gamma3", "gamma4", "gamma5", "gamma6", "gamma7"]
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
-    out = {}
-    for name, (version, patched) in CONFIGS.items():
-        site = sglang_serving.tree(version, patched)
-        report = tmp_path_factory.mktemp("census") / "report.json"
-        proc = trees.run_python(
-            [site],
-            [
-                "-m",
-                "tests.support.stream_census",
-                "--site",
-                str(site),
-                "--json",
-                str(report),
-                "--samples",
-                "1",
-                "--split-stride",
-                "7",
-            ],
-            timeout=900,
-        )
+    """Each configuration's report. Trees run with the same pins share one process
+    (stream_census runs them one after the other, each tree's sglang modules
+    replacing the last's, as tests/support/stream_checks does): the imports every
+    tree needs (torch, transformers, openai) are paid once per set of pins."""
+    sites = {
+        name: sglang_serving.tree(version, patched) for name, (version, patched) in CONFIGS.items()
+    }
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for name, (version, _) in CONFIGS.items():
+        groups.setdefault(tuple(wheels.pythonpath(version)), []).append(name)
+    folder = tmp_path_factory.mktemp("census")
+    args = ["-m", "tests.support.stream_census", "--samples", "1", "--split-stride", "7"]
+    for names in groups.values():
+        pairs = [
+            a for n in names for a in ("--site", str(sites[n]), "--json", str(folder / f"{n}.json"))
+        ]
+        proc = trees.run_python([sites[names[0]]], [*args, *pairs], timeout=900 * len(names))
         assert proc.returncode == 0, proc.stderr[-3000:]
-        out[name] = json.loads(report.read_text())
+    out = {name: json.loads((folder / f"{name}.json").read_text()) for name in CONFIGS}
+    for name, (version, _) in CONFIGS.items():
+        assert out[name]["sglang"] == version, name  # each report is its own tree's
     return out
 
 
@@ -126,3 +126,15 @@ def test_patched_0_5_23_has_no_divergence_in_v4_s_format(reports):
         if r["failures"] and not r["in_format"]
     }
     assert remaining == before
+
+
+def test_each_tree_needs_its_own_report(tmp_path, capsys):
+    """One --json per --site: a census of two trees into one report is refused in one
+    line before any tree is loaded."""
+    with pytest.raises(SystemExit) as caught:
+        stream_census.main(
+            ["--site", str(tmp_path / "a"), "--site", str(tmp_path / "b"), "--json", "x.json"]
+        )
+    assert caught.value.code == 2
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "2 --site but 1 --json: give one of each" in said, said

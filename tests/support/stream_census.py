@@ -769,8 +769,9 @@ def run(
     only: list[str] | None = None,
     split_stride: int = 1,
     line: str = LINES[0],
+    replace: bool = False,
 ) -> dict:
-    runner = Runner(site, line=line)
+    runner = Runner(site, replace=replace, line=line)
     records, oracle = [], []
     started = time.monotonic()
 
@@ -852,14 +853,24 @@ def table(report: dict) -> dict[str, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Run the streaming census on one sglang tree.")
+    parser = argparse.ArgumentParser(
+        description="Run the streaming census on sglang trees, one after the other."
+    )
     parser.add_argument(
         "--site",
         required=True,
         type=Path,
-        help="a folder holding sglang/ (sm12x.mock.serving.tree)",
+        action="append",
+        help="a folder holding sglang/ (sm12x.mock.serving.tree); again for another tree "
+        "(its sglang modules replace the last's: trees of one set of pins)",
     )
-    parser.add_argument("--json", required=True, type=Path, help="write the report here")
+    parser.add_argument(
+        "--json",
+        required=True,
+        type=Path,
+        action="append",
+        help="write the report here (one per --site, in order)",
+    )
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument(
         "--samples",
@@ -888,10 +899,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown mode(s) {sorted(unknown)}; known: {', '.join(MODES)}")
     if args.samples < 1 or args.split_stride < 1:
         parser.error("--samples and --split-stride must be at least 1")
-    report = run(args.site, modes, args.samples, args.seed, args.only, args.split_stride, args.line)
-    tmp = args.json.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report, indent=1, ensure_ascii=False))
-    tmp.replace(args.json)
+    if len(args.site) != len(args.json):
+        parser.error(f"{len(args.site)} --site but {len(args.json)} --json: give one of each")
+    for number, (site, out) in enumerate(zip(args.site, args.json, strict=True)):
+        report = run(
+            site,
+            modes,
+            args.samples,
+            args.seed,
+            args.only,
+            args.split_stride,
+            args.line,
+            replace=number > 0,
+        )
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(report, indent=1, ensure_ascii=False))
+        tmp.replace(out)
     return 0
 
 
