@@ -24,7 +24,15 @@ What the import could have depended on is the zygote's key, never assumed:
 What a module imports after the zygote's import list is imported in the child, with
 the request's environment, exactly as a one-shot probe does.
 
-Protocol (one JSON object a line): the caller writes a hello {"gpu", "gpus"}; the
+Two stages (the hello's "stage"): a "full" zygote imports PREIMPORT (sglang and
+all it pulls in); a "base" one only BASE, the third-party libraries sglang's import
+graph loads (about 8 of its 11 CPU seconds here), so its child imports sglang and
+flashinfer itself with the request's environment (about 3.5 s). server_args_zygotes.py sends a request
+whose environment differs from a full zygote's in a variable sglang's import read
+to a base zygote instead of importing everything again; the same read record keys
+both.
+
+Protocol (one JSON object a line): the caller writes a hello {"gpu", "gpus", "stage"}; the
 zygote answers {"ready": true, "reads": {name: value or null}, "prefixes": [...],
 "unknown_scans": [...], "imported": [...], "device_asked": [...]}. Then per request {"env": {...}, "cwd": "...", "request": {...}}
 it answers the probe's object plus "log" (the child's stdout and stderr).
@@ -49,6 +57,22 @@ PREIMPORT = (
     "sglang.srt.arg_groups.pipeline",
     "sglang.srt.speculative.dspark_components.dspark_config",
 )
+# A base zygote's import list: the third-party packages sglang.srt.server_args and the
+# DSPARK resolution import (sglang's own modules and what they read stay in the child).
+BASE = (
+    "torch",
+    "transformers",
+    "openai",
+    "scipy.optimize",
+    "sympy",
+    "pandas",
+    "networkx",
+    "sklearn",
+    "triton",
+    "compressed_tensors",
+    "fastapi",
+    "requests",
+)  # not flashinfer: its import asks torch.cuda for the device, making the GPU a key
 SANDBOX = ("HOME", "PATH")
 
 
@@ -238,7 +262,7 @@ def serve(answer, stub_device) -> int:
 
     stub_torchvision()
     sys.meta_path.insert(0, answer.__globals__["_CudaOnly"]())
-    for name in PREIMPORT:
+    for name in BASE if hello.get("stage") == "base" else PREIMPORT:
         try:
             importlib.import_module(name)
         except ImportError:

@@ -7,6 +7,11 @@ the patch series hash); then the stubbed GPU and count where the import asked
 torch.cuda anything, and every variable read during the import, must match. Otherwise a new zygote starts for the request's
 environment. At most MAX_LIVE live in a process (each holds torch and sglang, about
 1 GB); the least recently used one is closed first.
+
+The first request of a key starts a full zygote (sglang imported: a fork answers in
+under a second); a request no full zygote fits goes to a base zygote of its key (the
+third-party libraries only: its child imports sglang with the request's environment,
+about 3.5 s, where a new full zygote would import everything again, about 11 s).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class ZygoteGone(RuntimeError):
 class Zygote:
     def __init__(self, probe: Path, key: tuple, env: dict[str, str], hello: dict, timeout: int):
         self.key = key
+        self.stage = hello.get("stage", "full")
         self.home = tempfile.TemporaryDirectory(prefix="sm12x-zygote-")
         env = {**env, "HOME": self.home.name}
         self.errors = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
@@ -109,10 +115,12 @@ class Zygote:
 
 
 class Zygotes:
-    def __init__(self, probe: Path):
+    def __init__(self, probe: Path, full: bool = True):
         self.probe = probe
+        self.full = full  # False: base zygotes only (a test's)
         self.live: list[Zygote] = []  # most recently used last
         self.started = 0
+        self.last: Zygote | None = None  # the one that answered last
         atexit.register(self.close)
 
     @staticmethod
@@ -126,10 +134,14 @@ class Zygotes:
         """The probe's answer from a fitting zygote (started if none fits); None when
         the zygote died, so that the caller runs the one-shot probe instead."""
         key = self.key(env, request)
-        zygote = next((z for z in self.live if z.key == key and z.fits(env, request)), None)
+        mine = [z for z in self.live if z.key == key]
+        fit = sorted((z for z in mine if z.fits(env, request)), key=lambda z: z.stage != "full")
+        zygote = fit[0] if fit else None
         try:
             if zygote is None:
-                hello = {"gpu": request["gpu"], "gpus": request["gpus"]}
+                full = self.full and not any(z.stage == "full" for z in mine)
+                stage = "full" if full else "base"
+                hello = {"gpu": request["gpu"], "gpus": request["gpus"], "stage": stage}
                 zygote = Zygote(self.probe, key, env, hello, timeout)
                 self.started += 1
                 self.live.append(zygote)
@@ -138,6 +150,7 @@ class Zygotes:
             else:
                 self.live.remove(zygote)
                 self.live.append(zygote)
+            self.last = zygote
             return zygote.ask(env, cwd, request, timeout)
         except ZygoteGone as err:
             print(f"server_args_check: {err}; running the one-shot probe", file=sys.stderr)

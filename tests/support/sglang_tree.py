@@ -13,6 +13,11 @@ own test package is read. The inventory:
 
 A module is parsed only when its text holds a word one of the forms needs
 (`PREFILTER`, a superset of what the scanner matches), which halves the time.
+Each module's outcome (its scan, or nothing where the prefilter skips it) is
+kept by the sha256 of its text and of the scanner's source (`_SCANS`), and a
+wheel's are written beside its inventory: a copy of the tree (the injection
+test's, which differs by one module) reads and hashes every file but scans only
+the ones no scan of this code has seen.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.sglang_scan import scan
+from tests.support.sglang_scan import Scan, scan
 
 SKIP = ("sglang/test/",)
 PREFILTER = re.compile(
@@ -60,12 +65,31 @@ def modules_of_folder(site: Path) -> Iterator[tuple[str, str]]:
             yield path, file.read_text(encoding="utf-8", errors="replace")
 
 
+def code_digest() -> str:
+    """The scanner's own source (this file and sglang_scan.py): part of every key."""
+    here = Path(__file__).parent
+    code = b"".join((here / n).read_bytes() for n in ("sglang_scan.py", "sglang_tree.py"))
+    return hashlib.sha256(code).hexdigest()
+
+
+# (code_digest(), sha256 of a module's text) -> its scan, or None: the prefilter skipped it
+_SCANS: dict[tuple[str, str], Scan | None] = {}
+
+
+def _scan_of(code: str, source: str) -> Scan | None:
+    key = (code, hashlib.sha256(source.encode()).hexdigest())
+    if key not in _SCANS:
+        _SCANS[key] = scan(source) if PREFILTER.search(source) else None
+    return _SCANS[key]
+
+
 def inventory(modules: Iterator[tuple[str, str]]) -> Inventory:
     out = Inventory()
+    code = code_digest()
     for path, source in modules:
-        if not PREFILTER.search(source):
+        found = _scan_of(code, source)
+        if found is None:
             continue
-        found = scan(source)
         for name, line, form in found.reads:
             out.reads.setdefault(name, f"{path}:{line} ({form})")
         for function, line in found.dynamic:
@@ -83,9 +107,7 @@ def _cache_file(wheel: Path) -> Path:
     scanner's own source, so a change to either scans again."""
     from sm12x.mock import wheels
 
-    here = Path(__file__).parent
-    code = b"".join((here / n).read_bytes() for n in ("sglang_scan.py", "sglang_tree.py"))
-    digest = hashlib.sha256(code)
+    digest = hashlib.sha256(code_digest().encode())
     with wheel.open("rb") as f:
         digest.update(hashlib.file_digest(f, "sha256").digest())
     return wheels.cache_root() / "sglang-tree" / f"{wheel.stem}-{digest.hexdigest()[:16]}.json"
@@ -93,8 +115,32 @@ def _cache_file(wheel: Path) -> Path:
 
 def _read(cache: Path) -> Inventory:
     data = json.loads(cache.read_text(encoding="utf-8"))
+    _load_scans(data.pop("scans", {}))
     data["routes"] = {k: tuple(v) for k, v in data["routes"].items()}
     return Inventory(**data)
+
+
+def _module_scans(modules: list[tuple[str, str]], code: str) -> dict[str, dict | None]:
+    """The outcome of each module a scan just read, by its text's sha256."""
+    out: dict[str, dict | None] = {}
+    for _path, source in modules:
+        digest = hashlib.sha256(source.encode()).hexdigest()
+        if (code, digest) in _SCANS:  # (inventory read it: always, but for a stand-in's)
+            found = _SCANS[(code, digest)]
+            out[digest] = None if found is None else dataclasses.asdict(found)
+    return out
+
+
+def _load_scans(scans: dict[str, dict | None]) -> None:
+    """Module outcomes from a cache file (its name holds the code digest they were
+    made by, so they are this scanner's)."""
+    code = code_digest()
+    for digest, found in scans.items():
+        _SCANS.setdefault((code, digest), None if found is None else _scan_from(found))
+
+
+def _scan_from(data: dict) -> Scan:
+    return Scan(**{k: [tuple(item) for item in v] for k, v in data.items()})
 
 
 def of_wheel(wheel: Path) -> Inventory:
@@ -110,9 +156,11 @@ def of_wheel(wheel: Path) -> Inventory:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if cache.is_file():
             return _read(cache)
-        found = inventory(modules_of_wheel(wheel))
+        modules = list(modules_of_wheel(wheel))
+        found = inventory(iter(modules))
+        data = {**dataclasses.asdict(found), "scans": _module_scans(modules, code_digest())}
         partial = cache.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps(dataclasses.asdict(found)), encoding="utf-8")
+        partial.write_text(json.dumps(data), encoding="utf-8")
         partial.replace(cache)  # whole or not at all
     return found
 

@@ -2,9 +2,9 @@
 one-shot probe, and is reused only where nothing its import read differs.
 
 The matching rules and the recording environment are checked on their own (fast);
-the rest runs the tracks' real sglang: the zygote's verdict equals a one-shot
-probe's, and changing one input the import read (a variable, the tree) starts
-another zygote.
+the rest runs the tracks' real sglang: a zygote's verdict, full or base, equals a
+one-shot probe's, and changing one input the import read (a variable, the tree)
+starts another zygote.
 """
 
 from __future__ import annotations
@@ -151,22 +151,40 @@ def test_a_zygote_answers_as_a_one_shot_probe(check, name, track, monkeypatch):
 
     recipe = next(r for r in load_all() if r.name == name)
     fork = check.validate(recipe, 0, track, check.model_dir(recipe))
+    # a base zygote's child imports sglang itself, with the request's environment
+    monkeypatch.setattr(check, "ZYGOTES", Zygotes(check.PROBE, full=False))
+    try:
+        base = check.validate(recipe, 0, track, check.model_dir(recipe))
+        assert [z.stage for z in check.ZYGOTES.live] == ["base"]
+        assert check.ZYGOTES.last is not None and check.ZYGOTES.last.answered == 1
+        assert "sglang.srt.server_args" not in check.ZYGOTES.last.imported
+    finally:
+        check.ZYGOTES.close()
     monkeypatch.setenv("SM12X_SERVER_ARGS_ZYGOTE", "0")
     alone = check.validate(recipe, 0, track, check.model_dir(recipe))
-    assert fork.ok and alone.ok, (fork.error, alone.error)
-    assert fork.resolved == alone.resolved
-    # the same warnings; those sglang logs while importing come first from a zygote
-    # (it imported before the request), among the resolution's from a one-shot probe
-    assert Counter(fork.warnings) == Counter(alone.warnings)
-    assert fork.env_defaults == alone.env_defaults
+    for zygote in (fork, base):
+        assert zygote.ok and alone.ok, (zygote.error, alone.error)
+        assert zygote.resolved == alone.resolved
+        # the same warnings; those sglang logs while importing come first from a zygote
+        # (it imported before the request), among the resolution's from a one-shot probe
+        assert Counter(zygote.warnings) == Counter(alone.warnings)
+        assert zygote.env_defaults == alone.env_defaults
 
 
 @pytest.mark.wheels
-def test_an_input_of_the_import_changed_starts_another_zygote(check):
+def test_an_input_of_the_import_changed_starts_another_zygote(check, monkeypatch):
     from sm12x.recipe import load_all
 
     recipe = next(r for r in load_all() if r.name == "rtx-5090-tp8")
+    monkeypatch.setattr(check, "ZYGOTES", Zygotes(check.PROBE))  # none live yet
     zygotes = check.ZYGOTES
+    try:
+        _changed_input_starts_another(check, zygotes, recipe)
+    finally:
+        zygotes.close()
+
+
+def _changed_input_starts_another(check, zygotes, recipe) -> None:
     base = check.validate(recipe, 0, "current", check.model_dir(recipe))
     started = zygotes.started
     live = next(z for z in zygotes.live if z.answered)
@@ -181,3 +199,7 @@ def test_an_input_of_the_import_changed_starts_another_zygote(check):
     value = "1" if live.reads[name] != "1" else "0"
     check.validate(recipe, 0, "current", check.model_dir(recipe), env={name: value})
     assert zygotes.started == started + 1, name
+    # a base zygote (sglang not imported: its child imports it with this environment)
+    answered = zygotes.last
+    assert answered is not live and answered.stage == "base", name
+    assert answered.reads.get(name, value) == value, name

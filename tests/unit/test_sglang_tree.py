@@ -203,3 +203,55 @@ def test_the_inventory_cache_scans_again_when_the_wheel_or_the_scanner_changes(
     monkeypatch.setattr(sglang_tree.Path, "read_bytes", edited)
     sglang_tree.of_wheel(wheel)
     assert len(scans) == 3
+
+
+def test_a_module_is_scanned_again_only_when_its_text_or_the_scanner_changes(tmp_path, monkeypatch):
+    """Each module's scan is kept by its text's sha256 and the scanner's source, and
+    written with the wheel's inventory: another process reading that inventory scans
+    none of a copy of the tree, a copy with one byte of one module changed scans that
+    module alone, and a change to the scanner scans every module again."""
+    import zipfile
+
+    monkeypatch.setenv("SM12X_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(sglang_tree, "_SCANS", {})
+    scanned: list[str] = []
+    real = sglang_tree.scan
+    monkeypatch.setattr(sglang_tree, "scan", lambda source: scanned.append(source) or real(source))
+    wheel = tmp_path / "sglang-9.9.9-py3-none-any.whl"
+    modules = {
+        "sglang/a.py": 'import os\nA = os.environ["SM12X_A"]\n',
+        "sglang/b.py": 'import os\nB = os.getenv("SM12X_B")\n',
+        "sglang/c.py": "X = 1\n",  # no word the forms need: never parsed
+    }
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in modules.items():
+            archive.writestr(path, text)
+    assert set(sglang_tree.of_wheel(wheel).reads) == {"SM12X_A", "SM12X_B"}
+    assert len(scanned) == 2
+    # another process: nothing in memory; the module scans come with the inventory file
+    monkeypatch.setattr(sglang_tree, "_SCANS", {})
+    assert set(sglang_tree.of_wheel(wheel).reads) == {"SM12X_A", "SM12X_B"}
+    copy = tmp_path / "copy"
+    for path, text in modules.items():
+        (copy / path).parent.mkdir(parents=True, exist_ok=True)
+        (copy / path).write_text(text)
+    scanned.clear()
+    found = sglang_tree.inventory(sglang_tree.modules_of_folder(copy))
+    assert scanned == [] and set(found.reads) == {"SM12X_A", "SM12X_B"}
+    # one byte of one module: that module alone is scanned again
+    (copy / "sglang/b.py").write_text('import os\nB = os.getenv("SM12X_C")\n')
+    found = sglang_tree.inventory(sglang_tree.modules_of_folder(copy))
+    assert scanned == ['import os\nB = os.getenv("SM12X_C")\n']
+    assert set(found.reads) == {"SM12X_A", "SM12X_C"}
+    # the scanner's source changed: every module the prefilter passes, again
+    scanner = sglang_tree.Path(sglang_tree.__file__).parent / "sglang_scan.py"
+    real_read = sglang_tree.Path.read_bytes
+
+    def edited(self):
+        data = real_read(self)
+        return data + b"\n# edited\n" if self == scanner else data
+
+    monkeypatch.setattr(sglang_tree.Path, "read_bytes", edited)
+    scanned.clear()
+    sglang_tree.inventory(sglang_tree.modules_of_folder(copy))
+    assert len(scanned) == 2
