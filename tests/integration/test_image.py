@@ -265,6 +265,32 @@ print(json.dumps({"prefix": sys.prefix, "purelib": sysconfig.get_paths()["pureli
     "cwd": os.getcwd(), "packages": len(list(m.distributions())), "where": where}))
 """
 
+# Every .py module the base's distributions install (sglang's checkout aside: the
+# image build compiles it) has its bytecode, as pip leaves it on the real base,
+# unless it does not compile at all (pip skips those too).
+BYTECODE = """
+import importlib.metadata as m, importlib.util as u, json, os
+total, missing = 0, []
+for d in m.distributions():
+    if (d.metadata["Name"] or "").lower() == "sglang":
+        continue
+    site = os.path.realpath(str(d.locate_file("")))
+    for f in d.files or []:
+        path = os.path.realpath(str(d.locate_file(f)))
+        if f.suffix != ".py" or not path.startswith(site + os.sep) or not os.path.isfile(path):
+            continue
+        total += 1
+        if os.path.exists(u.cache_from_source(path)):
+            continue
+        try:
+            with open(path, "rb") as handle:
+                compile(handle.read(), path, "exec")
+        except (SyntaxError, ValueError):
+            continue
+        missing.append(path)
+print(json.dumps({"total": total, "missing": missing}))
+"""
+
 
 @pytest.mark.parametrize("track", tracks())
 def test_the_stand_in_base_is_shaped_like_the_real_one(bases, track):
@@ -297,6 +323,10 @@ def test_the_stand_in_base_is_shaped_like_the_real_one(bases, track):
         base, "-c", "command -v patch || echo no-patch; command -v cuobjdump", entrypoint="sh"
     )
     assert tools.stdout.split() == ["no-patch", "/usr/local/cuda/bin/cuobjdump"], tools.explain()
+    # The closure is installed compiled (by uv, standin.py says why), as pip does.
+    compiled = json.loads(python_in(base, BYTECODE))
+    assert compiled["total"] > 10000, compiled["total"]  # the whole closure was read
+    assert compiled["missing"] == [], compiled["missing"][:20]
 
 
 # --- what the build did --------------------------------------------------------------

@@ -32,7 +32,13 @@ for the real bases' CUDA builds and are the same pins on both tracks) are one
 layer below both shapes, in the system Python's dist-packages; the venv shape
 sees them through `--system-site-packages` (every other package of its
 closure is inside /opt/sglang, as the real base has it:
-test_the_stand_in_base_is_shaped_like_the_real_one checks both).
+test_the_stand_in_base_is_shaped_like_the_real_one checks both). And one
+thing it does differently to build it faster: the closure is installed by uv
+(TEST_UV_VERSION, the binary closure.py already runs, bind-mounted into the
+build), not pip: the same files in the same scheme, compiled to bytecode as
+pip compiles them (`--compile-bytecode`), so the image's imports run from
+bytecode as on the real base; only each dist-info's INSTALLER says `uv`. The
+editable sglang is still pip's, as sglang's Dockerfile has it.
 
 Layers, each cached under SM12X_CACHE/standin/ keyed by its inputs and made
 under a lock of its own (`locked`: the tracks' image tests run side by side):
@@ -42,7 +48,7 @@ under a lock of its own (`locked`: the tracks' image tests run side by side):
      second track neither installs nor exports them again
   3. the rest of the track's Python stack: wheels downloaded on this machine
      (same Python 3.11 and glibc as the chroot) into wheels-<key>/, installed
-     offline by a Dockerfile per shape (--network none).
+     offline by uv from a Dockerfile per shape (--network none).
 The images persist in the daemon's data root (scripts/test keeps it under
 .cache/docker), so a warm run finds them and does nothing.
 """
@@ -413,19 +419,13 @@ def image(timer: Timer | None = None, track: str | None = None) -> str:
     """The stand-in base of a track (default: the default track's), its tag (built if
     missing)."""
     timer = timer or Timer()
-    os_tag = shared_image(timer, os_image(timer))
+    # The wheelhouse first: the track that waits for the other's OS and shared
+    # layers (made under their locks) downloads its wheels meanwhile.
     house = wheelhouse(timer, track)
+    os_tag = shared_image(timer, os_image(timer))
     sglang = load_versions(track)["SGLANG_VERSION"]
-    helper = FAKE_CUOBJDUMP.read_text()
-    key = _key(
-        RECIPE_VERSION,
-        os_tag,
-        house.name,
-        DOCKERFILE,
-        shape(track),
-        helper,
-        closure.sglang_requirements(sglang),
-    )
+    requirements = closure.sglang_requirements(sglang)
+    key = image_key(os_tag, house.name, shape(track), requirements, uv_version())
     tag = f"sm12x-standin:{key}"
     if containers.image_exists(tag):
         return tag
@@ -433,6 +433,31 @@ def image(timer: Timer | None = None, track: str | None = None) -> str:
         if containers.image_exists(tag):
             return tag
         return _build_image(timer, track, tag, os_tag, house, sglang)
+
+
+def uv_version() -> str:
+    """The uv that installs a stand-in's closure (standin.Dockerfile; the module
+    docstring says why uv, not pip)."""
+    return load_versions()["TEST_UV_VERSION"]
+
+
+def image_key(
+    os_tag: str, house: str, layout: str, requirements: list[str], uv_version: str
+) -> str:
+    """Everything a track's stand-in is made of: a change to any (the layers below,
+    the wheelhouse, its Dockerfile, the shape, the fake cuobjdump, sglang's
+    requirements, the uv that installs it) is another key, so another image
+    (tests/unit/test_standin_keys.py)."""
+    return _key(
+        RECIPE_VERSION,
+        os_tag,
+        house,
+        DOCKERFILE,
+        layout,
+        FAKE_CUOBJDUMP.read_text(),
+        requirements,
+        uv_version,
+    )
 
 
 def _build_image(
@@ -443,6 +468,8 @@ def _build_image(
         context = Path(tmp)
         (context / "Dockerfile").write_text(DOCKERFILE)
         shutil.copy2(FAKE_CUOBJDUMP, context / "fake_cuobjdump")
+        # The host's uv (a static-enough ELF: glibc only), bind-mounted by the install.
+        shutil.copy2(closure.uv(), context / "uv")
         checkout(house, sglang, context / "checkout")
         # Hard links: the context is sent as a tar; no second copy on disk.
         (context / "wheels").mkdir()

@@ -42,3 +42,35 @@ def test_the_shared_pins_are_the_test_environment_s():
             "torch": pins["TEST_TORCH_VERSION"],
             "triton": pins["TEST_TRITON_VERSION"],
         }
+
+
+# A track's stand-in (standin.image_key): the same rule for each of its inputs.
+HOUSE, REQS = "wheels-0123456789abcdef", ["fastapi", "transformers==5.3.0"]
+
+
+def test_each_input_of_a_track_s_stand_in_changes_its_key(monkeypatch, tmp_path):
+    def key(**kw):
+        args = {"os_tag": OS, "house": HOUSE, "layout": "venv", "requirements": REQS}
+        return standin.image_key(**{**args, "uv_version": "0.13.9", **kw})
+
+    before = key()
+    assert key() == before
+    changed = {
+        "the layers below": key(os_tag="sm12x-standin-shared:fedcba9876543210"),
+        "the wheelhouse": key(house="wheels-fedcba9876543210"),
+        "the shape": key(layout="system"),
+        "sglang's requirements": key(requirements=[*REQS, "uvicorn"]),
+        "the uv that installs it": key(uv_version="0.13.10"),
+    }
+    monkeypatch.setattr(standin, "DOCKERFILE", standin.DOCKERFILE.replace("--compile", "--c"))
+    changed["its Dockerfile"] = key()
+    monkeypatch.undo()
+    helper = tmp_path / "fake_cuobjdump"
+    helper.write_text(standin.FAKE_CUOBJDUMP.read_text() + "# edited\n")
+    monkeypatch.setattr(standin, "FAKE_CUOBJDUMP", helper)
+    changed["the fake cuobjdump"] = key()
+    monkeypatch.undo()
+    monkeypatch.setattr(standin, "RECIPE_VERSION", standin.RECIPE_VERSION + "x")
+    changed["the recipe version"] = key()
+    assert all(k != before for k in changed.values()), changed
+    assert len(set(changed.values())) == len(changed)
