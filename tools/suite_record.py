@@ -37,14 +37,14 @@ class NotARecord(ValueError):
 
 
 def read(text: str) -> dict:
-    budget = next((m for m in map(BUDGET.search, text.splitlines()) if m), None)
+    lines = text.splitlines()
+    budget = next((m for m in map(BUDGET.search, lines) if m), None)
     if budget is None:
         raise NotARecord("no budget report (tests/support/budget.py's 'total ... of a ...' line)")
-    verdict = next((m["verdict"].strip() for m in map(VERDICT.match, text.splitlines()) if m), "")
-    counts = next((m["counts"] for m in map(COUNTS.match, text.splitlines()) if m), None)
+    verdict = next((m["verdict"].strip() for m in map(VERDICT.match, lines) if m), "")
+    counts = next((m["counts"] for m in map(COUNTS.match, lines) if m), None)
     if counts is None:
         raise NotARecord("no pytest summary line ('N passed ... in S s')")
-    lines = text.splitlines()
     try:
         start = next(i for i, line in enumerate(lines) if "slowest 30 durations" in line)
     except StopIteration:

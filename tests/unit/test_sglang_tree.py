@@ -159,6 +159,19 @@ def test_what_the_server_modules_read_at_import_is_in_the_static_inventory(versi
     assert missing == {}, f"read at import but not found by the scanner: {missing}"
 
 
+def edit_the_scanner(monkeypatch) -> None:
+    """sglang_scan.py reads as one line longer: the scanner's source, as its cache
+    keys hash it, has changed."""
+    scanner = sglang_tree.Path(sglang_tree.__file__).parent / "sglang_scan.py"
+    real_read = sglang_tree.Path.read_bytes
+
+    def edited(self):
+        data = real_read(self)
+        return data + b"\n# edited\n" if self == scanner else data
+
+    monkeypatch.setattr(sglang_tree.Path, "read_bytes", edited)
+
+
 def test_the_inventory_cache_scans_again_when_the_wheel_or_the_scanner_changes(
     tmp_path, monkeypatch
 ):
@@ -193,14 +206,7 @@ def test_the_inventory_cache_scans_again_when_the_wheel_or_the_scanner_changes(
     assert len(scans) == 2 and "SM12X_KEY_TWO" in found.reads, found.reads
     assert "SM12X_KEY_ONE" not in found.reads
     # The scanner's own source is in the key too.
-    scanner = sglang_tree.Path(sglang_tree.__file__).parent / "sglang_scan.py"
-    real_read = sglang_tree.Path.read_bytes
-
-    def edited(self):
-        data = real_read(self)
-        return data + b"\n# edited\n" if self == scanner else data
-
-    monkeypatch.setattr(sglang_tree.Path, "read_bytes", edited)
+    edit_the_scanner(monkeypatch)
     sglang_tree.of_wheel(wheel)
     assert len(scans) == 3
 
@@ -244,14 +250,7 @@ def test_a_module_is_scanned_again_only_when_its_text_or_the_scanner_changes(tmp
     assert scanned == ['import os\nB = os.getenv("SM12X_C")\n']
     assert set(found.reads) == {"SM12X_A", "SM12X_C"}
     # the scanner's source changed: every module the prefilter passes, again
-    scanner = sglang_tree.Path(sglang_tree.__file__).parent / "sglang_scan.py"
-    real_read = sglang_tree.Path.read_bytes
-
-    def edited(self):
-        data = real_read(self)
-        return data + b"\n# edited\n" if self == scanner else data
-
-    monkeypatch.setattr(sglang_tree.Path, "read_bytes", edited)
+    edit_the_scanner(monkeypatch)
     scanned.clear()
     sglang_tree.inventory(sglang_tree.modules_of_folder(copy))
     assert len(scanned) == 2
