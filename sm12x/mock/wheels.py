@@ -214,7 +214,8 @@ def overlay_pins(version: str) -> dict[str, str]:
 def overlay_dir(version: str) -> Path | None:
     """The overlay folder of sglang `version`'s pins, named by the pins alone: its
     content is `pip install --target --no-deps` of exactly them, so releases that pin
-    the same versions (0.5.16, 0.5.17 and 0.5.18 here) share one, installed once."""
+    the same versions (0.5.16, 0.5.17 and 0.5.18 pin the same transformers and
+    xgrammar) share one, installed once."""
     pins = overlay_pins(version)
     if not pins:
         return None
