@@ -32,9 +32,16 @@ tiers.apply()
 def pytest_configure(config):
     """The time budget's report ends every run (tests/support/budget.py); in
     the controlling process only, which xdist's workers send their reports."""
-    from tests.support import budget
+    from tests.support import budget, forkservers
 
     budget.register(config)
+    forkservers.start()
+
+
+def pytest_unconfigure(config):
+    from tests.support import forkservers
+
+    forkservers.stop()
 
 
 # --- Running in several processes (pytest-xdist: `scripts/test` runs -n 4 --dist loadfile)

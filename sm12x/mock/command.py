@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import gc
 import importlib.util
 import logging
+import pickle
 import signal
 import subprocess
 import sys
@@ -36,6 +38,7 @@ from sm12x.apikey import exposure_problem
 from sm12x.cli import Command
 from sm12x.errors import UserError
 from sm12x.fields import Count, NonNegativeFloat, PositiveFloat, option_type
+from sm12x.mock import forkserver
 
 NAME = "mock-server"
 # A recorded sglang boot log is under a megabyte.
@@ -408,6 +411,42 @@ def run(args: argparse.Namespace) -> int:
 
 
 def serve(args, faults, version: str, patched: bool, host: str, port: int, key) -> int:
+    # The test suite's many mock starts fork from one import (sm12x.mock.forkserver).
+    what = {"version": version, "patched": patched, "source": args.sglang_source, "line": args.line}
+    payload = base64.b64encode(pickle.dumps((args, faults, host, port, key))).decode()
+    spec = {"setup": f"{__name__}:preload", "run": f"{__name__}:serve_forked", "args": what}
+    served = None if "pytest" in sys.modules else forkserver.run(spec, [payload])
+    if served is not None:
+        return served
+    return _serve(args, faults, version, patched, host, port, key)
+
+
+def preload(version: str, patched: bool, source: str, line: str) -> None:
+    """A zygote's import: sglang's serving code and the line's tokenizer, as
+    create_app loads them (serving.load and the tokenizers keep what they made)."""
+    from sm12x.mock import serving, tokenizer_v4, tokenizer_v41
+    from sm12x.mock.app import DEFAULT_LINE
+
+    serving.load(_prepare(version, patched, source))
+    (tokenizer_v4 if line == DEFAULT_LINE else tokenizer_v41).load()
+    import uvicorn  # noqa: F401
+
+
+def serve_forked(version: str, patched: bool, source: str, line: str, argv: list[str]) -> int:
+    """serve() in a zygote's child, with what the cli would make of its end."""
+    del source, line  # the zygote's key
+    args, faults, host, port, key = pickle.loads(base64.b64decode(argv[0]))  # noqa: S301 - ours
+    try:
+        code = _serve(args, faults, version, patched, host, port, key)
+    except UserError as exc:
+        print(f"sm12x {NAME}: error: {exc.message}", file=sys.stderr)
+        code = exc.exit_code
+    except KeyboardInterrupt:
+        code = 130
+    raise SystemExit(code)
+
+
+def _serve(args, faults, version: str, patched: bool, host: str, port: int, key) -> int:
     import uvicorn
 
     from sm12x.mock.app import create_app

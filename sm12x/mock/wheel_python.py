@@ -54,9 +54,12 @@ import types
 import zipfile
 from pathlib import Path
 
+from sm12x.mock import forkserver
+
 USAGE = (
     "usage: python -m sm12x.mock.wheel_python VERSION [--patched] (-m MODULE | -c CODE) [ARG ...]"
 )
+MODULE = "sm12x.mock.wheel_python"  # this module's name, also when run as __main__
 # sglang's benchmark client (sm12x bench): the one module here that needs torchvision.
 CLIENT = "sglang.benchmark.serving"
 # What `python -m sglang.benchmark.dspark_sps_profiler` imports from sglang, as
@@ -157,6 +160,24 @@ def prepare(module: str) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+def preload(version: str, patched: bool, module: str) -> None:
+    """A zygote's import (sm12x.mock.forkserver): all that running `module` imports."""
+    install(*site_for(version, patched))
+    prepare(module)
+    importlib.import_module(module)
+
+
+def run_module(version: str, patched: bool, module: str, argv: list[str]) -> None:
+    """`python -m module *argv` in a process where install() has run."""
+    del version, patched  # install()'s: the zygote's key, or done by main()
+    prepare(module)
+    # A zygote imported it: run it afresh as __main__, as `python -m` would (its
+    # imports stay), not as the module object runpy would warn about.
+    sys.modules.pop(module, None)
+    sys.argv = [module, *argv]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
 def main(argv: list[str]) -> int:
     patched = len(argv) > 1 and argv[1] == "--patched"
     if patched:
@@ -166,14 +187,24 @@ def main(argv: list[str]) -> int:
         return 2
     version, how, what, rest = argv[0], argv[1], argv[2], argv[3:]
     try:
-        install(*site_for(version, patched))
+        site, first = site_for(version, patched)
     except CannotHave as exc:
         print(f"sm12x.mock.wheel_python: error: {exc}", file=sys.stderr)
         return 2
     if how == "-m":
-        prepare(what)
-        sys.argv = [what, *rest]
-        runpy.run_module(what, run_name="__main__", alter_sys=True)
+        # The test suite's many runs fork from one import (sm12x.mock.forkserver).
+        args = {"version": version, "patched": patched, "module": what}
+        spec = {"setup": f"{MODULE}:preload", "run": f"{MODULE}:run_module", "args": args}
+        served = forkserver.run(spec, rest)
+        if served is not None:
+            return served
+    try:
+        install(site, first)
+    except CannotHave as exc:
+        print(f"sm12x.mock.wheel_python: error: {exc}", file=sys.stderr)
+        return 2
+    if how == "-m":
+        run_module(version, patched, what, rest)
     else:
         sys.argv = ["-c", *rest]
         exec(compile(what, "<string>", "exec"), {"__name__": "__main__"})

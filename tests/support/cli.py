@@ -47,6 +47,8 @@ from typing import IO
 
 import yaml
 
+from tests.support import forkservers
+
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 120
 # The interpreter's own finders, before any test adds one (tests/conftest.py
@@ -73,6 +75,9 @@ def run_sm12x(
         "LANG": "C.UTF-8",
         # No .env unless the test names one (--env-file or its own SM12X_ENV_FILE).
         "SM12X_ENV_FILE": os.devnull,
+        # the session's zygotes (tests/support/forkservers.py): bench's and tune's
+        # runs of sglang's code from its wheel fork instead of importing again
+        **forkservers.passed(),
     }
     full_env = {**base, **(env or {})}
     where = cwd or ROOT
