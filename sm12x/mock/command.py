@@ -412,13 +412,19 @@ def run(args: argparse.Namespace) -> int:
 
 def serve(args, faults, version: str, patched: bool, host: str, port: int, key) -> int:
     # The test suite's many mock starts fork from one import (sm12x.mock.forkserver).
-    what = {"version": version, "patched": patched, "source": args.sglang_source, "line": args.line}
+    # (Never from a test's own process: the in-process CLI.)
     payload = base64.b64encode(pickle.dumps((args, faults, host, port, key))).decode()
-    spec = {"setup": f"{__name__}:preload", "run": f"{__name__}:serve_forked", "args": what}
+    spec = forkserver_spec(version, patched, args.sglang_source, args.line)
     served = None if "pytest" in sys.modules else forkserver.run(spec, [payload])
     if served is not None:
         return served
     return _serve(args, faults, version, patched, host, port, key)
+
+
+def forkserver_spec(version: str, patched: bool, source: str, line: str) -> dict:
+    """What a zygote imports and runs for a mock of this code (sm12x.mock.forkserver)."""
+    what = {"version": version, "patched": patched, "source": source, "line": line}
+    return {"setup": f"{__name__}:preload", "run": f"{__name__}:serve_forked", "args": what}
 
 
 def preload(version: str, patched: bool, source: str, line: str) -> None:

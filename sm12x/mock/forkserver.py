@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 ENV = "SM12X_MOCK_FORKSERVER"
-IDLE_S = 900
+IDLE_S = 300  # each holds torch and sglang: a kind's runs come close together
 POLL_S = 2.0
 CONNECT_S = 5.0
 RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
@@ -73,8 +73,9 @@ KNOWN_SCANS: dict[tuple[str, str], str | None] = {
     ("sglang/srt/environ.py", "_handle_deprecated_envs"): "SGL_",  # 0.5.23
     # (3.11 runs the comprehension in _set_configs_from_environment as a frame)
     ("networkx/utils/backends.py", "<dictcomp>"): "NETWORKX_BACKEND_PRIORITY",
-    # Copied whole at import into BaseCGIHandler.os_environ, which only wsgiref's
-    # CGIHandler reads (a CGI script's server), and nothing here runs one: no input.
+    # Copied whole at import into BaseHandler.os_environ, the start of each request's
+    # environ in wsgiref's WSGI servers (prometheus_client imports it for its
+    # start_http_server); what the zygotes run serves over uvicorn and starts none.
     ("wsgiref/handlers.py", "read_environ"): None,
 }
 
@@ -183,6 +184,35 @@ def _log(folder: Path, line: str) -> None:
         log.write(f"{time.strftime('%H:%M:%S')} {os.getpid()} {line}\n")
 
 
+def variant_of(base: str, record: Mapping[str, Any], env: Mapping[str, str]) -> str:
+    """The key of the zygote for env among those of one kind (base): the values of
+    what an import of that kind read (record: a ready zygote's reads and scans)."""
+    data = {
+        "base": base,
+        "reads": {name: env.get(name) for name in record["reads"]},
+        "prefixes": {prefix: _with(prefix, env) for prefix in record["prefixes"]},
+        "whole": dict(env) if record["scans"] else None,
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _record(home: Path, base: str) -> dict[str, Any] | None:
+    """What the first zygote of this kind read while importing, once it has."""
+    try:
+        return json.loads((home / f"{base}.reads.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def keys(home: Path, spec: Mapping[str, Any], env: Mapping[str, str]) -> tuple[str, str]:
+    """(the run's kind, the key of the zygote that may serve it). Until a zygote of
+    the kind has imported, what the import reads is unknown and the key is the
+    kind's; its first zygote then listens at the key of its own values."""
+    base = key_of(spec, env)
+    record = _record(home, base)
+    return base, base if record is None else variant_of(base, record, env)
+
+
 def run(spec: Mapping[str, Any], argv: list[str]) -> int | None:
     """Run `spec`'s entry with argv in a child of its zygote; the exit code, or None
     where no zygote serves it (then the caller runs it itself, as always)."""
@@ -191,41 +221,51 @@ def run(spec: Mapping[str, Any], argv: list[str]) -> int | None:
         return None
     home = Path(folder)
     env = dict(os.environ)
-    key = key_of(spec, env)
-    path = home / f"{key}.sock"
+    base, key = keys(home, spec, env)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(CONNECT_S)
     try:
-        conn.connect(str(path))
+        conn.connect(str(home / f"{key}.sock"))
     except OSError:
         conn.close()
-        _start(home, key, spec)
+        _start(home, base, key, spec)
         return None
     with conn:
-        return _served(conn, home, env, argv)
+        return _served(conn, home, key, env, argv)
 
 
-def _start(home: Path, key: str, spec: Mapping[str, Any]) -> None:
-    """Start the key's zygote, once: whoever creates its lock file starts it."""
+def _start(home: Path, base: str, key: str, spec: Mapping[str, Any]) -> None:
+    """Start the key's zygote at the key's second run (a key seen once, a test's
+    own environment, is not worth an import of its own), and only once: whoever
+    creates its lock file starts it."""
+    seen = home / f"{key}.seen"
     try:
-        fd = os.open(home / f"{key}.lock", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        os.close(os.open(seen, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return
+    except FileExistsError:
+        pass
     except OSError:
         return
-    os.close(fd)
+    try:
+        os.close(os.open(home / f"{key}.lock", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except OSError:
+        return
     log = open(home / f"{key}.log", "ab")  # noqa: SIM115 - the zygote's own stderr
     with log:
         subprocess.Popen(
-            [sys.executable, __file__, str(home), key, json.dumps(spec)],
+            [sys.executable, __file__, str(home), base, json.dumps(spec)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
             cwd=home,
             start_new_session=True,  # not in the run's process group: it outlives the run
         )
-    _log(home, f"started the zygote {key} for {json.dumps(spec)}")
+    _log(home, f"started a zygote for {key} of {base}: {json.dumps(spec)}")
 
 
-def _served(conn: socket.socket, home: Path, env: dict[str, str], argv: list[str]) -> int | None:
+def _served(
+    conn: socket.socket, home: Path, key: str, env: dict[str, str], argv: list[str]
+) -> int | None:
     life_read, life_write = os.pipe()
     # What this process ignores (a shell's background job ignores SIGINT) its child
     # ignores, as it would have inherited across exec.
@@ -243,6 +283,7 @@ def _served(conn: socket.socket, home: Path, env: dict[str, str], argv: list[str
         os.close(life_write)
         return None
     pid = answer["pid"]
+    _log(home, f"served by {key}'s child {pid}")
 
     def relay(signum: int, _frame: object) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -272,7 +313,7 @@ def _entry(name: str) -> Any:
     return getattr(importlib.import_module(module), function)
 
 
-def serve(home: Path, key: str, spec: dict[str, Any]) -> int:
+def serve(home: Path, base: str, spec: dict[str, Any]) -> int:
     before = dict(os.environ)
     recorder = RecordingEnviron(os.environ)
     real = os.environ
@@ -301,6 +342,15 @@ def serve(home: Path, key: str, spec: dict[str, Any]) -> int:
              "scans": recorder.scans, "prefixes": sorted(recorder.prefixes), "env": before}  # fmt: skip
     sys.stdout.flush()
     sys.stderr.flush()
+    # The kind's first zygote writes what its import read: the runs' keys are made of
+    # those variables' values (a later one's own reads still decide whom it serves).
+    record = _record(home, base)
+    if record is None:
+        record = {k: hello[k] for k in ("reads", "scans", "prefixes")}
+        partial_record = home / f"{base}.reads.{os.getpid()}"
+        partial_record.write_text(json.dumps(record))
+        partial_record.replace(home / f"{base}.reads.json")
+    key = variant_of(base, record, before)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     partial = home / f"{key}.sock.{os.getpid()}"
     listener.bind(str(partial))

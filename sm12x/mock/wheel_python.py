@@ -160,6 +160,12 @@ def prepare(module: str) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+def forkserver_spec(version: str, patched: bool, module: str) -> dict:
+    """What a zygote imports and runs for `module` (sm12x.mock.forkserver)."""
+    args = {"version": version, "patched": patched, "module": module}
+    return {"setup": f"{MODULE}:preload", "run": f"{MODULE}:run_module", "args": args}
+
+
 def preload(version: str, patched: bool, module: str) -> None:
     """A zygote's import (sm12x.mock.forkserver): all that running `module` imports."""
     install(*site_for(version, patched))
@@ -193,9 +199,7 @@ def main(argv: list[str]) -> int:
         return 2
     if how == "-m":
         # The test suite's many runs fork from one import (sm12x.mock.forkserver).
-        args = {"version": version, "patched": patched, "module": what}
-        spec = {"setup": f"{MODULE}:preload", "run": f"{MODULE}:run_module", "args": args}
-        served = forkserver.run(spec, rest)
+        served = forkserver.run(forkserver_spec(version, patched, what), rest)
         if served is not None:
             return served
     try:

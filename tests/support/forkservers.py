@@ -33,9 +33,26 @@ def start() -> None:
 
 
 def stop() -> None:
+    """Remove the folder (its zygotes end), saying how many runs were forked."""
     for folder in _MADE:
+        print(summary(folder))
         shutil.rmtree(folder, ignore_errors=True)
     _MADE.clear()
+
+
+def summary(folder: str) -> str:
+    try:
+        with open(os.path.join(folder, "forkserver.log")) as log:
+            lines = log.read().splitlines()
+    except OSError:
+        lines = []
+    started = sum(" started a zygote " in line for line in lines)
+    served = sum(" served by " in line for line in lines)
+    refused = sum(" not served: " in line for line in lines)
+    return (
+        f"forked runs ({ENV}): {served} served by {started} zygotes, "
+        f"{refused} refused by one (their environment differed)"
+    )
 
 
 def passed() -> dict[str, str]:
