@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import hashlib
 import importlib
 import json
@@ -224,12 +225,17 @@ def run(spec: Mapping[str, Any], argv: list[str]) -> int | None:
     base, key = keys(home, spec, env)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(CONNECT_S)
+    # A socket's path has at most 107 bytes, and a test's folder is longer: the
+    # path through this process's own fd of the folder is short whatever it is.
+    folder_fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        conn.connect(str(home / f"{key}.sock"))
+        conn.connect(f"/proc/self/fd/{folder_fd}/{key}.sock")
     except OSError:
         conn.close()
         _start(home, base, key, spec)
         return None
+    finally:
+        os.close(folder_fd)
     with conn:
         return _served(conn, home, key, env, argv)
 
@@ -342,6 +348,10 @@ def serve(home: Path, base: str, spec: dict[str, Any]) -> int:
              "scans": recorder.scans, "prefixes": sorted(recorder.prefixes), "env": before}  # fmt: skip
     sys.stdout.flush()
     sys.stderr.flush()
+    # What the import made lives as long as any run: out of the collector's sight,
+    # so no child's collection walks (and so copies) the pages it shares with this.
+    gc.collect()
+    gc.freeze()
     # The kind's first zygote writes what its import read: the runs' keys are made of
     # those variables' values (a later one's own reads still decide whom it serves).
     record = _record(home, base)
@@ -353,7 +363,7 @@ def serve(home: Path, base: str, spec: dict[str, Any]) -> int:
     key = variant_of(base, record, before)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     partial = home / f"{key}.sock.{os.getpid()}"
-    listener.bind(str(partial))
+    listener.bind(partial.name)  # relative: this process works in home (the length limit)
     listener.listen(64)
     partial.replace(home / f"{key}.sock")  # connectable only once ready
     present = sorted(n for n, v in hello["reads"].items() if v is not None)
