@@ -28,7 +28,8 @@ holds tells the child when that process is gone, even killed, and the child
 is killed with it: no child outlives its run.
 
 A zygote ends when the folder's `owner` process is gone (the test session),
-when the folder is removed, or after IDLE_S without a run.
+when the folder is removed, or after IDLE_S without a run (IDLE_ENV's seconds,
+where set); a key whose zygote idled out gets a new one at its next two runs.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from typing import Any
 
 ENV = "SM12X_MOCK_FORKSERVER"
 IDLE_S = 300  # each holds torch and sglang: a kind's runs come close together
+IDLE_ENV = "SM12X_MOCK_FORKSERVER_IDLE_S"
 POLL_S = 2.0
 CONNECT_S = 5.0
 RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
@@ -278,12 +280,19 @@ def _served(
     ignored = [int(n) for n in RELAYED if signal.getsignal(n) == signal.SIG_IGN]
     request = {"env": env, "cwd": os.getcwd(), "argv": argv, "orig_argv": sys.orig_argv,
                "ignored": ignored}  # fmt: skip
+    reader = conn.makefile("rb")
     try:
         socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [0, 1, 2, life_read])
-    finally:
         os.close(life_read)
-    reader = conn.makefile("rb")
-    answer = json.loads(reader.readline() or b"{}")
+        life_read = -1
+        answer = json.loads(reader.readline() or b"{}")
+    except (OSError, ValueError) as exc:
+        # A zygote idling out as this connects, or too slow to answer: the run is
+        # its own (a child forked meanwhile dies as life_write closes, unrun).
+        answer = {"why": f"no answer ({exc!r})"}
+    finally:
+        if life_read >= 0:
+            os.close(life_read)
     if not answer.get("served"):
         _log(home, f"not served: {answer.get('why', 'no answer')}")
         os.close(life_write)
@@ -320,6 +329,10 @@ def _entry(name: str) -> Any:
 
 
 def serve(home: Path, base: str, spec: dict[str, Any]) -> int:
+    try:  # read before the recording: not an input of the import
+        idle_s = float(os.environ.get(IDLE_ENV) or IDLE_S)
+    except ValueError:
+        idle_s = IDLE_S
     before = dict(os.environ)
     recorder = RecordingEnviron(os.environ)
     real = os.environ
@@ -370,10 +383,13 @@ def serve(home: Path, base: str, spec: dict[str, Any]) -> int:
     print(f"ready: {len(hello['reads'])} reads (set: {present}), prefixes {hello['prefixes']}, "
           f"scans {hello['scans']}", flush=True)  # fmt: skip
     try:
-        return _loop(listener, home, key, spec, hello)
+        return _loop(listener, home, key, spec, hello, idle_s)
     finally:
-        with contextlib.suppress(OSError):
-            (home / f"{key}.sock").unlink()
+        # Its key starts afresh: the next two runs of it start a new zygote (the
+        # lock left behind would have kept the key unserved for the session).
+        for name in (f"{key}.sock", f"{key}.seen", f"{key}.lock"):
+            with contextlib.suppress(OSError):
+                (home / name).unlink()
 
 
 def _owner_alive(home: Path) -> bool:
@@ -384,7 +400,9 @@ def _owner_alive(home: Path) -> bool:
     return True
 
 
-def _loop(listener: socket.socket, home: Path, key: str, spec: dict, hello: dict) -> int:
+def _loop(
+    listener: socket.socket, home: Path, key: str, spec: dict, hello: dict, idle_s: float
+) -> int:
     chooser = selectors.DefaultSelector()
     chooser.register(listener, selectors.EVENT_READ, None)
     children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, conn)
@@ -410,7 +428,7 @@ def _loop(listener: socket.socket, home: Path, key: str, spec: dict, hello: dict
                 last = time.monotonic()
         if not _owner_alive(home):
             return 0
-        if not children and time.monotonic() - last > IDLE_S:
+        if not children and time.monotonic() - last > idle_s:
             return 0
 
 

@@ -174,6 +174,24 @@ def test_the_zygote_ends_with_its_owner(tmp_path):
         time.sleep(0.2)
 
 
+def test_a_key_whose_zygote_idled_out_gets_a_new_one(folder):
+    """An idle zygote ends; the key's next two runs start another, which serves.
+    Twice: the kind's first zygote is started under the kind's key, later ones
+    under the key of their values (the one whose lock outlived it)."""
+    idle = {forkserver.IDLE_ENV: "1"}  # not read by the import: the same key
+    for started in (1, 2, 3):
+        warm(folder, **idle)
+        assert log(folder).count("started a zygote") == started
+        served = demo(env_of(folder, **idle), "--exit", "3")
+        assert served.returncode == 3
+        assert " served by " in log(folder).splitlines()[-1], log(folder)
+        _, key = forkserver.keys(folder, _spec(), env_of(folder, **idle))
+        deadline = time.monotonic() + 10 * forkserver.POLL_S
+        while (folder / f"{key}.sock").exists():
+            assert time.monotonic() < deadline, "the zygote never idled out"
+            time.sleep(0.2)
+
+
 def test_unset_or_empty_nothing_is_started(tmp_path):
     env = {k: v for k, v in env_of(tmp_path).items() if k != forkserver.ENV}
     for extra in ({}, {forkserver.ENV: ""}):
