@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from sm12x.mock.server import free_port
+from tests.support import http_client
 from verify.boot import scan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,7 +109,7 @@ def test_healthy_boot_runs_the_checks_and_tears_down(tmp_path):
     assert "healthy after" in done.stdout
     assert "fired up" in (tmp_path / "boot.log").read_text()
     with pytest.raises(httpx.HTTPError):
-        httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+        http_client.get(f"http://127.0.0.1:{port}/health", timeout=2)
 
 
 def test_boot_deadline():

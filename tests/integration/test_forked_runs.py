@@ -22,6 +22,7 @@ import httpx
 from sm12x.mock import command, forkserver, wheel_python
 from sm12x.recipe.lines import DEFAULT_LINE
 from sm12x.versions import load_versions
+from tests.support import http_client
 
 ROOT = Path(__file__).resolve().parents[2]
 PINNED = load_versions("pinned")["SGLANG_VERSION"]
@@ -84,7 +85,7 @@ def start_mock(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
     while True:
         assert proc.poll() is None, proc.communicate()[0]
         try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+            if http_client.get(f"{url}/health", timeout=2).status_code == 200:
                 return proc, url
         except httpx.HTTPError:
             pass
@@ -99,7 +100,7 @@ def ask(url: str) -> dict:
         "max_tokens": 16,
         "temperature": 0,
     }
-    answer = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60).json()
+    answer = http_client.post(f"{url}/v1/chat/completions", json=body, timeout=60).json()
     return {
         "message": answer["choices"][0]["message"],
         "finish": answer["choices"][0]["finish_reason"],

@@ -20,6 +20,7 @@ import openai
 import pytest
 
 from sm12x.mock.server import free_port
+from tests.support import http_client
 
 ROOT = Path(__file__).resolve().parents[2]
 SM12X = Path(sys.executable).parent / "sm12x"
@@ -48,7 +49,7 @@ class Running:
         while True:
             assert self.proc.poll() is None, self.text()
             try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                if http_client.get(self.url + "/health", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -270,9 +271,11 @@ def test_every_route_but_health_and_metrics_needs_the_key(healthy):
             answer = httpx.request(method, healthy.url + path, headers=headers, json={}, timeout=10)
             assert answer.status_code == 401, (method, path, headers, answer.text)
     for path in ("/health", "/health_generate", "/metrics"):
-        assert httpx.get(healthy.url + path, timeout=10).status_code == 200, path
+        assert http_client.get(healthy.url + path, timeout=10).status_code == 200, path
     keyed = {"Authorization": f"Bearer {KEY}"}
-    assert httpx.get(healthy.url + "/server_info", headers=keyed, timeout=10).status_code == 200
+    assert (
+        http_client.get(healthy.url + "/server_info", headers=keyed, timeout=10).status_code == 200
+    )
 
 
 def test_a_request_body_over_the_cap_is_refused_before_it_is_read(healthy):
@@ -280,7 +283,7 @@ def test_a_request_body_over_the_cap_is_refused_before_it_is_read(healthy):
 
     keyed = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
     big = b"[" + b" " * (MAX_BODY + 1) + b"]"
-    answer = httpx.post(
+    answer = http_client.post(
         healthy.url + "/v1/chat/completions", headers=keyed, content=big, timeout=60
     )
     assert answer.status_code == 413, answer.text
@@ -289,7 +292,7 @@ def test_a_request_body_over_the_cap_is_refused_before_it_is_read(healthy):
         for _ in range(MAX_BODY // (1 << 20) + 2):
             yield b" " * (1 << 20)
 
-    answer = httpx.post(
+    answer = http_client.post(
         healthy.url + "/v1/chat/completions", headers=keyed, content=chunks(), timeout=60
     )
     assert answer.status_code == 413, answer.text
@@ -365,11 +368,11 @@ def test_ctrl_c_under_the_hang_fault_says_one_line_not_a_traceback(tmp_path):
         body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]}
         # One client gives up (as verify does at its timeout), one is still waiting.
         with pytest.raises(httpx.TimeoutException):
-            httpx.post(url + "/v1/chat/completions", json=body, timeout=1)
+            http_client.post(url + "/v1/chat/completions", json=body, timeout=1)
 
         def wait_on_it() -> None:
             with contextlib.suppress(httpx.HTTPError):
-                httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
+                http_client.post(url + "/v1/chat/completions", json=body, timeout=60)
 
         waiting = threading.Thread(target=wait_on_it, daemon=True)
         waiting.start()
@@ -389,7 +392,7 @@ def test_a_body_nested_past_the_limit_gets_400_in_one_line(healthy, opener):
     """Issue 45: a 100,000-deep body was HTTP 500 with a RecursionError."""
     keyed = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
     deep = opener * 100_000
-    answer = httpx.post(
+    answer = http_client.post(
         healthy.url + "/v1/chat/completions", headers=keyed, content=deep, timeout=60
     )
     assert answer.status_code == 400, answer.text

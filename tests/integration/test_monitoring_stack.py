@@ -24,7 +24,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
@@ -33,6 +32,7 @@ from sm12x.mock.app import MODEL_ID
 from sm12x.mock.server import free_port
 from sm12x.recipe import load_all
 from sm12x.versions import read_versions
+from tests.support import http_client
 from tests.support.compose import config
 from tests.support.router import Backend, Router, load, wait_until
 
@@ -298,12 +298,14 @@ class Prometheus:
         while the TSDB opens (seen under load)."""
 
         def ready() -> bool:
-            return httpx.get(self.url + "/-/ready", timeout=2).status_code == 200
+            return http_client.get(self.url + "/-/ready", timeout=2).status_code == 200
 
         wait_until(ready, timeout, "Prometheus ready")
 
     def query(self, expr: str) -> list:
-        body = httpx.get(self.url + "/api/v1/query", params={"query": expr}, timeout=10).json()
+        body = http_client.get(
+            self.url + "/api/v1/query", params={"query": expr}, timeout=10
+        ).json()
         assert body["status"] == "success", (expr, body)
         return body["data"]["result"]
 
@@ -364,7 +366,9 @@ def test_a_real_prometheus_scraping_the_mock_answers_every_panel(processes, tmp_
         raise AssertionError("no data for:\n" + "\n".join(missing)) from None
 
     # What the live router exports is in the table read from its binary.
-    live = set(re.findall(r"(?m)^(smg_[a-z0-9_]+)", httpx.get(router.metrics_url, timeout=5).text))
+    live = set(
+        re.findall(r"(?m)^(smg_[a-z0-9_]+)", http_client.get(router.metrics_url, timeout=5).text)
+    )
     allowed = monitoring.series_names()
     assert live and not {n for n in live if n not in allowed}, sorted(live - set(allowed))
 

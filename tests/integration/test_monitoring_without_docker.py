@@ -22,12 +22,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
 from sm12x.mock.app import MODEL_ID
 from sm12x.mock.server import free_port
 from tests.support import doc_commands as dc
+from tests.support import http_client
 from tests.support.router import Backend, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,7 +105,7 @@ def test_debian_prometheus_on_the_shipped_config_watches_the_mock_and_a_rig(tmp_
         )
 
     def query(expr: str) -> list:
-        body = httpx.get(
+        body = http_client.get(
             f"http://127.0.0.1:{prom_port}/api/v1/query", params={"query": expr}, timeout=10
         ).json()
         assert body["status"] == "success", body
@@ -119,7 +119,8 @@ def test_debian_prometheus_on_the_shipped_config_watches_the_mock_and_a_rig(tmp_
         started.procs.append(proc)
         wait_until(
             lambda: (
-                httpx.get(f"http://127.0.0.1:{prom_port}/-/ready", timeout=2).status_code == 200
+                http_client.get(f"http://127.0.0.1:{prom_port}/-/ready", timeout=2).status_code
+                == 200
             ),
             60,
             "Prometheus ready",

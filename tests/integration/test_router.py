@@ -30,6 +30,7 @@ import pytest
 
 from sm12x.deploy.router import HEALTH_FAILURE_THRESHOLD, HEALTH_SUCCESS_THRESHOLD
 from tests.integration.conftest import SMALL_SOAK, check, verdicts
+from tests.support import http_client
 from tests.support.cli import assert_one_clear_error, run_sm12x
 from tests.support.router import FAST_HEALTH, Backend, Router, load, wait_until
 
@@ -129,12 +130,12 @@ def test_without_metrics_url_spec_is_not_run_never_passed(healthy_three, verify)
 def test_the_router_answers_with_its_own_server_info(healthy_three):
     # What verify has to cope with behind sglang-router: no backend figures.
     rigs, router = healthy_three
-    info = httpx.get(router.url + "/get_server_info", timeout=5).json()
+    info = http_client.get(router.url + "/get_server_info", timeout=5).json()
     assert "workers_count" in info and "internal_states" not in info
-    assert httpx.get(router.url + "/server_info", timeout=5).status_code == 404
-    assert httpx.get(router.url + "/metrics", timeout=5).status_code == 404
+    assert http_client.get(router.url + "/server_info", timeout=5).status_code == 404
+    assert http_client.get(router.url + "/metrics", timeout=5).status_code == 404
     # Its own metrics are on the Prometheus port, one health gauge per rig.
-    metrics = httpx.get(router.metrics_url, timeout=5).text
+    metrics = http_client.get(router.metrics_url, timeout=5).text
     for rig in rigs:
         assert f'smg_worker_health{{worker="{rig.url}"}} 1' in metrics
 
@@ -278,11 +279,11 @@ def test_api_key_is_enforced_by_the_router_and_reaches_the_rigs(processes, tmp_p
         "messages": [{"role": "user", "content": "hello"}],
     }
     url = router.url + "/v1/chat/completions"
-    assert httpx.post(url, json=body, timeout=30).status_code == 401
+    assert http_client.post(url, json=body, timeout=30).status_code == 401
     wrong = {"Authorization": "Bearer sk-wrong"}
-    assert httpx.post(url, json=body, headers=wrong, timeout=30).status_code == 401
+    assert http_client.post(url, json=body, headers=wrong, timeout=30).status_code == 401
     right = {"Authorization": "Bearer sk-shared"}
-    assert httpx.post(url, json=body, headers=right, timeout=30).status_code == 200
+    assert http_client.post(url, json=body, headers=right, timeout=30).status_code == 200
     # The router checks keys itself: the rejected requests never reached the rig.
     assert router.successes().get(rigs[0].url, 0) == 1
     code, report = verify(
@@ -305,12 +306,14 @@ def test_api_key_is_enforced_by_the_router_and_reaches_the_rigs(processes, tmp_p
     # Kubernetes discovery adds pods, is served with the same key.
     late = processes(Backend(log=tmp_path / "late.log", api_key="sk-shared"))
     late.wait_ready()
-    added = httpx.post(router.url + "/workers", json={"url": late.url}, headers=right, timeout=10)
+    added = http_client.post(
+        router.url + "/workers", json={"url": late.url}, headers=right, timeout=10
+    )
     assert added.status_code in (200, 202), added.text
     wait_until(lambda: router.workers_health().get(late.url) is True, 60, "the added rig")
     rigs[0].stop()
     wait_until(lambda: router.workers_health()[rigs[0].url] is False, 60, "the first rig out")
-    assert httpx.post(url, json=body, headers=right, timeout=30).status_code == 200
+    assert http_client.post(url, json=body, headers=right, timeout=30).status_code == 200
     assert router.successes().get(late.url, 0) >= 1
 
 
@@ -337,7 +340,7 @@ def test_a_rig_joins_late_only_within_the_startup_timeout(processes, tmp_path):
     )
     for router in (patient, hasty):
         wait_until(
-            lambda r=router: httpx.get(r.url + "/liveness", timeout=1).status_code == 200,
+            lambda r=router: http_client.get(r.url + "/liveness", timeout=1).status_code == 200,
             30,
             "the router to listen",
         )
@@ -359,5 +362,5 @@ def test_a_rig_joins_late_only_within_the_startup_timeout(processes, tmp_path):
     # intervals after the patient router took it, the hasty one still has none.
     time.sleep(5)
     assert hasty.workers_health() == {}  # dropped for good
-    assert httpx.get(hasty.url + "/readiness", timeout=5).status_code == 503
+    assert http_client.get(hasty.url + "/readiness", timeout=5).status_code == 503
     print(f"late rig joined the patient router {joined_s:.1f} s after it was up")

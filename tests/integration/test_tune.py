@@ -35,6 +35,7 @@ from sm12x.recipe import load_recipe
 from sm12x.sps import tables as store
 from sm12x.tune import main as tune_main
 from sm12x.versions import default_track, load_versions, tracks
+from tests.support import http_client
 from tests.support import throughput as tp
 
 SGLANG = load_versions(default_track())["SGLANG_VERSION"]
@@ -469,14 +470,12 @@ def test_the_stand_in_pins_a_verify_budget_as_sglang_does(machine):
     or null, one `updated` per DP rank, any other key refused; a compact step then
     replays the smallest token bucket holding bs + int(frac x bs x gamma) (with a
     table loaded: without one compact verify verifies every row)."""
-    import httpx
-
     with MockServer(sps=with_table()) as server:
         url = f"{server.base_url}/set_internal_state"
         scheduler = server.app.state.scheduler
 
         def pin(args: dict) -> list:
-            return httpx.post(url, json={"server_args": args}, timeout=30).json()
+            return http_client.post(url, json={"server_args": args}, timeout=30).json()
 
         assert pin({"dspark_force_budget_frac": 1.5}) == [False] * DP
         assert pin({"pp_max_micro_batch_size": 8}) == [False] * DP

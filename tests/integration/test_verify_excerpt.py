@@ -18,6 +18,7 @@ import time
 import httpx
 
 from sm12x.mock.server import free_port
+from tests.support import http_client
 from tests.support.cli import ROOT
 
 README = (ROOT / "README.md").read_text()
@@ -79,7 +80,7 @@ def test_the_excerpt_is_what_its_commands_print(tmp_path):
         while True:
             assert server.poll() is None, server.stderr.read()
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                if http_client.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass

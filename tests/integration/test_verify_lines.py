@@ -15,6 +15,7 @@ import pytest
 from sm12x.mock.server import free_port
 from sm12x.versions import load_versions
 from tests.integration.conftest import SMALL_SOAK, check, verdicts
+from tests.support import http_client
 
 V41 = "rtx-pro-6000-tp8-v41"
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +50,7 @@ def v41():
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
             try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                if http_client.get(url + "/health", timeout=1).status_code == 200:
                     return SimpleNamespace(base_url=url)
             except httpx.HTTPError:
                 time.sleep(0.2)

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 
 from sm12x.mock.server import free_port
+from tests.support import http_client
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -31,7 +32,7 @@ def start_fake(*args: str, api_key: str | None = None) -> tuple[subprocess.Popen
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
+            if http_client.get(url + "/health", timeout=1).status_code == 200:
                 return proc, url
         except httpx.HTTPError:
             time.sleep(0.1)

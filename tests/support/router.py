@@ -28,6 +28,7 @@ import httpx
 
 from sm12x.mock.app import MODEL_ID
 from sm12x.mock.server import free_port
+from tests.support import http_client
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -107,7 +108,7 @@ class Backend:
         def up() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
                 raise AssertionError(f"mock server on {self.port} exited {self.proc.returncode}")
-            return httpx.get(self.url + "/health", timeout=1).status_code == 200
+            return http_client.get(self.url + "/health", timeout=1).status_code == 200
 
         wait_until(up, timeout, f"the mock server on port {self.port}")
         return self
@@ -166,7 +167,7 @@ class Router:
 
     def workers_health(self) -> dict[str, bool]:
         # With an API key the router guards /workers too.
-        body = httpx.get(self.url + "/workers", headers=self.headers, timeout=2).json()
+        body = http_client.get(self.url + "/workers", headers=self.headers, timeout=2).json()
         return {w["url"]: w["is_healthy"] for w in body["workers"]}
 
     def wait_ready(self, count: int, timeout: float = 60) -> float:
@@ -181,7 +182,7 @@ class Router:
     def outcomes(self, outcome: str) -> dict[str, int]:
         """Requests per worker with this outcome (success, failure), from the
         router's Prometheus metrics (its circuit breaker's counters)."""
-        text = httpx.get(self.metrics_url, timeout=2).text
+        text = http_client.get(self.metrics_url, timeout=2).text
         pattern = rf'smg_worker_cb_outcomes_total\{{worker="([^"]+)",outcome="{outcome}"\}} (\d+)'
         return {url: int(value) for url, value in re.findall(pattern, text)}
 

@@ -17,6 +17,7 @@ from sm12x import bounded
 from sm12x.apikey import read_key_file
 from sm12x.errors import UserError
 from sm12x.recipe.load import MAX_BYTES, MAX_DEPTH, load_recipe
+from tests.support import http_client
 from tests.support.cli import raw_recipe, run_sm12x
 from tests.support.local_http import LocalServer
 from verify.cli import MAX_FIELD, capped
@@ -217,11 +218,9 @@ def slow_server():
 
 
 def test_verify_deadline_ends_the_run_and_writes_the_reports(slow_server, tmp_path):
-    import httpx
-
     # Baseline, this run: one request to this server.
     start = time.monotonic()
-    httpx.post(f"{slow_server}/v1/chat/completions", json={}, timeout=30)
+    http_client.post(f"{slow_server}/v1/chat/completions", json={}, timeout=30)
     one = time.monotonic() - start
 
     deadline = 4 * one

@@ -13,6 +13,7 @@ import pytest
 from sm12x import fields
 from sm12x.http import redact
 from sm12x.http.transport import (
+    BoundedAsyncTransport,
     FailFast,
     Limits,
     LineReader,
@@ -20,6 +21,7 @@ from sm12x.http.transport import (
     TooLarge,
     auth_hint,
     request_kind,
+    tls,
 )
 from verify.runner import needed, plan
 
@@ -161,3 +163,29 @@ def test_a_request_to_a_silent_server_says_it_is_still_waiting(monkeypatch):
         r"GET /health: still waiting, no byte for \d+ s \(it gives up at the 1\.1 s stall limit\)"
     )
     assert all(shape.fullmatch(line) for line in lines), lines
+
+
+def test_one_tls_context_per_ca_bundle_verifying_as_httpx_s_own(monkeypatch, tmp_path):
+    import ssl
+
+    import certifi
+
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    shared = tls()
+    assert tls() is shared
+    own = httpx.create_ssl_context()  # what httpx makes for every client
+    assert (shared.verify_mode, shared.check_hostname) == (ssl.CERT_REQUIRED, True)
+    assert shared.get_ca_certs() == own.get_ca_certs() != []
+    # another bundle is another context, read from that bundle
+    pem = Path(certifi.where()).read_text()
+    first = pem[pem.index("-----BEGIN CERTIFICATE-----") :]
+    first = first[: first.index("-----END CERTIFICATE-----") + len("-----END CERTIFICATE-----")]
+    (tmp_path / "one.pem").write_text(first + "\n")
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "one.pem"))
+    other = tls()
+    assert other is not shared and len(other.get_ca_certs()) == 1
+    assert other.get_ca_certs() == httpx.create_ssl_context().get_ca_certs()
+    # the bounded transport's connections use it
+    pool = BoundedAsyncTransport(Limits())._inner._pool  # type: ignore[attr-defined]
+    assert pool._ssl_context is other
