@@ -85,10 +85,16 @@ def main(argv: list[str] | None = None) -> int:
                     return 130
     parser = build_parser()
     args = parser.parse_args(argv)
+    return ended(args.command, lambda: args._run(args))
+
+
+def ended(command: str, run: Callable[[], int]) -> int:
+    """run()'s exit code as `sm12x COMMAND` ends: a UserError is its one line and
+    its code, Ctrl-C is 130 (a mock start forked from a zygote ends the same way)."""
     try:
-        return args._run(args)
+        return run()
     except UserError as exc:
-        print(f"sm12x {args.command}: error: {exc.message}", file=sys.stderr)
+        print(f"sm12x {command}: error: {exc.message}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

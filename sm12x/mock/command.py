@@ -35,7 +35,7 @@ from pathlib import Path
 
 from sm12x import bounded, settings
 from sm12x.apikey import exposure_problem
-from sm12x.cli import Command
+from sm12x.cli import Command, ended
 from sm12x.errors import UserError
 from sm12x.fields import Count, NonNegativeFloat, PositiveFloat, option_type
 from sm12x.mock import forkserver
@@ -413,11 +413,12 @@ def run(args: argparse.Namespace) -> int:
 def serve(args, faults, version: str, patched: bool, host: str, port: int, key) -> int:
     # The test suite's many mock starts fork from one import (sm12x.mock.forkserver).
     # (Never from a test's own process: the in-process CLI.)
-    payload = base64.b64encode(pickle.dumps((args, faults, host, port, key))).decode()
-    spec = forkserver_spec(version, patched, args.sglang_source, args.line)
-    served = None if "pytest" in sys.modules else forkserver.run(spec, [payload])
-    if served is not None:
-        return served
+    if forkserver.enabled() and "pytest" not in sys.modules:
+        payload = base64.b64encode(pickle.dumps((args, faults, host, port, key))).decode()
+        spec = forkserver_spec(version, patched, args.sglang_source, args.line)
+        served = forkserver.run(spec, [payload])
+        if served is not None:
+            return served
     return _serve(args, faults, version, patched, host, port, key)
 
 
@@ -442,14 +443,7 @@ def serve_forked(version: str, patched: bool, source: str, line: str, argv: list
     """serve() in a zygote's child, with what the cli would make of its end."""
     del source, line  # the zygote's key
     args, faults, host, port, key = pickle.loads(base64.b64decode(argv[0]))  # noqa: S301 - ours
-    try:
-        code = _serve(args, faults, version, patched, host, port, key)
-    except UserError as exc:
-        print(f"sm12x {NAME}: error: {exc.message}", file=sys.stderr)
-        code = exc.exit_code
-    except KeyboardInterrupt:
-        code = 130
-    raise SystemExit(code)
+    raise SystemExit(ended(NAME, lambda: _serve(args, faults, version, patched, host, port, key)))
 
 
 def _serve(args, faults, version: str, patched: bool, host: str, port: int, key) -> int:

@@ -216,13 +216,18 @@ def keys(home: Path, spec: Mapping[str, Any], env: Mapping[str, str]) -> tuple[s
     return base, base if record is None else variant_of(base, record, env)
 
 
+def enabled() -> Path | None:
+    """The zygotes' folder where the variable names one (the test session's)."""
+    folder = os.environ.get(ENV)
+    return Path(folder) if folder and Path(folder).is_dir() else None
+
+
 def run(spec: Mapping[str, Any], argv: list[str]) -> int | None:
     """Run `spec`'s entry with argv in a child of its zygote; the exit code, or None
     where no zygote serves it (then the caller runs it itself, as always)."""
-    folder = os.environ.get(ENV)
-    if not folder or not Path(folder).is_dir():
+    home = enabled()
+    if home is None:
         return None
-    home = Path(folder)
     env = dict(os.environ)
     base, key = keys(home, spec, env)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
