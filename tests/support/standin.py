@@ -377,8 +377,23 @@ def shared_image(timer: Timer, os_tag: str) -> str:
 
 
 def _download(folder: Path, wanted: dict[str, str]) -> None:
+    """The wheels into folder, asking the index up to three times: in one run
+    pypi.org answered pip with a stale page for cython (no 3.3.2, a release 12
+    days old that uv had just resolved from the same index), and the whole
+    track's stand-in failed on it. A later try downloads only what is missing
+    (pip keeps the files already in folder)."""
     folder.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(
+    for attempt in range(3):
+        if attempt:
+            time.sleep(30)
+        proc = _pip_download(folder, wanted)
+        if proc.returncode == 0:
+            return
+    raise RuntimeError(f"pip download failed:\n{containers.tail(proc.stdout + proc.stderr)}")
+
+
+def _pip_download(folder: Path, wanted: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -399,8 +414,6 @@ def _download(folder: Path, wanted: dict[str, str]) -> None:
         text=True,
         timeout=calibrate.scaled(3600),
     )
-    if proc.returncode != 0:
-        raise RuntimeError(f"pip download failed:\n{containers.tail(proc.stdout + proc.stderr)}")
 
 
 FAKE_CUOBJDUMP = Path(__file__).resolve().parent / "fake_cuobjdump"
