@@ -53,6 +53,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -1081,8 +1082,13 @@ class ReaderVenv:
 
 
 @pytest.fixture(scope="module")
-def reader_venv(tmp_path_factory) -> ReaderVenv:
-    return ReaderVenv(tmp_path_factory.mktemp("reader"))
+def reader_venv(tmp_path_factory) -> Iterator[ReaderVenv]:
+    """Removed with the module: a module's folders outlive it until the session
+    ends (pytest's retention keeps them), and this one holds torch, lm-eval and
+    the rest (2.5 GB), which would stay on the disk for the whole run."""
+    folder = tmp_path_factory.mktemp("reader")
+    yield ReaderVenv(folder)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def run_install(command: dc.Command, how: Install, tmp_path: Path, venv: Path) -> None:
