@@ -368,6 +368,7 @@ def shared_image(timer: Timer, os_tag: str) -> str:
             (context / "Dockerfile").write_text(SHARED_DOCKERFILE)
             _download(context / "wheels", pins)
             proc = containers.build(context, tag, {"OS_IMAGE": os_tag}, network="none")
+        containers.forget_contexts()
         if proc.returncode != 0:
             raise RuntimeError(
                 f"building the stand-in's shared layer failed:\n{containers.tail(proc.stderr)}"
@@ -500,6 +501,7 @@ def _build_image(
             {"OS_IMAGE": os_tag, "SHAPE": shape(track), "PREBAKED": PREBAKED, "VENV_BIN": venv_bin},
             network="none",
         )
+    containers.forget_contexts()
     if proc.returncode != 0:
         raise RuntimeError(f"building the stand-in failed:\n{containers.tail(proc.stderr)}")
     timer.step("standin-build", started)
