@@ -147,8 +147,13 @@ def test_make_s_setup_without_docker_asks_for_the_disk_it_uses(tmp_path):
     assert not (tmp_path / ".cache" / "venv").exists()
 
 
-def test_a_full_run_still_asks_for_30_gb(tmp_path):
-    """scripts/test itself, with the daemon and the stand-in bases: README's 30 GB."""
-    done = run_in(tmp_path, ["scripts/test", "--co", "-q"], on_a_disk(tmp_path, 29))
+def test_a_full_run_asks_for_its_measured_peak(tmp_path):
+    """scripts/test itself, with the daemon and the stand-in bases: the cold
+    run's measured peak, as README says it (test_readme holds the two equal).
+    It was 30 GB until a CI machine with 24 GB free was refused while the run
+    peaked at about 22 (docs/benchmarks.md, "The disk a cold run needs")."""
+    need = int(re.search(r"else need=(\d+); fi", (ROOT / "scripts" / "test").read_text())[1])
+    done = run_in(tmp_path, ["scripts/test", "--co", "-q"], on_a_disk(tmp_path, need - 1))
     assert done.returncode == 1
-    assert "only 29 GB free" in done.stderr and "needs about 30 GB" in done.stderr, done.stderr
+    assert f"only {need - 1} GB free" in done.stderr, done.stderr
+    assert f"needs about {need} GB" in done.stderr, done.stderr
