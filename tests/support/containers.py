@@ -129,11 +129,11 @@ def build(
 def forget_contexts() -> None:
     """Drop BuildKit's copies of the build contexts it was sent (its source.local
     records; what a build still uses stays). A stand-in's context is its
-    wheelhouse, which stays under $SM12X_CACHE/standin; BuildKit keeps a second
-    copy only to send a changed context faster, and the stand-ins are built once
-    per key: 1.0 GB of a cold run's disk for nothing (docs/benchmarks.md, "The
-    disk a cold run needs"). Cache hits do not depend on it: a step's cache key
-    is the content's checksum, computed again from a context sent afresh."""
+    wheelhouse; BuildKit keeps a copy only to send a changed context faster, and
+    the stand-ins are built once per key: 1.0 GB of a cold run's disk for
+    nothing (docs/benchmarks.md, "The disk a cold run needs"). Cache hits do not
+    depend on it: a step's cache key is the content's checksum, computed again
+    from a context sent afresh."""
     docker("builder", "prune", "--force", "--filter", "type=source.local", timeout=120)
 
 

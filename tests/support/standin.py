@@ -168,10 +168,14 @@ def _say(message: str) -> None:
     print(f"[standin] {message}", file=sys.stderr, flush=True)
 
 
+def os_tag() -> str:
+    """The OS layer's tag, from what it is made of (nothing is built)."""
+    return f"sm12x-standin-os:{_key(RECIPE_VERSION, SUITE, MIRROR, INCLUDE, 'minbase', platform.machine())}"
+
+
 def os_image(timer: Timer) -> str:
-    arch = platform.machine()
-    key = _key(RECIPE_VERSION, SUITE, MIRROR, INCLUDE, "minbase", arch)
-    tag = f"sm12x-standin-os:{key}"
+    tag = os_tag()
+    key = tag.partition(":")[2]
     if containers.image_exists(tag):
         return tag
     with locked(f"os-{key}"):
@@ -278,14 +282,19 @@ def contents(track: str | None) -> dict[str, dict[str, str]]:
     return {"installed": installed, "left_out": skipped}
 
 
-def wheelhouse(timer: Timer, track: str | None = None) -> Path:
-    pins = load_versions(track)
-    sglang = pins["SGLANG_VERSION"]
+def _house(track: str | None) -> tuple[Path, dict[str, str], str]:
+    """A track's wheelhouse folder (named by what it holds), the wheels it holds
+    and the sglang version; nothing is downloaded."""
+    sglang = load_versions(track)["SGLANG_VERSION"]
     wanted = {k: v for k, v in contents(track)["installed"].items() if k not in SHARED}
     key = _key(
         RECIPE_VERSION, sys.version_info[:2], platform.machine(), sorted(wanted.items()), sglang
     )
-    house = cache_dir() / f"wheels-{key}"
+    return cache_dir() / f"wheels-{key}", wanted, sglang
+
+
+def wheelhouse(timer: Timer, track: str | None = None) -> Path:
+    house, wanted, sglang = _house(track)
     if (house / ".complete").is_file():
         return house
     with locked(house.name):
@@ -352,11 +361,16 @@ def shared_key(os_tag: str, pins: dict[str, str]) -> str:
     return _key(RECIPE_VERSION, os_tag, sorted(pins.items()), SHARED_DOCKERFILE, platform.machine())
 
 
+def shared_tag(os_tag: str) -> str:
+    """The shared layer's tag, from what it is made of (nothing is built)."""
+    return f"sm12x-standin-shared:{shared_key(os_tag, shared_pins())}"
+
+
 def shared_image(timer: Timer, os_tag: str) -> str:
     """The OS layer plus SHARED, built once for both tracks (under a lock: the
     tracks' stand-ins are made side by side; the second waits, then finds it)."""
     pins = shared_pins()
-    tag = f"sm12x-standin-shared:{shared_key(os_tag, pins)}"
+    tag = shared_tag(os_tag)
     if containers.image_exists(tag):
         return tag
     with locked(tag.replace(":", "-")):
@@ -433,20 +447,28 @@ def image(timer: Timer | None = None, track: str | None = None) -> str:
     """The stand-in base of a track (default: the default track's), its tag (built if
     missing)."""
     timer = timer or Timer()
-    # The wheelhouse first: the track that waits for the other's OS and shared
-    # layers (made under their locks) downloads its wheels meanwhile.
-    house = wheelhouse(timer, track)
-    os_tag = shared_image(timer, os_image(timer))
-    sglang = load_versions(track)["SGLANG_VERSION"]
+    house, _, sglang = _house(track)
+    base = shared_tag(os_tag())
     requirements = closure.sglang_requirements(sglang)
-    key = image_key(os_tag, house.name, shape(track), requirements, uv_version())
+    key = image_key(base, house.name, shape(track), requirements, uv_version())
     tag = f"sm12x-standin:{key}"
     if containers.image_exists(tag):
         return tag
+    # The wheelhouse first: the track that waits for the other's OS and shared
+    # layers (made under their locks) downloads its wheels meanwhile.
+    wheelhouse(timer, track)
+    made = shared_image(timer, os_image(timer))
+    assert made == base, (made, base)
     with locked(f"standin-{key}"):
-        if containers.image_exists(tag):
-            return tag
-        return _build_image(timer, track, tag, os_tag, house, sglang)
+        if not containers.image_exists(tag):
+            _build_image(timer, track, tag, base, house, sglang)
+    # The stand-in holds these wheels installed, and its tag names the
+    # wheelhouse, so while it exists the wheels are never read again: keeping
+    # them cost a cold run 1.1 GB of its peak disk (both tracks). A rebuild
+    # (another key, a data root removed) downloads them again.
+    with locked(house.name):
+        shutil.rmtree(house, ignore_errors=True)
+    return tag
 
 
 def uv_version() -> str:
