@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,19 +135,21 @@ def report(totals: dict[str, list[float]], top: int) -> str:
     return "\n".join(lines)
 
 
+def stop_flag() -> Callable[[], bool]:
+    """A check that turns true once SIGTERM or SIGINT has come: the watchers
+    here and in tools/suite_disk.py sample until the run they watch has ended."""
+    stopped: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _: stopped.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, _: stopped.append(signum))
+    return lambda: bool(stopped)
+
+
 def watch(out: Path, interval: float) -> int:
     """Append each new process's command line to out until SIGTERM or SIGINT."""
-    stop = False
-
-    def halt(*_: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, halt)
-    signal.signal(signal.SIGINT, halt)
+    stopped = stop_flag()
     known: set[str] = set()
     with out.open("a") as sink:
-        while not stop:
+        while not stopped():
             alive = {p for p in os.listdir("/proc") if p.isdigit()}
             for pid in sorted(alive - known):
                 try:

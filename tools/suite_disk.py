@@ -23,12 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
+
+from tools.suite_cpu import stop_flag
 
 GB = 1 << 30
 
@@ -60,24 +61,17 @@ def sizes(folders: Iterable[Path]) -> dict[str, int]:
 
 
 def watch(out: Path, path: Path, folders: list[Path], interval: float, every: int) -> int:
-    stop = False
-
-    def end(*_: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, end)
-    signal.signal(signal.SIGINT, end)
+    stopped = stop_flag()
     count = 0
     with open(out, "a", buffering=1) as handle:
-        while not stop:
+        while not stopped():
             sample: dict[str, object] = {"t": time.time(), "used": used_bytes(path)}
             if count % every == 0:
                 sample["sizes"] = sizes(folders)
             handle.write(json.dumps(sample) + "\n")
             count += 1
             deadline = time.monotonic() + interval
-            while not stop and time.monotonic() < deadline:
+            while not stopped() and time.monotonic() < deadline:
                 time.sleep(min(0.5, interval))
     return 0
 
