@@ -25,8 +25,9 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 py=${PYTHON:-$here/.cache/venv/bin/python}
 
 prepare() {
-  dest=$1
-  mkdir -p "$dest"
+  # Absolute: the copies below run from inside each unpacked tree.
+  mkdir -p "$1"
+  dest=$(cd "$1" && pwd)
   cp "$here/tests/patch/context_limit_probe.py" "$dest/probe.py"
   (cd "$here" && "$py" -c "
 import json, sys
