@@ -54,6 +54,32 @@ def _literal(node: ast.expr) -> bool:
     return True
 
 
+def _imported_constants(tree: ast.Module, version: str) -> list[ast.stmt]:
+    """The literal module-level constants serving.py imports from sglang's own
+    modules (0.5.23's GOODPUT_SLO_METRICS, from sglang.benchmark.goodput), read
+    from the same wheel."""
+    found: list[ast.stmt] = []
+    with zipfile.ZipFile(wheels.wheel("sglang", version)) as archive:
+        names = set(archive.namelist())
+        for node in tree.body:
+            if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang.")):
+                continue
+            wanted = {a.name for a in node.names if a.asname is None}
+            base = (node.module or "").replace(".", "/")
+            path = next((p for p in (f"{base}.py", f"{base}/__init__.py") if p in names), None)
+            if path is None:
+                continue
+            source = ast.parse(archive.read(path).decode())
+            found += [
+                n
+                for n in source.body
+                if isinstance(n, ast.Assign)
+                and _literal(n.value)
+                and any(isinstance(t, ast.Name) and t.id in wanted for t in n.targets)
+            ]
+    return found
+
+
 def real_parser(version: str) -> argparse.ArgumentParser:
     tree = ast.parse(serving_source(version))
     cli = _function(tree, "cli_main")
@@ -75,15 +101,19 @@ def real_parser(version: str) -> argparse.ArgumentParser:
         returns=None,
         type_params=[],
     )
+    # The argument types and actions the parser names (_finite_positive_float,
+    # 0.5.23's _goodput_slo, ...): every plain module-level function, whose body
+    # runs only when called, and the one action class.
     helpers = [
         n
         for n in tree.body
-        if isinstance(n, (ast.FunctionDef, ast.ClassDef))
-        and n.name in ("_finite_positive_float", "LoRAPathAction")
+        if (isinstance(n, ast.FunctionDef) and not n.decorator_list and n.name != "cli_main")
+        or (isinstance(n, ast.ClassDef) and n.name == "LoRAPathAction")
     ]
     # Module-level constants the parser's defaults use (e.g. a timeout).
     constants = [n for n in tree.body if isinstance(n, ast.Assign) and _literal(n.value)]
-    module = ast.Module(body=[*constants, *helpers, build], type_ignores=[])
+    imported = _imported_constants(tree, version)
+    module = ast.Module(body=[*imported, *constants, *helpers, build], type_ignores=[])
     ast.fix_missing_locations(module)
     namespace: dict = {
         "argparse": argparse,
