@@ -131,6 +131,15 @@ def _module_order(items) -> dict[str, tuple]:
     return {m: (rank.get(m, len(FIRST)), -measured.get(m, 0.0), -n, m) for m, n in count.items()}
 
 
+def pytest_collectreport(report):
+    # A test file that skips itself at import (tests/gpu without a GPU) has no
+    # items: tests/support/session.py still counts it as collected.
+    if report.skipped and report.nodeid.endswith(".py"):
+        from tests.support import session
+
+        session.skipped_files.add(report.nodeid)
+
+
 def pytest_collection_modifyitems(config, items):
     _mark_tiers(items)
     if hasattr(config, "workerinput"):  # an xdist worker: the order the scheduler hands out

@@ -75,10 +75,13 @@ PY = sys.executable
 
 @dataclass(frozen=True)
 class Run:
-    """Run as written, from the repository root; `ok` are the accepted exit codes."""
+    """Run as written, from the repository root; `ok` are the accepted exit codes;
+    `cache`: with the suite's SM12X_CACHE, for a command that reads what
+    scripts/test's setup fetched there."""
 
     why: str = ""
     ok: tuple[int, ...] = (0,)
+    cache: bool = False
 
 
 @dataclass(frozen=True)
@@ -118,13 +121,69 @@ class OnBundle:
     why: str
 
 
+@dataclass(frozen=True)
+class InSuite:
+    """Run by other tests of this same suite, not by this one: `tests` are what
+    runs the command's work there, each a test file, `file::test`, a folder
+    (every test file in it) or `-m MARKER`. The claim is checked, not taken: each
+    must exist in the checkout, and this session must have collected it (a run
+    of part of the suite, one file or `-k`, skips saying which is missing).
+    `steps`, "module:function", names the function the covering test takes its
+    commands from, as the document writes them: this command must be one of them.
+    """
+
+    why: str
+    tests: tuple[str, ...]
+    steps: str = ""
+
+
+@dataclass(frozen=True)
+class InCheckout:
+    """A step of a GPU benchmark that runs on this machine (preparing trees from
+    the suite's own wheels): run as written in a folder laid out as the checkout
+    (the repository's entries linked, `.cache` the suite's SM12X_CACHE), after
+    `after`, the commands above it in the same document whose output it reads.
+    `made` are the paths (relative to that folder) it must leave."""
+
+    why: str
+    made: tuple[str, ...]
+    after: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class OnSite:
+    """`scripts/apply-patches --site-packages /tmp/site` as the GPU benchmark's
+    setup writes it: the site is this test's own folder holding what the prose
+    above the command installs there (sglang and flashinfer-python at the pinned
+    track's versions, unpacked as `pip install --no-deps --target` does), and
+    the series must apply, then check, on it."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class BenchArgs:
+    """The argv `sm12x bench` hands sglang.benchmark.serving (docs/bench.md shows
+    it with URL and OUT placeholders): parsed by each track's own parser (rebuilt
+    from the wheel's `cli_main`, tests/support/bench_cli.py), which must accept
+    every flag and value."""
+
+    why: str
+
+
 GPU = "needs an sm_12x GPU rig and the checkpoint"
 REGISTRY = "needs the published image (a registry: none is reachable from CI)"
 GPU_BENCH = "a GPU benchmark's setup (docs/benchmarks.md says on which machine)"
 WITHOUT_DOCKER = (
-    "a step of Prometheus without Docker: tests/integration/test_monitoring_without_docker.py "
-    "runs the section in order, as written but for free ports, against the mock server"
+    "a step of Prometheus without Docker: the section runs in order, as written but for "
+    "free ports and HOME, against the mock server"
 )
+MONITORING_TEST = (
+    "tests/integration/test_monitoring_without_docker.py::"
+    "test_debian_prometheus_on_the_shipped_config_watches_the_mock_and_a_rig"
+)
+MONITORING_STEPS = "tests.integration.test_monitoring_without_docker:steps_run_here"
+STATES = ("pristine", "patched")
 
 # docs/qualify.md's sm12x commands that stop at --explain (their flags and
 # settings checked by the real parser), each with why it cannot run here; every
@@ -135,9 +194,11 @@ EXPLAIN_ONLY = {
     "--url command above it, and tests/integration/test_qualify.py's boot-command chain)",
 }
 
-CLASSIFIED: dict[str, Run | Help | NotHere | OnBundle] = {
+How = Run | Help | NotHere | OnBundle | Install | InSuite | InCheckout | OnSite | BenchArgs
+
+CLASSIFIED: dict[str, How] = {
     # README.md
-    "scripts/test": NotHere("the test suite itself (this test runs inside it); .ci/run runs it"),
+    "scripts/test": InSuite("the test suite itself: this session, when it is whole", ("tests/",)),
     "hf download deepseek-ai/DeepSeek-V4-Flash-0731 --revision "
     "9e165c30e2704aec5d9d593cce3eebd58bbef1cb --local-dir /srv/models/DeepSeek-V4-Flash-0731": NotHere(
         "downloads the 150 GB checkpoint (test_readme checks the revision is the recipes')"
@@ -149,7 +210,7 @@ CLASSIFIED: dict[str, Run | Help | NotHere | OnBundle] = {
         "sys.exit(0 if shutil.which('sm12x') else 'no sm12x on PATH')",
         own="matplotlib",
     ),
-    ". .venv/bin/activate": NotHere("changes the reader's shell only"),
+    ". .venv/bin/activate": Run("the reader's shell: the venv's bin first on PATH"),
     "docker buildx bake image-amd64 --load": NotHere(
         "builds on sglang's real base image (Docker Hub) and flashinfer's index, neither "
         "reachable here: tests/integration/test_image.py builds the same Dockerfile on a "
@@ -159,17 +220,17 @@ CLASSIFIED: dict[str, Run | Help | NotHere | OnBundle] = {
     "python -m sglang.benchmark.serving --backend sglang --base-url URL --dataset-name "
     "random-ids --random-input-len 1024 --random-output-len 512 --random-range-ratio 1.0 "
     "--num-prompts 160 --max-concurrency 16 --output-file OUT/runs/c16.jsonl --tag "
-    "sm12x:c16:n160 --ready-check-timeout-sec 60": NotHere(
-        "what bench runs against a server; tests/integration/test_bench_process.py parses "
-        "this exact command with sglang's parser rebuilt from the wheels"
+    "sm12x:c16:n160 --ready-check-timeout-sec 60": BenchArgs(
+        "what bench runs against a server (tests/integration/test_bench_process.py runs "
+        "bench against the mock)"
     ),
     "digest=$(docker image inspect --format '{{index .RepoDigests 0}}' \"$(docker inspect "
     '--format \'{{.Image}}\' "$(docker compose ps -q auto)")")': NotHere(
         "needs the running container and a pulled image's registry digest"
     ),
     # docs/benchmarks.md
-    "scripts/apply-patches --site-packages /tmp/site": NotHere(
-        GPU_BENCH + "; tests/patch/test_apply_patches.py runs apply-patches on every wheel"
+    "scripts/apply-patches --site-packages /tmp/site": OnSite(
+        "the dispatch benchmark's setup, on the pinned track's wheels"
     ),
     "PYTHONPATH=/tmp/site:$PWD python3 -m pytest tests/gpu -q": NotHere(
         "needs a CUDA GPU (tests/gpu skips without one)"
@@ -183,12 +244,12 @@ CLASSIFIED: dict[str, Run | Help | NotHere | OnBundle] = {
     "pip download --no-deps --only-binary=:all: --python-version 3.12 --platform "
     "manylinux_2_28_x86_64 -d wheels apache-tvm-ffi==0.1.11": NotHere(GPU_BENCH),
     "benchmarks/dsv4_kernel_check.sh wheels out": NotHere("needs a CUDA GPU and nvcc"),
-    "python3 -m tests.support.kernel_wheels --download": NotHere(
-        "downloads 820 MB of sglang-kernel wheels; scripts/test runs it (setup_wheels)"
+    "python3 -m tests.support.kernel_wheels --download": Run(
+        "scripts/test's setup downloaded the 820 MB: here it checks each wheel's sha256 "
+        "and the CUDA tools, and fetches nothing",
+        cache=True,
     ),
-    "scripts/test -m kernels": NotHere(
-        "the kernels tier of the test suite (this test runs inside the suite)"
-    ),
+    "scripts/test -m kernels": InSuite("the kernels tier of the suite", ("-m kernels",)),
     "SM12X_JIT_EXTRA_INCLUDE=/usr/local/cuda/include python -m tools.jit_kernels --jobs 16 "
     "--budget 470 --keep run1.json": NotHere(
         "compiles the sm_12x JIT kernels of both tracks with nvcc from the kernels cache: "
@@ -208,20 +269,23 @@ CLASSIFIED: dict[str, Run | Help | NotHere | OnBundle] = {
         "test_resources.py runs its reading on all four"
     ),
     "benchmarks/dsv4_compact_check.sh --prepare .cache/wheels/sglang-0.5.17-*.whl "
-    ".cache/wheels/sglang-0.5.23-*.whl .devtrees": NotHere(
-        GPU_BENCH + "; tests/patch/test_apply_patches.py patches the same wheels with the "
-        "same script"
+    ".cache/wheels/sglang-0.5.23-*.whl .devtrees": InCheckout(
+        "the compact check's trees, made here for the GPU machine",
+        tuple(
+            f".devtrees/{v}-{s}/sglang/kernels/jit" for v in ("0.5.17", "0.5.23") for s in STATES
+        ),
     ),
     "benchmarks/dsv4_compact_check.sh .devtrees out": NotHere("needs a CUDA GPU and nvcc"),
-    "benchmarks/dsv4_compact_check.sh --prepare .cache/wheels/sglang-0.5.23-*.whl .devtrees": NotHere(
-        GPU_BENCH + "; tests/patch/test_apply_patches.py patches the same wheel with the "
-        "same script"
+    "benchmarks/dsv4_compact_check.sh --prepare .cache/wheels/sglang-0.5.23-*.whl .devtrees": InCheckout(
+        "the V4.1 check's trees, made here for the GPU machine",
+        tuple(f".devtrees/0.5.23-{s}/sglang/kernels/jit" for s in STATES),
     ),
     "benchmarks/dsv4_compact_check.sh --v41 .devtrees out": NotHere("needs a CUDA GPU and nvcc"),
     **{
         f"python benchmarks/dsv4_full_rank_check.py prepare .cache/wheels/sglang-{v}-*.whl "
-        f".devtrees/full-rank/{v}": NotHere(
-            GPU_BENCH + "; tests/patch/test_full_rank_compact.py runs the same prepare on the wheel"
+        f".devtrees/full-rank/{v}": InCheckout(
+            "the full-rank check's trees, made here for the GPU machine",
+            tuple(f".devtrees/full-rank/{v}/{s}" for s in STATES),
         )
         for v in ("0.5.17", "0.5.23")
     },
@@ -230,19 +294,24 @@ CLASSIFIED: dict[str, Run | Help | NotHere | OnBundle] = {
         f"out/full-rank-{v}.json.gz": NotHere("needs a CUDA GPU and nvcc")
         for v in ("0.5.17", "0.5.23")
     },
-    "python benchmarks/dsv4_full_rank_check.py chain-cpu --tree .devtrees/full-rank/0.5.23": NotHere(
-        "needs the prepared tree; tests/patch/test_full_rank_compact.py runs it on one it "
-        "prepares (wheels tier)"
+    "python benchmarks/dsv4_full_rank_check.py chain-cpu --tree .devtrees/full-rank/0.5.23": InCheckout(
+        "the CPU model's steps on the tree the line above it prepares",
+        (),
+        after=(
+            "python benchmarks/dsv4_full_rank_check.py prepare .cache/wheels/sglang-0.5.23-*.whl "
+            ".devtrees/full-rank/0.5.23",
+        ),
     ),
     "benchmarks/dsv4_context_limit_gpu.sh --prepare .devtrees/context-limit": NotHere(
-        GPU_BENCH + "; tests/patch/test_context_limit.py runs the same probe on the same "
-        "wheels, patched by the same script"
+        GPU_BENCH + "; about 55 CPU s (four probe runs that trace the imports); "
+        "tests/patch/test_context_limit.py runs the same probe on the same wheels, patched "
+        "by the same script"
     ),
     "SITE=/tmp/site benchmarks/dsv4_context_limit_gpu.sh --run .devtrees/context-limit out": NotHere(
         "needs a CUDA GPU and compute-sanitizer"
     ),
-    ".cache/venv/bin/python -m pytest tests/patch/test_context_limit.py -n 0": NotHere(
-        "part of the test suite this test runs in (wheels tier)"
+    ".cache/venv/bin/python -m pytest tests/patch/test_context_limit.py -n 0": InSuite(
+        "one module of the suite", ("tests/patch/test_context_limit.py",)
     ),
     ".cache/venv/bin/python benchmarks/router_overhead.py --json router-overhead.json": Help(
         "a benchmark (minutes, and timing needs an idle machine)"
@@ -256,8 +325,8 @@ CLASSIFIED: dict[str, Run | Help | NotHere | OnBundle] = {
     ),
     # docs/image.md
     "docker pull ghcr.io/sm12x/sm12x:0.1.0-pinned": NotHere(REGISTRY),
-    "scripts/test tests/integration/test_image.py": NotHere(
-        "part of the test suite this test runs in"
+    "scripts/test tests/integration/test_image.py": InSuite(
+        "one module of the suite", ("tests/integration/test_image.py",)
     ),
     "docker buildx bake image --push": NotHere("pushes to a registry; builds on the real base"),
     "docker build $(scripts/image-args --format flags) -t ghcr.io/sm12x/sm12x:0.1.0-pinned .": NotHere(
@@ -281,11 +350,14 @@ CLASSIFIED: dict[str, Run | Help | NotHere | OnBundle] = {
         REGISTRY + "; tests/integration/test_image.py reads the report of the image it builds"
     ),
     # docs/monitoring.md, "Without Docker: Debian's prometheus" (issue 43)
+    "sudo apt-get install -y prometheus": NotHere(
+        "installs a system package (sudo): scripts/test installs the same Debian prometheus "
+        "for the suite"
+    ),
+    "sudo systemctl disable --now prometheus": NotHere("no systemd runs here"),
     **{
-        text: NotHere(WITHOUT_DOCKER)
+        text: InSuite(WITHOUT_DOCKER, (MONITORING_TEST,), steps=MONITORING_STEPS)
         for text in (
-            "sudo apt-get install -y prometheus",
-            "sudo systemctl disable --now prometheus",
             "mkdir -p ~/sm12x-prometheus/targets",
             "cp -r deploy/monitoring/prometheus.yml deploy/monitoring/rules ~/sm12x-prometheus/",
             "echo '[{targets: [\"127.0.0.1:30000\"], labels: {rig: auto}}]' > "
@@ -309,10 +381,13 @@ CLASSIFIED: dict[str, Run | Help | NotHere | OnBundle] = {
     "mkdir -p results/rtx-pro-6000-tp2/2026-12-06-alice": OnBundle("makes the bundle's folder"),
     "cp qualify-rtx-pro-6000-tp2/*.json qualify-rtx-pro-6000-tp2/*.png "
     "results/rtx-pro-6000-tp2/2026-12-06-alice/": OnBundle("copies the bundle there"),
-    "python -m tools.regen": NotHere(
-        "rewrites the repository's generated files in place (README.md, docs/recipes.md); "
-        "the suite runs `python -m tools.regen --check`, and tests/integration/test_qualify.py"
-        "::test_the_support_matrix_follows_the_bundles renders both tables from a mock's bundle"
+    "python -m tools.regen": InSuite(
+        "rewrites the generated files in place: the suite regenerates each one and holds "
+        "it to the committed file, and renders both tables from a mock's bundle",
+        (
+            "tests/unit/test_generated.py::test_the_generated_files_are_fresh",
+            "tests/integration/test_qualify.py::test_the_support_matrix_follows_the_bundles",
+        ),
     ),
     # docs/scale-out.md
     "kubectl apply -f deploy/k8s/namespace.yaml": NotHere("needs a Kubernetes cluster"),
@@ -327,8 +402,8 @@ CLASSIFIED: dict[str, Run | Help | NotHere | OnBundle] = {
         "needs a Kubernetes cluster"
     ),
     # docs/streaming.md
-    "scripts/test tests/unit/test_dsv4_tokenizer.py": NotHere(
-        "part of the test suite this test runs in"
+    "scripts/test tests/unit/test_dsv4_tokenizer.py": InSuite(
+        "one module of the suite", ("tests/unit/test_dsv4_tokenizer.py",)
     ),
     ".cache/venv/bin/python scripts/stream-census --json census.json": Help(
         "the census takes minutes (tests/patch/test_stream_census.py runs a sample)"
@@ -1016,17 +1091,154 @@ def run_compose(words: list[str], cwd: Path, tmp_path: Path, bench_result: Path)
 
 
 def run_as_written(command: dc.Command, how: Run) -> None:
+    env = {"PATH": f"{Path(PY).parent}:/usr/bin:/bin", "HOME": "/tmp"}
+    if how.cache:
+        env["SM12X_CACHE"] = str(cache_folder())
     done = subprocess.run(
         ["bash", "-c", command.text],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
-        env={"PATH": f"{Path(PY).parent}:/usr/bin:/bin", "HOME": "/tmp"},
+        env=env,
         check=False,
     )
     assert done.returncode in how.ok, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
+
+
+def cache_folder() -> Path:
+    """The suite's SM12X_CACHE (scripts/test's setup fills it)."""
+    return Path(os.environ.get("SM12X_CACHE") or ROOT / ".cache")
+
+
+def run_activate(tmp_path: Path) -> None:
+    """`. .venv/bin/activate` in a shell, in a fresh venv: the venv's Python first
+    on PATH and VIRTUAL_ENV set, for the commands the reader types next."""
+    run_python_venv(tmp_path)
+    done = subprocess.run(
+        [
+            "bash",
+            "-c",
+            '. .venv/bin/activate && printf "%s\n" "$VIRTUAL_ENV" "$(command -v python)"',
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    venv = tmp_path / ".venv"
+    assert done.stdout.split() == [str(venv), str(venv / "bin" / "python")], done.stdout
+
+
+def run_in_suite(command: dc.Command, how: InSuite, request: pytest.FixtureRequest) -> None:
+    """The tests that run this command's work are real and in this session (InSuite)."""
+    from tests.support import session
+
+    gone = session.missing(how.tests, request.session.items, request.config.getini("markers"))
+    if how.steps:
+        import importlib
+
+        module, _, name = how.steps.partition(":")
+        texts = [step.text for step in getattr(importlib.import_module(module), name)()]
+        assert command.text in texts, f"{command.id}: {how.steps} does not run `{command.text}`"
+    if gone:
+        pytest.skip(
+            f"run by {', '.join(gone)}, which this session did not collect "
+            "(the whole suite does: scripts/test)"
+        )
+
+
+def checkout_with_cache(tmp_path: Path) -> Path:
+    """A folder laid out as the checkout: the repository's entries linked, and
+    `.cache` the suite's SM12X_CACHE (its wheels and venv)."""
+    home = tmp_path / "checkout"
+    home.mkdir()
+    for entry in ROOT.iterdir():
+        if entry.name not in (".cache", ".git", ".devtrees"):
+            (home / entry.name).symlink_to(entry)
+    (home / ".cache").symlink_to(cache_folder())
+    return home
+
+
+def run_in_checkout(command: dc.Command, how: InCheckout, tmp_path: Path) -> None:
+    home = checkout_with_cache(tmp_path)
+    above = [c.text for c in COMMANDS if c.doc == command.doc and c.line < command.line]
+    env = {
+        "PATH": f"{Path(PY).parent}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "SM12X_CACHE": str(cache_folder()),
+    }
+    for text in (*how.after, command.text):
+        assert text == command.text or text in above, f"{command.id}: `{text}` is not above it"
+        done = subprocess.run(
+            ["bash", "-c", text],
+            cwd=home,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+            check=False,
+        )
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (
+            text,
+            done.stdout[-2000:] + done.stderr[-3000:],
+        )
+    for path in how.made:
+        assert (home / path).is_dir(), f"{command.id}: made no {path}"
+    if not how.made:  # a report on stdout: the CPU model's chain, as JSON
+        report = json.loads(done.stdout)
+        assert report["cases"] and report["sglang"] in command.text, done.stdout[:300]
+
+
+def run_on_site(command: dc.Command, tmp_path: Path) -> None:
+    """OnSite: the pinned track's sglang and flashinfer-python unpacked into a
+    site-packages folder, the series applied by the documented command, then
+    `--check` on the same folder."""
+    from tests.support import trees
+
+    pins = load_versions()
+    site = tmp_path / "site"
+    trees.unpack_sglang(pins["SGLANG_VERSION"], site)
+    trees.unpack_flashinfer(pins["FLASHINFER_VERSION"], site)
+    env = {"PATH": f"{Path(PY).parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    for text in (command.text, command.text + " --check"):
+        done = subprocess.run(
+            ["bash", "-c", text.replace("/tmp/site", str(site))],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+            check=False,
+        )
+        assert done.returncode == 0, (text, done.stdout + done.stderr)
+
+
+def parse_bench_args(command: dc.Command) -> None:
+    """BenchArgs: the documented argv is the one sm12x bench builds for that
+    concurrency (sm12x.bench.runner.Spec), and every track's sglang parses it."""
+    from sm12x.bench.runner import MODULE, Spec
+    from sm12x.versions import tracks
+    from tests.support import bench_cli
+
+    words = command.words
+    built = Spec(base_url="URL", concurrency=16, num_prompts=160).argv(
+        "python", Path("OUT/runs/c16.jsonl")
+    )
+    assert words == built, f"docs: {words}\nbench: {built}"
+    argv = [w.replace("URL", "http://127.0.0.1:30000") for w in words[words.index(MODULE) + 1 :]]
+    for track in tracks():
+        parser = bench_cli.real_parser(load_versions(track)["SGLANG_VERSION"])
+        args = parser.parse_args(argv)
+        assert (args.max_concurrency, args.num_prompts, args.dataset_name) == (
+            16,
+            160,
+            "random-ids",
+        ), (track, args)
 
 
 def run_help(command: dc.Command) -> None:
@@ -1180,7 +1392,9 @@ def _param(command: dc.Command):
 
 @pytest.mark.wheels  # the stand-in serves through sglang's real serving code
 @pytest.mark.parametrize("command", [_param(c) for c in COMMANDS])
-def test_every_command_runs_or_says_why_not(command, tmp_path, bench_result, stand_in, reader_venv):
+def test_every_command_runs_or_says_why_not(
+    command, tmp_path, bench_result, stand_in, reader_venv, request
+):
     words = command.words
     how = CLASSIFIED.get(command.text)
     if by_rule(command):
@@ -1205,7 +1419,15 @@ def test_every_command_runs_or_says_why_not(command, tmp_path, bench_result, sta
     if isinstance(how, NotHere):
         assert len(how.why) > 10
         pytest.skip(f"not run here: {how.why}")
-    if isinstance(how, OnBundle):
+    if isinstance(how, InSuite):
+        run_in_suite(command, how, request)
+    elif isinstance(how, InCheckout):
+        run_in_checkout(command, how, tmp_path)
+    elif isinstance(how, OnSite):
+        run_on_site(command, tmp_path)
+    elif isinstance(how, BenchArgs):
+        parse_bench_args(command)
+    elif isinstance(how, OnBundle):
         run_on_bundle(command, tmp_path, stand_in)
     elif isinstance(how, Install):
         run_install(command, how, tmp_path, reader_venv.get())
@@ -1213,6 +1435,8 @@ def test_every_command_runs_or_says_why_not(command, tmp_path, bench_result, sta
         run_help(command)
     elif command.text == "python3 -m venv .venv":
         run_python_venv(tmp_path)
+    elif command.text == ". .venv/bin/activate":
+        run_activate(tmp_path)
     else:
         run_as_written(command, how)
 
@@ -1297,8 +1521,26 @@ def test_qualify_doc_runs_or_says_why():
                 f"{command.id}: runs for real, or is in EXPLAIN_ONLY with why not (not both)"
             )
         else:
-            assert isinstance(how, (OnBundle, NotHere)), command.id
+            assert isinstance(how, (OnBundle, NotHere, InSuite)), command.id
     assert set(EXPLAIN_ONLY) <= texts, set(EXPLAIN_ONLY) - texts
+
+
+def test_each_in_suite_claim_names_real_tests(request):
+    """Every InSuite entry names a test file, test, folder or marker the checkout
+    has (in any session, one file's included), and its `steps` function lists
+    the command: a renamed covering test fails here, not as a skip."""
+    import importlib
+
+    from tests.support import session
+
+    claims = [(c, h) for c in COMMANDS if isinstance(h := CLASSIFIED.get(c.text), InSuite)]
+    assert claims
+    for command, how in claims:
+        session.missing(how.tests, [], request.config.getini("markers"))
+        if how.steps:
+            module, _, name = how.steps.partition(":")
+            steps = getattr(importlib.import_module(module), name)()
+            assert command.text in [s.text for s in steps], command.id
 
 
 def test_classified_commands_are_in_the_docs():

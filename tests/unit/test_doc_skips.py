@@ -17,8 +17,9 @@ def test_it_lists_the_not_here_commands_and_nothing_that_runs():
             assert (command.text in listed) == (command.text in doc.EXPLAIN_ONLY), command.id
         else:
             assert (command.text in listed) == isinstance(how, doc.NotHere), command.id
-    # One each of a run command, an install and a skip, by name.
+    # One each of a run command, an install, a suite claim and a skip, by name.
     assert "python3 -m venv .venv" not in listed
     assert ".venv/bin/pip install -e '.[mock]'" not in listed
-    assert "scripts/test" in listed
+    assert "scripts/test" not in listed  # InSuite: this session, when whole
+    assert "docker pull ghcr.io/sm12x/sm12x:0.1.0-pinned" in listed
     assert sum("needs a Kubernetes cluster" in e["why"] for e in found) >= 1
