@@ -32,8 +32,11 @@ above the command in the same document.
   bundle that wrote, its file steps (OnBundle) on that bundle; what cannot
   run here stops at --explain with its reason (EXPLAIN_ONLY).
 - Everything else is in CLASSIFIED below (Run, Help, NotHere, Install,
-  OnBundle), by its exact text. A command in none fails the test: a new
-  command in a document needs a decision.
+  OnBundle, InCheckout, OnSite, BenchArgs, InSuite), by its exact text. A
+  command in none fails the test: a new command in a document needs a
+  decision. NotHere is the only skip in a whole run (tools/doc_skips.py lists
+  them); an InSuite command passes when the tests that do its work exist and
+  are in this session, and skips only in a run of part of the suite.
 
 Static checks hold for every command, run or not: repository paths exist,
 bake targets, pip extras, compose profiles and Kubernetes names are real.
@@ -143,7 +146,8 @@ class InCheckout:
     the suite's own wheels): run as written in a folder laid out as the checkout
     (the repository's entries linked, `.cache` the suite's SM12X_CACHE), after
     `after`, the commands above it in the same document whose output it reads.
-    `made` are the paths (relative to that folder) it must leave."""
+    `made` are the folders (relative to that folder) it must leave; with none,
+    it must print its report as JSON (the CPU model's chain)."""
 
     why: str
     made: tuple[str, ...]
