@@ -54,34 +54,35 @@ def _literal(node: ast.expr) -> bool:
     return True
 
 
-def _imported_constants(tree: ast.Module, version: str) -> list[ast.stmt]:
+def _imported_constants(tree: ast.Module, archive: zipfile.ZipFile) -> list[ast.stmt]:
     """The literal module-level constants serving.py imports from sglang's own
     modules (0.5.23's GOODPUT_SLO_METRICS, from sglang.benchmark.goodput), read
     from the same wheel."""
     found: list[ast.stmt] = []
-    with zipfile.ZipFile(wheels.wheel("sglang", version)) as archive:
-        names = set(archive.namelist())
-        for node in tree.body:
-            if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang.")):
-                continue
-            wanted = {a.name for a in node.names if a.asname is None}
-            base = (node.module or "").replace(".", "/")
-            path = next((p for p in (f"{base}.py", f"{base}/__init__.py") if p in names), None)
-            if path is None:
-                continue
-            source = ast.parse(archive.read(path).decode())
-            found += [
-                n
-                for n in source.body
-                if isinstance(n, ast.Assign)
-                and _literal(n.value)
-                and any(isinstance(t, ast.Name) and t.id in wanted for t in n.targets)
-            ]
+    names = set(archive.namelist())
+    for node in tree.body:
+        if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang.")):
+            continue
+        wanted = {a.name for a in node.names if a.asname is None}
+        base = (node.module or "").replace(".", "/")
+        path = next((p for p in (f"{base}.py", f"{base}/__init__.py") if p in names), None)
+        if path is None:
+            continue
+        source = ast.parse(archive.read(path).decode())
+        found += [
+            n
+            for n in source.body
+            if isinstance(n, ast.Assign)
+            and _literal(n.value)
+            and any(isinstance(t, ast.Name) and t.id in wanted for t in n.targets)
+        ]
     return found
 
 
 def real_parser(version: str) -> argparse.ArgumentParser:
-    tree = ast.parse(serving_source(version))
+    with zipfile.ZipFile(wheels.wheel("sglang", version)) as archive:  # opened once
+        tree = ast.parse(archive.read(SERVING).decode())
+        imported = _imported_constants(tree, archive)
     cli = _function(tree, "cli_main")
     body = []
     for stmt in cli.body:
@@ -112,7 +113,6 @@ def real_parser(version: str) -> argparse.ArgumentParser:
     ]
     # Module-level constants the parser's defaults use (e.g. a timeout).
     constants = [n for n in tree.body if isinstance(n, ast.Assign) and _literal(n.value)]
-    imported = _imported_constants(tree, version)
     module = ast.Module(body=[*imported, *constants, *helpers, build], type_ignores=[])
     ast.fix_missing_locations(module)
     namespace: dict = {

@@ -45,6 +45,7 @@ bake targets, pip extras, compose profiles and Kubernetes names are real.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import re
@@ -964,10 +965,7 @@ def run_on_bundle(command: dc.Command, tmp_path: Path, stand_in: StandIn) -> Non
         for name in sorted({w.split("/")[0] for w in step.words if w.startswith("qualify-")}):
             if not (home / name).exists():
                 stand_in.bundle_for(name, home, env, command.doc)
-        done = subprocess.run(
-            ["bash", "-c", step.text], cwd=home, env=env, capture_output=True, text=True,
-            timeout=60, check=False,
-        )  # fmt: skip
+        done = bash(step.text, home, env, 60)
         assert done.returncode == 0, f"{step.id}: {done.stdout}{done.stderr}"
     results = home / "results"
     assert results.is_dir(), "the steps leave nothing under results/"
@@ -1094,19 +1092,30 @@ def run_compose(words: list[str], cwd: Path, tmp_path: Path, bench_result: Path)
 # --- the rest ---------------------------------------------------------------------
 
 
-def run_as_written(command: dc.Command, how: Run) -> None:
-    env = {"PATH": f"{Path(PY).parent}:/usr/bin:/bin", "HOME": "/tmp"}
-    if how.cache:
-        env["SM12X_CACHE"] = str(cache_folder())
-    done = subprocess.run(
-        ["bash", "-c", command.text],
-        cwd=ROOT,
+def bash(text: str, cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """A documented line in bash, as the reader's shell runs it; its output kept."""
+    return subprocess.run(
+        ["bash", "-c", text],
+        cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
         env=env,
         check=False,
     )
+
+
+def plain_env(home: Path | str) -> dict[str, str]:
+    """The suite's Python first on a plain PATH, and HOME: all a run-as-written
+    command gets (no nvidia-smi stand-in, no PYTHONPATH: reader_env has those)."""
+    return {"PATH": f"{Path(PY).parent}:/usr/bin:/bin", "HOME": str(home)}
+
+
+def run_as_written(command: dc.Command, how: Run) -> None:
+    env = plain_env("/tmp")
+    if how.cache:
+        env["SM12X_CACHE"] = str(cache_folder())
+    done = bash(command.text, ROOT, env, 300)
     assert done.returncode in how.ok, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
 
@@ -1120,22 +1129,18 @@ def run_activate(tmp_path: Path) -> None:
     """`. .venv/bin/activate` in a shell, in a fresh venv: the venv's Python first
     on PATH and VIRTUAL_ENV set, for the commands the reader types next."""
     run_python_venv(tmp_path)
-    done = subprocess.run(
-        [
-            "bash",
-            "-c",
-            '. .venv/bin/activate && printf "%s\n" "$VIRTUAL_ENV" "$(command -v python)"',
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
-        check=False,
-    )
+    shown = '. .venv/bin/activate && printf "%s\n" "$VIRTUAL_ENV" "$(command -v python)"'
+    # PATH without the suite's Python: the venv's must come from activate.
+    done = bash(shown, tmp_path, {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, 30)
     assert done.returncode == 0, done.stderr
     venv = tmp_path / ".venv"
     assert done.stdout.split() == [str(venv), str(venv / "bin" / "python")], done.stdout
+
+
+def suite_steps(how: InSuite) -> list[str]:
+    """The command texts the covering test runs, from its `steps` function."""
+    module, _, name = how.steps.partition(":")
+    return [step.text for step in getattr(importlib.import_module(module), name)()]
 
 
 def run_in_suite(command: dc.Command, how: InSuite, request: pytest.FixtureRequest) -> None:
@@ -1144,11 +1149,9 @@ def run_in_suite(command: dc.Command, how: InSuite, request: pytest.FixtureReque
 
     gone = session.missing(how.tests, request.session.items, request.config.getini("markers"))
     if how.steps:
-        import importlib
-
-        module, _, name = how.steps.partition(":")
-        texts = [step.text for step in getattr(importlib.import_module(module), name)()]
-        assert command.text in texts, f"{command.id}: {how.steps} does not run `{command.text}`"
+        assert command.text in suite_steps(how), (
+            f"{command.id}: {how.steps} does not run `{command.text}`"
+        )
     if gone:
         pytest.skip(
             f"run by {', '.join(gone)}, which this session did not collect "
@@ -1171,22 +1174,10 @@ def checkout_with_cache(tmp_path: Path) -> Path:
 def run_in_checkout(command: dc.Command, how: InCheckout, tmp_path: Path) -> None:
     home = checkout_with_cache(tmp_path)
     above = [c.text for c in COMMANDS if c.doc == command.doc and c.line < command.line]
-    env = {
-        "PATH": f"{Path(PY).parent}:/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "SM12X_CACHE": str(cache_folder()),
-    }
+    env = {**plain_env(tmp_path), "SM12X_CACHE": str(cache_folder())}
     for text in (*how.after, command.text):
         assert text == command.text or text in above, f"{command.id}: `{text}` is not above it"
-        done = subprocess.run(
-            ["bash", "-c", text],
-            cwd=home,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env=env,
-            check=False,
-        )
+        done = bash(text, home, env, 600)
         assert done.returncode == 0 and "Traceback" not in done.stderr, (
             text,
             done.stdout[-2000:] + done.stderr[-3000:],
@@ -1208,17 +1199,8 @@ def run_on_site(command: dc.Command, tmp_path: Path) -> None:
     site = tmp_path / "site"
     trees.unpack_sglang(pins["SGLANG_VERSION"], site)
     trees.unpack_flashinfer(pins["FLASHINFER_VERSION"], site)
-    env = {"PATH": f"{Path(PY).parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
     for text in (command.text, command.text + " --check"):
-        done = subprocess.run(
-            ["bash", "-c", text.replace("/tmp/site", str(site))],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
-            check=False,
-        )
+        done = bash(text.replace("/tmp/site", str(site)), ROOT, plain_env(tmp_path), 300)
         assert done.returncode == 0, (text, done.stdout + done.stderr)
 
 
@@ -1325,15 +1307,7 @@ def run_install(command: dc.Command, how: Install, tmp_path: Path, venv: Path) -
     env["PATH"] = f"{venv}/bin:/usr/bin:/bin"
     env["PIP_COMPILE"] = "0"
     text = command.text.replace(".venv/", f"{venv}/", 1)
-    done = subprocess.run(
-        ["bash", "-c", text],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=2700,
-        env=env,
-        check=False,
-    )
+    done = bash(text, ROOT, env, 2700)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert compiled_by_pip(venv, how.own) == [], f"pip compiled {how.own} despite PIP_COMPILE=0"
     done = subprocess.run(
@@ -1533,8 +1507,6 @@ def test_each_in_suite_claim_names_real_tests(request):
     """Every InSuite entry names a test file, test, folder or marker the checkout
     has (in any session, one file's included), and its `steps` function lists
     the command: a renamed covering test fails here, not as a skip."""
-    import importlib
-
     from tests.support import session
 
     claims = [(c, h) for c in COMMANDS if isinstance(h := CLASSIFIED.get(c.text), InSuite)]
@@ -1542,9 +1514,7 @@ def test_each_in_suite_claim_names_real_tests(request):
     for command, how in claims:
         session.missing(how.tests, [], request.config.getini("markers"))
         if how.steps:
-            module, _, name = how.steps.partition(":")
-            steps = getattr(importlib.import_module(module), name)()
-            assert command.text in [s.text for s in steps], command.id
+            assert command.text in suite_steps(how), command.id
 
 
 def test_classified_commands_are_in_the_docs():
