@@ -12,7 +12,10 @@ copies it to /opt/sm12x/scripts/kernel_check.py) before sm12x is installed.
   vprintf straight before BPT.TRAP, CUTLASS's "Attempting to use ... without
   CUTE_ARCH_MMA_SM90A_ENABLED") and carries no tensor-core MMA instruction,
   because the arch it was compiled for has none of the MMA it was written for.
-  Recognised by that body, never by the kernel's name.
+  Recognised by that body, never by the kernel's name. A cubin whose ELF
+  declares no external function (`outline`) cannot hold that call, so its
+  functions are read from its section names and nvdisasm skips it: most of a
+  library's cubins, most of the check's time.
 - `CALLED`: the sgl_kernel ops sglang's DeepSeek-V4 path calls on sm_12x, each
   with the mangled-name pattern of its kernels and where sglang calls it.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import struct
 import subprocess
 import sys
 import tempfile
@@ -163,6 +167,45 @@ def kernels(
     return found
 
 
+def outline(cubin: bytes) -> tuple[list[str], list[str]] | None:
+    """(its functions, the external functions it declares) from a cubin's ELF,
+    or None for anything but the little-endian ELF64 nvcc writes (nvdisasm reads
+    that one). The functions are its `.text.<name>` sections, the headers
+    nvdisasm prints; the external ones are its symbol table's undefined FUNC
+    entries (vprintf, __assertfail, malloc), the only targets a CALL.ABS has in a
+    cubin: calls inside it are CALL.REL. So a cubin declaring none holds no
+    stub (`is_stub` needs the CALL.ABS.NOINC). Measured on all four sglang-kernel
+    libraries of the tracks: the same map as nvdisasm's (docs/benchmarks.md)."""
+    try:
+        if cubin[:6] != b"\x7fELF\x02\x01":
+            return None
+        (shoff,) = struct.unpack_from("<Q", cubin, 0x28)
+        size, count, names_at = struct.unpack_from("<HHH", cubin, 0x3A)
+        # (name, type, offset, size, link) of each section header
+        sections = [struct.unpack_from("<II16xQQI", cubin, shoff + i * size) for i in range(count)]
+
+        def text(table: int, at: int) -> str:
+            start = sections[table][2] + at
+            return cubin[start : cubin.index(b"\0", start)].decode()
+
+        functions = [
+            name[len(".text.") :]
+            for name in (text(names_at, s[0]) for s in sections)
+            if name.startswith(".text.")
+        ]
+        external = []
+        for _, kind, offset, length, link in sections:
+            if kind != 2:  # SHT_SYMTAB
+                continue
+            for at in range(offset, offset + length, 24):
+                name, info, _, index = struct.unpack_from("<IBBH", cubin, at)
+                if index == 0 and info & 0xF == 2 and name:  # undefined, STT_FUNC
+                    external.append(text(link, name))
+        return functions, sorted(external)
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError):
+        return None
+
+
 def scan(cuobjdump: str, nvdisasm: str, library: Path, arch: str) -> dict[str, bool]:
     found: dict[str, bool] = {}
     with tempfile.TemporaryDirectory(prefix="sm12x-cubins-") as tmp:
@@ -176,6 +219,11 @@ def scan(cuobjdump: str, nvdisasm: str, library: Path, arch: str) -> dict[str, b
         if proc.returncode != 0:
             raise CheckError(f"cuobjdump -xelf {library} failed: {proc.stderr.strip()[:300]}")
         for cubin in sorted(Path(tmp).glob(f"*.{arch}.cubin")):
+            read = outline(cubin.read_bytes())
+            if read is not None and not read[1]:
+                for function in read[0]:
+                    found[function] = found.get(function, False)
+                continue
             dump = subprocess.run(
                 [nvdisasm, "-ndf", "-c", str(cubin)], capture_output=True, text=True, timeout=900
             )

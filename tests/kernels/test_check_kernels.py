@@ -290,3 +290,61 @@ def test_an_unpacked_tree_of_another_digest_or_half_made_is_unpacked_again(tmp_p
     with pytest.raises(FileNotFoundError, match="is not the pinned file"):
         kernel_wheels.unpack_once(wheel, first, target)
     assert (target / ".complete").read_text() == second
+
+
+def cubins(track: str, arch: str, folder: Path) -> list[Path]:
+    """The arch's cubins of a track's common_ops, as `check.scan` extracts them."""
+    machine, _, sass = ARCHES[arch]
+    library = (
+        kernel_wheels.unpacked(TRACKS[track][1], machine) / "sgl_kernel" / "sm100"
+    ) / "common_ops.abi3.so"
+    folder.mkdir(parents=True)
+    subprocess.run(
+        [tool("cuobjdump"), "-xelf", "all", "-arch", sass, str(library)],
+        cwd=folder,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    return sorted(folder.glob(f"*.{sass}.cubin"), key=lambda p: p.stat().st_size)
+
+
+@pytest.mark.parametrize("track", TRACKS)
+def test_a_cubin_that_declares_no_external_function_holds_no_stub(track, tmp_path):
+    """What lets `check.scan` skip nvdisasm on most cubins, held on the real
+    wheels: a cubin whose ELF declares no external function disassembles to no
+    CALL.ABS and so to no stub, and nvdisasm finds exactly the functions its
+    section names give (its three smallest such cubins; docs/benchmarks.md has
+    the whole libraries, the same map either way). The cubins that do declare
+    one (vprintf: the stubs' message) are the ones nvdisasm still reads."""
+    read = cubins(track, "amd64", tmp_path / "cubins")
+    outlines = {c: check.outline(c.read_bytes()) for c in read}
+    assert all(o is not None for o in outlines.values())
+    quiet = [c for c in read if not outlines[c][1]]
+    calling = [c for c in read if outlines[c][1]]
+    assert quiet and calling, (len(quiet), len(calling))
+    assert all("vprintf" in outlines[c][1] for c in calling)
+    for cubin in [c for c in quiet if outlines[c][0]][:3]:
+        sass = subprocess.run(
+            [tool("nvdisasm"), "-ndf", "-c", str(cubin)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        ).stdout
+        assert "CALL.ABS" not in sass, cubin.name
+        assert check.parse_sass(sass) == dict.fromkeys(outlines[cubin][0], False)
+    # The stubs are all in cubins nvdisasm reads.
+    stubs = {name for name, stub in found(TRACKS[track][1], "amd64").items() if stub}
+    assert stubs and stubs <= {f for c in calling for f in outlines[c][0]}
+
+
+def test_anything_but_a_cubin_s_elf_is_left_to_nvdisasm(tmp_path):
+    """outline answers None (scan then runs nvdisasm) for what is not a
+    little-endian ELF64 or is cut short, never a guess."""
+    cubin = cubins("pinned", "arm64", tmp_path / "c")[0]
+    data = cubin.read_bytes()
+    assert check.outline(data) is not None
+    assert check.outline(b"") is None
+    assert check.outline(b"\x7fELF\x01\x01" + data[6:]) is None  # ELF32
+    assert check.outline(data[:64]) is None  # the header, no sections
