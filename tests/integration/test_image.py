@@ -471,8 +471,8 @@ def dry_run_cases():
             yield pytest.param(recipe, rank, golden.GOLDEN_DIR / f"{name}.sh", id=name)
 
 
-@pytest.mark.parametrize("recipe, rank, path", list(dry_run_cases()))
-def test_launch_dry_run_in_the_image_is_the_golden_command(image, recipe, rank, path):
+def dry_run_environ(recipe, rank: int) -> dict[str, str]:
+    """What compose's service gives the container (tools/golden.py's context)."""
     ctx = golden.context(recipe, rank)
     environ = {
         "SM12X_RECIPE": recipe.name,
@@ -484,7 +484,43 @@ def test_launch_dry_run_in_the_image_is_the_golden_command(image, recipe, rank, 
     }
     if ctx.node_rank is not None:
         environ.update(SM12X_NODE_RANK=str(ctx.node_rank), SM12X_HEAD_ADDR=ctx.head_addr)
-    result = containers.run(image.tag, "--dry-run", environ=environ)
+    return environ
+
+
+DRY_RUNS = ROOT / "tests" / "support" / "dry_runs.py"
+_DRY_RUNS: dict[str, dict[str, containers.Run]] = {}
+
+
+def dry_runs(image: Built) -> dict[str, containers.Run]:
+    """Every recipe's `--dry-run` in the image, by case id: one container for all
+    of them (tests/support/dry_runs.py: the launcher's imports once, a forked
+    child per environment), made once per image in this worker.
+    test_a_dry_run_by_docker_run_is_the_batched_one holds it to real runs."""
+    if image.tag not in _DRY_RUNS:
+        cases = list(dry_run_cases())
+        environs = [dry_run_environ(*case.values[:2]) for case in cases]
+        result = containers.run(
+            image.tag,
+            "-c",
+            DRY_RUNS.read_text(),
+            json.dumps(environs),
+            entrypoint="python3",
+            timeout=900,
+        )
+        assert result.code == 0, result.explain()
+        answers = json.loads(result.stdout.splitlines()[-1])
+        assert len(answers) == len(cases), result.explain()
+        _DRY_RUNS[image.tag] = {
+            case.id: containers.Run(a["code"], a["stdout"], a["stderr"])
+            for case, a in zip(cases, answers, strict=True)
+        }
+    return _DRY_RUNS[image.tag]
+
+
+@pytest.mark.parametrize("recipe, rank, path", list(dry_run_cases()))
+def test_launch_dry_run_in_the_image_is_the_golden_command(image, recipe, rank, path):
+    name = f"{recipe.name}.node{rank}" if recipe.is_multinode else recipe.name
+    result = dry_runs(image)[name]
     if image.track not in recipe_tracks(recipe):
         # A recipe for another track's sglang: the image's launcher refuses it
         # and names the track to use, before printing any command.
@@ -502,6 +538,26 @@ def test_launch_dry_run_in_the_image_is_the_golden_command(image, recipe, rank, 
     lines[launch] = "python3" + lines[launch][len(python) :]
     expected = path.read_text().split("\n", 2)[2]  # without the two header lines
     assert "\n".join(lines) + "\n" == expected
+
+
+def test_a_dry_run_by_docker_run_is_the_batched_one(image):
+    """The image's entrypoint, run as compose runs it (`docker run -e ...`), prints
+    and exits exactly as the batch's child for the same environment: a node of
+    the multi-node recipe (its rank and head address) and either a recipe the
+    track refuses or, where it refuses none, a throughput recipe."""
+    cases = list(dry_run_cases())
+    own = [c for c in cases if image.track in recipe_tracks(c.values[0])]
+    other = [c for c in cases if image.track not in recipe_tracks(c.values[0])]
+    fast = [c for c in own if c.values[0].name.endswith("-throughput")]
+    picks = [next(c for c in own if c.values[1] == 1), (other or fast)[0]]
+    batched = dry_runs(image)
+    for case in picks:
+        real = containers.run(image.tag, "--dry-run", environ=dry_run_environ(*case.values[:2]))
+        assert (real.code, real.stdout, real.stderr) == (
+            batched[case.id].code,
+            batched[case.id].stdout,
+            batched[case.id].stderr,
+        ), case.id + "\n" + real.explain() + "\n" + batched[case.id].explain()
 
 
 def test_router_runs_from_the_same_image(image):
