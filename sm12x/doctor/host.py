@@ -55,6 +55,9 @@ class Host:
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     root: Path = Path("/")
     timeout: float = 20.0
+    # What one doctor run already asked this host, by question (packages.py: the
+    # apt-cache candidates, all asked at once): a host is one run's.
+    asked: dict[str, dict[str, object]] = field(default_factory=dict, repr=False, compare=False)
 
     # --- commands -------------------------------------------------------------
 

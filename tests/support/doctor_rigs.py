@@ -70,6 +70,8 @@ class FakeHost(Host):
         self.calls.append(argv)
         if argv[0] not in self.tools:
             return Output(argv, error=f"{argv[0]} is not installed (not on PATH)")
+        if argv[:2] == ("apt-cache", "policy") and len(argv) > 3:
+            return self.apt_policy(argv)
         matches = [key for key in self.commands if argv[: len(key)] == key]
         if not matches:
             return Output(argv, stderr=f"no recording for {' '.join(argv)}", returncode=1)
@@ -79,6 +81,22 @@ class FakeHost(Host):
         if isinstance(answer, str):
             return Output(argv, stdout=answer, returncode=0)
         return answer
+
+    def apt_policy(self, argv: tuple[str, ...]) -> Output:
+        """`apt-cache policy A B ...` from the recordings of one name each: their
+        blocks in argv's order (what the real tool prints, held by
+        test_doctor_packages on this machine's apt-cache), a name without a
+        recording as one no source knows (nothing printed)."""
+        outs = []
+        for name in argv[2:]:
+            single = (*argv[:2], name)
+            if any(single[: len(key)] == key for key in self.commands):
+                outs.append(self.run(single))
+                self.calls.pop()
+        bad = next((o for o in outs if not o.ok), None)
+        if bad is not None:
+            return Output(argv, bad.stdout, bad.stderr, bad.returncode, bad.error)
+        return Output(argv, stdout="".join(o.stdout for o in outs), returncode=0)
 
     def disk(self, path):
         return self.disks.get(str(path))

@@ -149,6 +149,25 @@ def test_apt_candidate_reads_the_named_package_s_block(tmp_path):
     assert packages.apt_candidate(host, "b") is None
     assert packages.apt_candidate(host, "c") == "1:2.0-1"
     assert packages.major("1:2.0-1") == 2 and packages.major("1.29.2-3") == 1
+    # Each first question asks for every name advice may need, once a host.
+    asked = [c for c in host.calls if c[:2] == ("apt-cache", "policy")]
+    assert asked[0] == ("apt-cache", "policy", "a", *packages.APT_NAMES)
+    assert [c[2] for c in asked] == ["a", "b", "c"] and all(c[3:] == () for c in asked[1:])
+    packages.apt_candidate(host, packages.APT_NAMES[-1])
+    packages.apt_candidate(host, "c")
+    assert len([c for c in host.calls if c[:2] == ("apt-cache", "policy")]) == 3
+
+
+def test_a_doctor_run_asks_apt_cache_once(tmp_path):
+    """Debian 12 without either plugin asks about docker-compose-plugin,
+    docker-compose and docker-buildx-plugin: one apt-cache, not three."""
+    host = on_distribution(rig(tmp_path, "rtx-pro-6000-x4.csv"), "debian-12")
+    host.answer(("docker", "compose", "version"), failing("docker: 'compose' is not a command."))
+    host.answer(("docker", "buildx", "version"), failing("docker: 'buildx' is not a command."))
+    checks = run(host)["checks"]
+    assert "docker-compose-plugin" in checks["compose"].fix
+    assert "docker-buildx-plugin" in checks["buildx"].fix
+    assert len([c for c in host.calls if c[:2] == ("apt-cache", "policy")]) == 1
 
 
 def test_a_debian_archive_whose_docker_compose_is_still_v1_is_not_offered(tmp_path):
@@ -196,6 +215,13 @@ def test_buildx_whose_bake_answer_is_docker_s_own_help(tmp_path):
 )
 def test_the_parsers_read_this_machine_s_real_tools():
     host = Host()
+    # Several names at once print their blocks in order, as one name at a time:
+    # what apt_candidate's one question (and FakeHost.apt_policy) rests on.
+    names = ["sm12x-no-such-package", "dpkg", *packages.APT_NAMES, "coreutils"]
+    many = host.run(["apt-cache", "policy", *names])
+    assert many.ok and many.stdout == "".join(
+        Host().run(["apt-cache", "policy", n]).stdout for n in names
+    )
     assert packages.dpkg_state(host, "dpkg") == "installed"
     assert packages.dpkg_state(host, "sm12x-no-such-package") == "not-installed"
     assert packages.apt_candidate(host, "sm12x-no-such-package") is None
