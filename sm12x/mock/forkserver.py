@@ -5,8 +5,10 @@ sglang.benchmark.dspark_sps_profiler ...` spends about 5 of its 7 CPU seconds
 importing torch, transformers and sglang's benchmark modules before it sends
 its first request, and the test suite runs some forty of them (tune's
 profiler and fit, bench's client). With `SM12X_MOCK_FORKSERVER` set to a
-folder, the first run of a kind starts a zygote there that imports once and
-then forks a child for every later run of that kind. The run's own process
+folder, the second run of a kind starts a zygote there that imports once,
+waits for it, and is the first of the runs it forks a child for (a kind run
+once is not worth a zygote; a second run that imported beside its zygote's
+import would import twice at once). The run's own process
 hands the child its stdin, stdout and stderr, its argv, environment and
 working folder, passes on the signals it gets, and exits as the child did.
 Unset (the default: everywhere but the test suite) none of this runs.
@@ -60,6 +62,7 @@ IDLE_S = 300  # each holds torch and sglang: a kind's runs come close together
 IDLE_ENV = "SM12X_MOCK_FORKSERVER_IDLE_S"
 POLL_S = 2.0
 CONNECT_S = 5.0
+READY_S = 180.0  # the run that starts a zygote waits this long for its import at most
 RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
 # The run's fds the child takes: stdin, stdout, stderr, then the life pipe's read end.
 FDS = 4
@@ -230,6 +233,22 @@ def run(spec: Mapping[str, Any], argv: list[str]) -> int | None:
         return None
     env = dict(os.environ)
     base, key = keys(home, spec, env)
+    conn = _connect(home, key)
+    if conn is None:
+        zygote = _start(home, base, key, spec)
+        if zygote is None:
+            return None
+        # The run that started the zygote waits for it and is its first served run:
+        # running itself beside the zygote's import would import twice at once.
+        conn = _when_ready(home, spec, env, zygote)
+        if conn is None:
+            return None
+        key = keys(home, spec, env)[1]
+    with conn:
+        return _served(conn, home, key, env, argv)
+
+
+def _connect(home: Path, key: str) -> socket.socket | None:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(CONNECT_S)
     # A socket's path has at most 107 bytes, and a test's folder is longer: the
@@ -239,33 +258,49 @@ def run(spec: Mapping[str, Any], argv: list[str]) -> int | None:
         conn.connect(f"/proc/self/fd/{folder_fd}/{key}.sock")
     except OSError:
         conn.close()
-        _start(home, base, key, spec)
         return None
     finally:
         os.close(folder_fd)
-    with conn:
-        return _served(conn, home, key, env, argv)
+    return conn
 
 
-def _start(home: Path, base: str, key: str, spec: Mapping[str, Any]) -> None:
+def _when_ready(
+    home: Path, spec: Mapping[str, Any], env: Mapping[str, str], zygote: subprocess.Popen
+) -> socket.socket | None:
+    """A connection to the zygote this run started, once it listens; None if it
+    ended first or is not listening after READY_S (the run then imports itself).
+    The key is read again each time: a kind's first zygote listens at the key of
+    the values its import read, known once it has imported."""
+    deadline = time.monotonic() + READY_S
+    while zygote.poll() is None and time.monotonic() < deadline:
+        conn = _connect(home, keys(home, spec, env)[1])
+        if conn is not None:
+            return conn
+        time.sleep(0.05)
+    why = "ended" if zygote.poll() is not None else f"was not listening after {READY_S:.0f} s"
+    _log(home, f"the zygote this run started {why}: the run imports itself")
+    return None
+
+
+def _start(home: Path, base: str, key: str, spec: Mapping[str, Any]) -> subprocess.Popen | None:
     """Start the key's zygote at the key's second run (a key seen once, a test's
     own environment, is not worth an import of its own), and only once: whoever
-    creates its lock file starts it."""
+    creates its lock file starts it (and waits for it: `_when_ready`)."""
     seen = home / f"{key}.seen"
     try:
         os.close(os.open(seen, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        return
+        return None
     except FileExistsError:
         pass
     except OSError:
-        return
+        return None
     try:
         os.close(os.open(home / f"{key}.lock", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except OSError:
-        return
+        return None
     log = open(home / f"{key}.log", "ab")  # noqa: SIM115 - the zygote's own stderr
     with log:
-        subprocess.Popen(
+        zygote = subprocess.Popen(
             [sys.executable, __file__, str(home), base, json.dumps(spec)],
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -274,6 +309,7 @@ def _start(home: Path, base: str, key: str, spec: Mapping[str, Any]) -> None:
             start_new_session=True,  # not in the run's process group: it outlives the run
         )
     _log(home, f"started a zygote for {key} of {base}: {json.dumps(spec)}")
+    return zygote
 
 
 def _served(

@@ -3,7 +3,8 @@
 `python -m tests.support.forkserver_demo [--sleep S] [--exit N]` reads stdin,
 prints what a run is (its argv, its working folder, two variables, what stdin
 said) and exits with N. Its zygote's import reads DEMO_READ (by name, and so an
-input of the import) and never DEMO_FREE (a run may set it as it likes).
+input of the import) and never DEMO_FREE (a run may set it as it likes); with
+DEMO_BROKEN=1 a zygote's import fails.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ IMPORTED: dict[str, str | None] = {}
 def setup(kind: str) -> None:
     del kind
     IMPORTED["DEMO_READ"] = os.environ.get("DEMO_READ")
+    # DEMO_BROKEN=1: the zygote's import fails (its process is forkserver.py), a
+    # run's own does not.
+    if os.environ.get("DEMO_BROKEN") == "1" and sys.argv[0].endswith("forkserver.py"):
+        raise RuntimeError("this zygote cannot import")
     print("the import says this", file=sys.stderr)
 
 

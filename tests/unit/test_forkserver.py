@@ -100,6 +100,26 @@ def test_a_served_run_is_the_run_it_stands_for(folder, tmp_path):
     assert json.loads(first.stdout)["pid"] != said["pid"]
 
 
+def test_the_run_that_starts_a_zygote_waits_and_is_served_by_it(folder):
+    """The second run of a kind starts its zygote, waits for its import and is its
+    first served run (it used to import itself beside the zygote's import)."""
+    first, second = (demo(env_of(folder), "--exit", "5") for _ in range(2))
+    lines = log(folder).splitlines()
+    assert [line.split(" ", 2)[2].split(" ")[0] for line in lines] == ["started", "served"]
+    assert lines[0].split()[1] == lines[1].split()[1]  # both by the second run
+    for done in (first, second):
+        assert done.returncode == 5 and done.stderr.startswith("the import says this")
+    assert json.loads(second.stdout)["pid"] != json.loads(first.stdout)["pid"]
+
+
+def test_a_zygote_that_ends_first_leaves_the_run_to_import(folder):
+    broken = {"DEMO_BROKEN": "1"}
+    runs = [demo(env_of(folder, **broken), "--exit", "6") for _ in range(2)]
+    assert [done.returncode for done in runs] == [6, 6]
+    assert "the zygote this run started ended: the run imports itself" in log(folder)
+    assert " served by " not in log(folder)
+
+
 def test_a_run_whose_environment_the_import_read_differently_imports_itself(folder):
     warm(folder)
     served_before = log(folder).count(" served by ")
