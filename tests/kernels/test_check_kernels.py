@@ -169,17 +169,22 @@ def test_a_trap_stub_on_the_called_list_fails(track, monkeypatch):
     ]
 
 
-def sass_of(library: Path, arch: str, function: str, tmp_path: Path) -> str:
-    """nvdisasm's SASS of one function: its section of the cubin that holds it."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
+def extract(library: Path, arch: str, folder: Path) -> list[Path]:
+    """The library's `arch` cubins, extracted into folder as `check.scan` does."""
+    folder.mkdir(parents=True, exist_ok=True)
     subprocess.run(
         [tool("cuobjdump"), "-xelf", "all", "-arch", arch, str(library)],
-        cwd=tmp_path,
+        cwd=folder,
         check=True,
         capture_output=True,
         timeout=600,
     )
-    for cubin in sorted(tmp_path.glob(f"*.{arch}.cubin")):
+    return sorted(folder.glob(f"*.{arch}.cubin"))
+
+
+def sass_of(library: Path, arch: str, function: str, tmp_path: Path) -> str:
+    """nvdisasm's SASS of one function: its section of the cubin that holds it."""
+    for cubin in extract(library, arch, tmp_path):
         if function.encode() not in cubin.read_bytes():
             continue
         lines = subprocess.run(
@@ -298,15 +303,7 @@ def cubins(track: str, arch: str, folder: Path) -> list[Path]:
     library = (
         kernel_wheels.unpacked(TRACKS[track][1], machine) / "sgl_kernel" / "sm100"
     ) / "common_ops.abi3.so"
-    folder.mkdir(parents=True)
-    subprocess.run(
-        [tool("cuobjdump"), "-xelf", "all", "-arch", sass, str(library)],
-        cwd=folder,
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
-    return sorted(folder.glob(f"*.{sass}.cubin"), key=lambda p: p.stat().st_size)
+    return sorted(extract(library, sass, folder), key=lambda p: p.stat().st_size)
 
 
 @pytest.mark.parametrize("track", TRACKS)
