@@ -477,12 +477,11 @@ def _serve(args, faults, version: str, patched: bool, host: str, port: int, key)
     except (FileNotFoundError, RuntimeError) as exc:
         raise CannotLoad(f"cannot load sglang {version}'s serving code: {exc}")
     shown = f"[{host}]" if ":" in host else host
-    print(
+    listening = (
         f"sm12x mock-server: listening on http://{shown}:{port} "
         f"faults={','.join(sorted(faults.active)) or 'healthy'} sglang={version} "
         f"patches={args.sglang_patches} line={args.line} key={'set' if key else 'none'} "
-        f"code={site}" + (f" sps-profile={args.sps_profile}" if args.sps_profile else ""),
-        flush=True,
+        f"code={site}" + (f" sps-profile={args.sps_profile}" if args.sps_profile else "")
     )
     joined = []
     if args.nnodes > 1:
@@ -497,7 +496,7 @@ def _serve(args, faults, version: str, patched: bool, host: str, port: int, key)
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
     )
-    server = uvicorn.Server(config)
+    server = _announcing(uvicorn.Server, listening)(config)
     logging.getLogger("uvicorn.error").addFilter(_QuietStop(server))
     try:
         server.run()
@@ -510,6 +509,22 @@ def _serve(args, faults, version: str, patched: bool, host: str, port: int, key)
     if status:
         _stopped(status)
     return status
+
+
+def _announcing(server_class: type, line: str) -> type:
+    """uvicorn's Server, printing `line` once its socket accepts connections. A
+    client that waits for the line (a test, a script following the log, a user
+    who reads it) connects at once: printed before run(), it raced uvicorn's bind
+    and a quick client was refused. A multi-node head prints it after its ranks
+    joined, when it does listen."""
+
+    class Announcing(server_class):  # type: ignore[misc,valid-type]
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                print(line, flush=True)
+
+    return Announcing
 
 
 class _QuietStop(logging.Filter):

@@ -6,7 +6,10 @@ verify`, and with a fault on; Ctrl-C ends it with 130."""
 from __future__ import annotations
 
 import contextlib
+import gc
+import io
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -385,6 +388,64 @@ def test_ctrl_c_under_the_hang_fault_says_one_line_not_a_traceback(tmp_path):
     said = log.read_text()[len(before) :].strip().splitlines()
     assert proc.returncode == 130, log.read_text()
     assert said == ["sm12x mock-server: stopped (Ctrl-C)"], said
+
+
+def test_the_listening_line_comes_once_the_port_takes_connections(monkeypatch, tmp_path):
+    """Stop 58's CI: a client that connected the moment the mock said `listening
+    on` was refused, because the line was printed before uvicorn bound its port.
+    Here, in this process, the line's own write connects to the port (uvicorn's
+    loop cannot accept meanwhile: only the kernel's listen backlog answers), so the
+    order is checked exactly, not raced."""
+    import socket
+
+    import uvicorn
+
+    from sm12x import cli
+
+    port = free_port()
+    servers: list[uvicorn.Server] = []
+    seen: list[str] = []
+
+    class Recorded(uvicorn.Server):
+        def __init__(self, config) -> None:
+            super().__init__(config)
+            servers.append(self)
+
+    class Connecting(io.StringIO):
+        def write(self, text: str) -> int:
+            if "listening on" in text:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=5).close()
+                    seen.append("connected")
+                except OSError as exc:
+                    seen.append(f"refused: {exc}")
+            return super().write(text)
+
+    monkeypatch.setattr(uvicorn, "Server", Recorded)
+    monkeypatch.setattr(sys, "stdout", Connecting())
+    monkeypatch.setenv("SM12X_ENV_FILE", os.devnull)
+    monkeypatch.delenv("SM12X_API_KEY", raising=False)
+    monkeypatch.chdir(tmp_path)
+    # The stop below ends the way a signal's does, and that freezes the garbage
+    # collector for a quick exit: not this worker's.
+    monkeypatch.setattr(gc, "freeze", lambda: None)
+    # ... and the filter it adds to uvicorn's logger stays with this test.
+    errors = logging.getLogger("uvicorn.error")
+    monkeypatch.setattr(errors, "filters", list(errors.filters))
+    ended: list[int] = []
+    serving = threading.Thread(
+        target=lambda: ended.append(cli.main(["mock-server", "--port", str(port)])), daemon=True
+    )
+    serving.start()
+    deadline = time.monotonic() + 240
+    while not (servers and servers[0].started) and serving.is_alive():
+        assert time.monotonic() < deadline, "the mock did not start in 240 s"
+        time.sleep(0.1)
+    for server in servers:
+        server.should_exit = True
+    serving.join(timeout=60)
+    assert not serving.is_alive() and ended == [130], ended  # a stop asked for: Ctrl-C's
+    assert seen == ["connected"], seen
 
 
 @pytest.mark.parametrize("opener", [b"[", b'{"a":', b'{"messages":['])

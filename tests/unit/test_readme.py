@@ -426,10 +426,7 @@ def test_the_mock_server_example_names_its_extra():
     # ... and says where it listens once it does: the line README quotes.
     command = (ROOT / "sm12x" / "mock" / "command.py").read_text()
     assert 'f"sm12x mock-server: listening on http://{shown}:{port} "' in command
-    assert (
-        "`sm12x mock-server: listening on http://127.0.0.1:30001 ...` as it starts to listen"
-        in text
-    )
+    assert "`sm12x mock-server: listening on http://127.0.0.1:30001 ...` once it listens" in text
 
 
 def test_the_mock_s_size_is_the_measured_one():
