@@ -40,6 +40,7 @@ import sys
 import tempfile
 import tomllib
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -260,15 +261,25 @@ def build_overlay(version: str) -> None:
     print(f"overlay: sglang {version}: {', '.join(f'{n}=={v}' for n, v in sorted(pins.items()))}")
 
 
-def download() -> None:
-    """Every wheel `wanted()` names, and each sglang's overlay (scripts/test runs this)."""
-    for dist, version in wanted():
-        cached = _cached(dist, version) is not None
-        path = fetch(dist, version)
-        print(f"{'ok' if cached else 'downloaded'}: {path.name}")
-    for dist, version in wanted():
+def download(jobs: int = 4) -> None:
+    """Every wheel `wanted()` names, and each sglang's overlay (scripts/test runs this).
+
+    Side by side, `jobs` pips at a time: each download is a pip of its own that
+    mostly waits on the network, and these are the setup's last step. Overlays
+    run after the wheels (an overlay reads its sglang wheel's pins), one per
+    folder: releases that pin the same versions share one."""
+    wanted_ = wanted()
+    cached = {w: _cached(*w) is not None for w in wanted_}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        paths = list(pool.map(lambda w: fetch(*w), wanted_))
+    for w, path in zip(wanted_, paths, strict=True):
+        print(f"{'ok' if cached[w] else 'downloaded'}: {path.name}")
+    firsts: dict[Path | None, str] = {}
+    for dist, version in wanted_:
         if dist == "sglang":
-            build_overlay(version)
+            firsts.setdefault(overlay_dir(version), version)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        list(pool.map(build_overlay, firsts.values()))
 
 
 if __name__ == "__main__":
