@@ -110,7 +110,11 @@ def census(
     totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for rec in recs:
         window = (rec.started - SLACK_S, rec.started + rec.elapsed_s + SLACK_S)
-        match = next((s for s in seen.get(rec.pid, ()) if window[0] <= s.seen <= window[1]), None)
+        # Its last row in the window: what it ran after its exec (watch's docstring).
+        match = None
+        for sample in seen.get(rec.pid, ()):
+            if window[0] <= sample.seen <= window[1]:
+                match = sample
         label = kind(match.cmd, root, width) if match and match.cmd else f"?{rec.name}"
         totals[label][0] += rec.cpu_s
         totals[label][1] += 1
@@ -144,20 +148,43 @@ def stop_flag() -> Callable[[], bool]:
     return lambda: bool(stopped)
 
 
+RECHECK_S = 5.0  # how long a new process's command line is read again
+
+
+def _cmdline(pid: str) -> str | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None  # ended between the listing and the read
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
 def watch(out: Path, interval: float) -> int:
-    """Append each new process's command line to out until SIGTERM or SIGINT."""
+    """Append each new process's command line to out until SIGTERM or SIGINT.
+
+    A process seen between its fork and its exec still shows its parent's
+    command line (a loaded machine widens that window), so a new process's is
+    read again for RECHECK_S, and a change is a row of its own: the census
+    takes a process's last row (what it ran after its exec)."""
     stopped = stop_flag()
     known: set[str] = set()
+    recent: dict[str, tuple[float, str]] = {}  # pid -> (first seen, last command line)
     with out.open("a") as sink:
         while not stopped():
+            now = time.time()
             alive = {p for p in os.listdir("/proc") if p.isdigit()}
             for pid in sorted(alive - known):
-                try:
-                    raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-                except OSError:
-                    continue  # ended between the listing and the read
-                cmd = raw.replace(b"\0", b" ").decode(errors="replace").strip()
-                sink.write(json.dumps({"pid": int(pid), "t": time.time(), "cmd": cmd}) + "\n")
+                cmd = _cmdline(pid)
+                if cmd is None:
+                    continue
+                recent[pid] = (now, cmd)
+                sink.write(json.dumps({"pid": int(pid), "t": now, "cmd": cmd}) + "\n")
+            for pid, (first, last) in list(recent.items()):
+                if pid not in alive or now - first > RECHECK_S:
+                    del recent[pid]
+                elif pid in known and (cmd := _cmdline(pid)) is not None and cmd != last:
+                    recent[pid] = (first, cmd)
+                    sink.write(json.dumps({"pid": int(pid), "t": now, "cmd": cmd}) + "\n")
             sink.flush()
             known = alive  # a pid the kernel hands out again is new again
             time.sleep(interval)
