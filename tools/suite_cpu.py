@@ -111,10 +111,8 @@ def census(
     for rec in recs:
         window = (rec.started - SLACK_S, rec.started + rec.elapsed_s + SLACK_S)
         # Its last row in the window: what it ran after its exec (watch's docstring).
-        match = None
-        for sample in seen.get(rec.pid, ()):
-            if window[0] <= sample.seen <= window[1]:
-                match = sample
+        rows = reversed(seen.get(rec.pid, []))
+        match = next((s for s in rows if window[0] <= s.seen <= window[1]), None)
         label = kind(match.cmd, root, width) if match and match.cmd else f"?{rec.name}"
         totals[label][0] += rec.cpu_s
         totals[label][1] += 1
@@ -159,6 +157,10 @@ def _cmdline(pid: str) -> str | None:
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()
 
 
+def _row(pid: str, seen: float, cmd: str) -> str:
+    return json.dumps({"pid": int(pid), "t": seen, "cmd": cmd}) + "\n"
+
+
 def watch(out: Path, interval: float) -> int:
     """Append each new process's command line to out until SIGTERM or SIGINT.
 
@@ -178,13 +180,13 @@ def watch(out: Path, interval: float) -> int:
                 if cmd is None:
                     continue
                 recent[pid] = (now, cmd)
-                sink.write(json.dumps({"pid": int(pid), "t": now, "cmd": cmd}) + "\n")
+                sink.write(_row(pid, now, cmd))
             for pid, (first, last) in list(recent.items()):
                 if pid not in alive or now - first > RECHECK_S:
                     del recent[pid]
                 elif pid in known and (cmd := _cmdline(pid)) is not None and cmd != last:
                     recent[pid] = (first, cmd)
-                    sink.write(json.dumps({"pid": int(pid), "t": now, "cmd": cmd}) + "\n")
+                    sink.write(_row(pid, now, cmd))
             sink.flush()
             known = alive  # a pid the kernel hands out again is new again
             time.sleep(interval)
