@@ -167,7 +167,8 @@ def watch(out: Path, interval: float) -> int:
     A process seen between its fork and its exec still shows its parent's
     command line (a loaded machine widens that window), so a new process's is
     read again for RECHECK_S, and a change is a row of its own: the census
-    takes a process's last row (what it ran after its exec)."""
+    takes a process's last row (what it ran after its exec). An ending
+    process's command line reads empty; that is not a change."""
     stopped = stop_flag()
     known: set[str] = set()
     recent: dict[str, tuple[float, str]] = {}  # pid -> (first seen, last command line)
@@ -184,7 +185,9 @@ def watch(out: Path, interval: float) -> int:
             for pid, (first, last) in list(recent.items()):
                 if pid not in alive or now - first > RECHECK_S:
                     del recent[pid]
-                elif pid in known and (cmd := _cmdline(pid)) is not None and cmd != last:
+                elif pid in known and (cmd := _cmdline(pid)) and cmd != last:
+                    # (An empty one is the process ending: a zombie's, or one
+                    # read mid-exit; its command is still the last row's.)
                     recent[pid] = (first, cmd)
                     sink.write(_row(pid, now, cmd))
             sink.flush()

@@ -144,6 +144,28 @@ def test_a_process_seen_before_its_exec_gets_a_row_for_what_it_then_runs(tmp_pat
     assert dict(suite_cpu.census([rec], seen, "/r", 90)) == {"sleep 1.234": [0.5, 1]}
 
 
+def test_a_process_that_ended_unreaped_keeps_its_command_line(tmp_path):
+    """A zombie's /proc cmdline reads empty (a process mid-exit's too): the watcher
+    must not take that for a new command line (stop 60: the census named such a
+    process by ''), however long its parent takes to reap it."""
+    out = tmp_path / "samples.jsonl"
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "tools.suite_cpu", "watch", str(out), "--interval", "0.1"], cwd=REPO
+    )
+    try:
+        time.sleep(1.0)
+        ended = subprocess.Popen(["sleep", "0.3"])
+        time.sleep(2.0)  # ended, not reaped: a zombie while the watcher reads it again
+        assert ended.wait(timeout=30) == 0
+        time.sleep(0.5)
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        assert watcher.wait(timeout=30) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    cmds = [r["cmd"] for r in rows if r["pid"] == ended.pid]
+    assert cmds and cmds[-1] == "sleep 0.3", cmds
+
+
 @pytest.mark.parametrize("pacct", ["missing", "empty"])
 def test_report_on_no_accounting_records_is_one_line_and_exit_1(tmp_path, pacct):
     """Missing, or empty (whether or not acct's dump-acct is installed here)."""
