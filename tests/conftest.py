@@ -5,6 +5,7 @@ a module twice, each copy with its own state: tests/unit/test_lint.py refuses it
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -13,6 +14,15 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+# Ctrl-C as a terminal delivers it. A run started as a background job of a
+# non-interactive shell has SIGINT ignored (POSIX), and an ignored signal stays
+# ignored across fork and exec: every command the tests start would shrug off
+# the Ctrl-C they press on it (stop 60's run, so started, failed test_watch's
+# and test_forkserver's). A handler is not inherited across exec, so with one
+# here those commands start with the default, as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # First, before any test adds an import hook: the in-process CLI runs with the
 # interpreter's own (tests/support/cli.py).
