@@ -37,8 +37,15 @@ def _probe(site, env=None) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_each_shape_to_route_decision_is_logged_once(site):
-    out = _probe(site)
+@pytest.fixture(scope="module")
+def probed(site) -> dict:
+    """The probe in the default environment, run once for the two tests that read
+    it (an sglang import and two censuses: about 11 CPU s)."""
+    return _probe(site)
+
+
+def test_each_shape_to_route_decision_is_logged_once(probed):
+    out = probed
     logs = out["logs"]
     assert out["calls"] > 2 * len(logs) > 0, "many calls, few log lines"
     assert len(logs) == len(set(logs)), "a decision was logged twice"
@@ -56,8 +63,8 @@ def test_each_shape_to_route_decision_is_logged_once(site):
     assert sum("page block 2" in line and "prefill" in line for line in logs) == 1
 
 
-def test_the_environment_switch_is_read_at_import(site):
-    assert _probe(site)["switch"] is True
+def test_the_environment_switch_is_read_at_import(site, probed):
+    assert probed["switch"] is True
     assert _probe(site, env={"SGLANG_SM120_FLASHMLA_TOPK_PAD": "0"})["switch"] is False
 
 
