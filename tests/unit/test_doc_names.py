@@ -112,6 +112,7 @@ CODE_DIRS = (
     "verify",
     "scripts",
     "tests",
+    "tools",  # the generators and the suite's census tools
     "deploy",
     "benchmarks",
     "recipes",
