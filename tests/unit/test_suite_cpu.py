@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -92,13 +93,28 @@ def test_a_process_is_named_by_the_sample_in_its_lifetime_only():
     ]
 
 
-def test_watch_records_a_new_process_s_command_line_and_stops_on_sigterm(tmp_path):
-    out = tmp_path / "samples.jsonl"
+@contextlib.contextmanager
+def watching(out: Path):
+    """The real watcher writing to `out` (its first pass done) for the block's
+    length; then SIGTERM, which it must end on with 0."""
     watcher = subprocess.Popen(
         [sys.executable, "-m", "tools.suite_cpu", "watch", str(out), "--interval", "0.1"], cwd=REPO
     )
     try:
         time.sleep(1.0)
+        yield
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        assert watcher.wait(timeout=30) == 0
+
+
+def rows_of(out: Path) -> list[dict]:
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_watch_records_a_new_process_s_command_line_and_stops_on_sigterm(tmp_path):
+    out = tmp_path / "samples.jsonl"
+    with watching(out):
         marker = subprocess.Popen(["sleep", "2.718"])
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -106,10 +122,7 @@ def test_watch_records_a_new_process_s_command_line_and_stops_on_sigterm(tmp_pat
                 break
             time.sleep(0.1)
         marker.wait(timeout=30)
-    finally:
-        watcher.send_signal(signal.SIGTERM)
-        assert watcher.wait(timeout=30) == 0
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = rows_of(out)
     # Its last row: seen before its exec, its first showed this test's process
     # (stop 59's CI, a loaded machine).
     assert {"pid": marker.pid, "cmd": "sleep 2.718"}.items() <= (
@@ -122,18 +135,11 @@ def test_a_process_seen_before_its_exec_gets_a_row_for_what_it_then_runs(tmp_pat
     fork does, in a window a loaded machine widens): both rows, in that order,
     and the census names it by the second."""
     out = tmp_path / "samples.jsonl"
-    watcher = subprocess.Popen(
-        [sys.executable, "-m", "tools.suite_cpu", "watch", str(out), "--interval", "0.1"], cwd=REPO
-    )
-    try:
-        time.sleep(1.0)
+    with watching(out):
         before = "import os, time; time.sleep(1.5); os.execvp('sleep', ['sleep', '1.234'])"
         late = subprocess.Popen([sys.executable, "-c", before])
         late.wait(timeout=60)
-    finally:
-        watcher.send_signal(signal.SIGTERM)
-        assert watcher.wait(timeout=30) == 0
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = rows_of(out)
     cmds = [r["cmd"] for r in rows if r["pid"] == late.pid]
     # (A first row may be this test's own command line: the watcher can see the
     # child before its first exec, into python, too.)
@@ -149,20 +155,12 @@ def test_a_process_that_ended_unreaped_keeps_its_command_line(tmp_path):
     must not take that for a new command line (stop 60: the census named such a
     process by ''), however long its parent takes to reap it."""
     out = tmp_path / "samples.jsonl"
-    watcher = subprocess.Popen(
-        [sys.executable, "-m", "tools.suite_cpu", "watch", str(out), "--interval", "0.1"], cwd=REPO
-    )
-    try:
-        time.sleep(1.0)
+    with watching(out):
         ended = subprocess.Popen(["sleep", "0.3"])
         time.sleep(2.0)  # ended, not reaped: a zombie while the watcher reads it again
         assert ended.wait(timeout=30) == 0
         time.sleep(0.5)
-    finally:
-        watcher.send_signal(signal.SIGTERM)
-        assert watcher.wait(timeout=30) == 0
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    cmds = [r["cmd"] for r in rows if r["pid"] == ended.pid]
+    cmds = [r["cmd"] for r in rows_of(out) if r["pid"] == ended.pid]
     assert cmds and cmds[-1] == "sleep 0.3", cmds
 
 
